@@ -1,0 +1,20 @@
+"""tb_neuraldbg: find the first failing layer of a PyTorch training run.
+
+Public face only. ``DebugWriter`` (needs torch) and ``diagnose`` are imported
+lazily so that the TensorBoard plugin and the report CLI load without torch.
+"""
+
+__version__ = "0.1.0"
+__all__ = ["DebugWriter", "diagnose", "__version__"]
+
+
+def __getattr__(name):
+    if name == "DebugWriter":
+        from .writer import DebugWriter
+
+        return DebugWriter
+    if name == "diagnose":
+        from .diagnosis import diagnose
+
+        return diagnose
+    raise AttributeError(f"module 'tb_neuraldbg' has no attribute {name!r}")

@@ -1,0 +1,89 @@
+"""Pure functions that turn neuraldbg data into TensorBoard ``Summary`` protos.
+
+Nothing here touches files or torch: the writer passes the protos on to the
+event file, and tests (and synthetic logdirs) build them directly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.util import tensor_util
+
+from . import metadata
+
+__all__ = [
+    "stats_summary",
+    "layers_summary",
+    "events_summary",
+    "diagnosis_summary",
+    "config_summary",
+]
+
+
+def _json_value(tag: str, payload, kind: str) -> summary_pb2.Summary.Value:
+    text = json.dumps(payload, allow_nan=True, sort_keys=False)
+    return summary_pb2.Summary.Value(
+        tag=tag,
+        metadata=metadata.create_summary_metadata({"kind": kind}),
+        tensor=tensor_util.make_tensor_proto(np.array(text, dtype=object)),
+    )
+
+
+def stats_summary(row: np.ndarray, states: np.ndarray | None = None) -> summary_pb2.Summary:
+    """Summary holding one logged step: ``row`` is float [L, len(METRICS)].
+
+    One float32 [L] tensor per metric (so a heatmap reads one metric without
+    the others) and, when given, the uint8 [L] state codes.
+    """
+    row = np.asarray(row, dtype=np.float32)
+    if row.ndim != 2 or row.shape[1] != len(metadata.METRICS):
+        raise ValueError(
+            f"stats row must have shape [layers, {len(metadata.METRICS)}], got {row.shape}"
+        )
+    values = []
+    for j, metric in enumerate(metadata.METRICS):
+        values.append(
+            summary_pb2.Summary.Value(
+                tag=metadata.stats_tag(metric),
+                metadata=metadata.create_summary_metadata({"kind": "stats", "metric": metric}),
+                tensor=tensor_util.make_tensor_proto(np.ascontiguousarray(row[:, j])),
+            )
+        )
+    if states is not None:
+        states = np.asarray(states, dtype=np.uint8)
+        if states.shape != (row.shape[0],):
+            raise ValueError(f"states must have shape [{row.shape[0]}], got {states.shape}")
+        values.append(
+            summary_pb2.Summary.Value(
+                tag=metadata.TAG_STATES,
+                metadata=metadata.create_summary_metadata({"kind": "states"}),
+                tensor=tensor_util.make_tensor_proto(states),
+            )
+        )
+    return summary_pb2.Summary(value=values)
+
+
+def layers_summary(layers: Sequence[Mapping[str, str]]) -> summary_pb2.Summary:
+    """Summary of the layer list: dicts with at least "name" and "type"."""
+    payload = {"layers": [{"name": str(l["name"]), "type": str(l.get("type", ""))} for l in layers]}
+    return summary_pb2.Summary(value=[_json_value(metadata.TAG_LAYERS, payload, "layers")])
+
+
+def events_summary(events: Iterable[Mapping]) -> summary_pb2.Summary:
+    """Summary of events confirmed at one step (each a DESIGN.md event dict)."""
+    return summary_pb2.Summary(value=[_json_value(metadata.TAG_EVENTS, list(events), "events")])
+
+
+def diagnosis_summary(status: str, root_cause: Mapping | None) -> summary_pb2.Summary:
+    """Summary of the run's current diagnosis (status and root cause)."""
+    payload = {"status": status, "root_cause": dict(root_cause) if root_cause else None}
+    return summary_pb2.Summary(value=[_json_value(metadata.TAG_DIAGNOSIS, payload, "diagnosis")])
+
+
+def config_summary(config: Mapping) -> summary_pb2.Summary:
+    """Summary of the writer's settings (written once, at the first step)."""
+    return summary_pb2.Summary(value=[_json_value(metadata.TAG_CONFIG, dict(config), "config")])
