@@ -1,0 +1,165 @@
+/**
+ * Decoding of the plugin's JSON into typed, validated structures.
+ *
+ * TensorBoard's http_util.Respond writes non-finite floats as the strings
+ * "NaN", "Infinity" and "-Infinity"; the server may also send null. Every
+ * decoder here accepts those and checks the shape it relies on, so a broken
+ * or hostile answer fails loudly in one place instead of drawing garbage.
+ */
+import type {
+  EventList,
+  Heatmap,
+  LayerSeries,
+  Meta,
+  NdEvent,
+  RunInfo,
+  Severity,
+} from "./types";
+
+/** A JSON float (number, "NaN", "Infinity", "-Infinity" or null) as a number. */
+export function decodeFloat(v: unknown): number {
+  if (typeof v === "number") return v;
+  if (v === "Infinity") return Infinity;
+  if (v === "-Infinity") return -Infinity;
+  return NaN;
+}
+
+export class DecodeError extends Error {}
+
+function fail(what: string): never {
+  throw new DecodeError(`unexpected answer from the server: ${what}`);
+}
+
+function obj(v: unknown, what: string): Record<string, unknown> {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) fail(`${what} is not an object`);
+  return v as Record<string, unknown>;
+}
+
+function arr(v: unknown, what: string): unknown[] {
+  if (!Array.isArray(v)) fail(`${what} is not a list`);
+  return v;
+}
+
+function str(v: unknown, what: string): string {
+  if (typeof v !== "string") fail(`${what} is not a string`);
+  return v;
+}
+
+function int(v: unknown, what: string): number {
+  if (typeof v !== "number" || !Number.isInteger(v)) fail(`${what} is not an integer`);
+  return v;
+}
+
+function severity(v: unknown): Severity {
+  return v === "error" || v === "warning" ? v : "info";
+}
+
+export function decodeRuns(raw: unknown): RunInfo[] {
+  return arr(obj(raw, "runs answer").runs, "runs").map((r, i) => {
+    const o = obj(r, `runs[${i}]`);
+    const rc = o.root_cause == null ? null : obj(o.root_cause, "root_cause");
+    return {
+      run: str(o.run, "run"),
+      status: o.status === "failing" ? "failing" : "healthy",
+      root_cause: rc && {
+        kind: str(rc.kind, "root_cause.kind"),
+        layer: str(rc.layer, "root_cause.layer"),
+        step: int(rc.step, "root_cause.step"),
+        message: typeof rc.message === "string" ? rc.message : "",
+      },
+      num_layers: int(o.num_layers ?? 0, "num_layers"),
+      first_step: int(o.first_step ?? 0, "first_step"),
+      last_step: int(o.last_step ?? 0, "last_step"),
+      num_steps: int(o.num_steps ?? 0, "num_steps"),
+      num_events: int(o.num_events ?? 0, "num_events"),
+    };
+  });
+}
+
+export function decodeMeta(raw: unknown): Meta {
+  const o = obj(raw, "meta");
+  return {
+    run: str(o.run, "run"),
+    layers: arr(o.layers, "layers").map((l, i) => {
+      const lo = obj(l, `layers[${i}]`);
+      return { name: str(lo.name, "layer name"), type: typeof lo.type === "string" ? lo.type : "" };
+    }),
+    metrics: arr(o.metrics, "metrics").map((m) => str(m, "metric")),
+    states: arr(o.states, "states").map((s) => {
+      const so = obj(s, "state");
+      return { code: int(so.code, "state code"), name: str(so.name, "state name"), severity: severity(so.severity) };
+    }),
+    first_step: int(o.first_step, "first_step"),
+    last_step: int(o.last_step, "last_step"),
+    num_steps: int(o.num_steps, "num_steps"),
+  };
+}
+
+export function decodeHeatmap(raw: unknown): Heatmap {
+  const o = obj(raw, "heatmap");
+  const rows = int(o.rows, "rows");
+  const cols = int(o.cols, "cols");
+  const vals = arr(o.values, "values");
+  const sts = arr(o.states, "states");
+  const colStart = arr(o.col_start, "col_start").map((v) => int(v, "col_start"));
+  const colEnd = arr(o.col_end, "col_end").map((v) => int(v, "col_end"));
+  const layers = arr(o.layers, "layers").map((v) => str(v, "layer"));
+  if (vals.length !== rows * cols || sts.length !== rows * cols) fail("values/states size != rows*cols");
+  if (colStart.length !== cols || colEnd.length !== cols || layers.length !== rows) fail("axis sizes");
+  const values = new Float32Array(rows * cols);
+  const states = new Uint8Array(rows * cols);
+  for (let i = 0; i < values.length; i++) {
+    values[i] = decodeFloat(vals[i]);
+    const s = sts[i];
+    states[i] = typeof s === "number" && s >= 0 && s <= 255 ? s : 255;
+  }
+  return { run: str(o.run, "run"), metric: str(o.metric, "metric"), rows, cols, layers, colStart, colEnd, values, states };
+}
+
+export function decodeEvent(raw: unknown): NdEvent {
+  const o = obj(raw, "event");
+  return {
+    step: int(o.step, "event step"),
+    layer: str(o.layer, "event layer"),
+    kind: str(o.kind, "event kind"),
+    from_state: typeof o.from_state === "string" ? o.from_state : "",
+    to_state: typeof o.to_state === "string" ? o.to_state : "",
+    value: decodeFloat(o.value),
+    severity: severity(o.severity),
+    message: typeof o.message === "string" ? o.message : "",
+  };
+}
+
+export function decodeEvents(raw: unknown): EventList {
+  const o = obj(raw, "events answer");
+  const events = arr(o.events, "events").map(decodeEvent);
+  return {
+    run: str(o.run, "run"),
+    total: typeof o.total === "number" ? o.total : events.length,
+    truncated: o.truncated === true,
+    events,
+  };
+}
+
+export function decodeLayer(raw: unknown): LayerSeries {
+  const o = obj(raw, "layer");
+  const steps = arr(o.steps, "steps").map((v) => int(v, "step"));
+  const m = obj(o.metrics, "metrics");
+  const metrics: Record<string, Float64Array> = {};
+  for (const [name, series] of Object.entries(m)) {
+    const a = arr(series, `metrics.${name}`);
+    if (a.length !== steps.length) fail(`metrics.${name} length`);
+    metrics[name] = Float64Array.from(a, decodeFloat);
+  }
+  const sts = arr(o.states, "states");
+  if (sts.length !== steps.length) fail("states length");
+  return {
+    run: str(o.run, "run"),
+    layer: str(o.layer, "layer"),
+    type: typeof o.type === "string" ? o.type : "",
+    steps,
+    metrics,
+    states: Uint8Array.from(sts, (s) => (typeof s === "number" && s >= 0 && s <= 255 ? s : 255)),
+    events: arr(o.events ?? [], "events").map(decodeEvent),
+  };
+}

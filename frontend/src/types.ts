@@ -1,0 +1,95 @@
+/**
+ * The JSON shapes of the plugin routes (docs/API.md), after decoding.
+ *
+ * Raw answers may carry the strings "NaN", "Infinity", "-Infinity" where a
+ * float is expected; api.ts turns them into numbers before anything else
+ * sees them, so every float below is a plain (possibly non-finite) number.
+ */
+
+export type Severity = "info" | "warning" | "error";
+
+export interface RootCause {
+  kind: string;
+  layer: string;
+  step: number;
+  message: string;
+}
+
+export interface RunInfo {
+  run: string;
+  status: "healthy" | "failing";
+  root_cause: RootCause | null;
+  num_layers: number;
+  first_step: number;
+  last_step: number;
+  num_steps: number;
+  num_events: number;
+}
+
+export interface LayerInfo {
+  name: string;
+  type: string;
+}
+
+export interface StateInfo {
+  code: number;
+  name: string;
+  severity: Severity;
+}
+
+export interface Meta {
+  run: string;
+  layers: LayerInfo[];
+  metrics: string[];
+  states: StateInfo[];
+  first_step: number;
+  last_step: number;
+  num_steps: number;
+}
+
+/** A binned layer x step matrix; values/states are row-major [rows * cols]. */
+export interface Heatmap {
+  run: string;
+  metric: string;
+  rows: number;
+  cols: number;
+  layers: string[];
+  colStart: number[];
+  colEnd: number[];
+  values: Float32Array;
+  states: Uint8Array;
+}
+
+export interface NdEvent {
+  step: number;
+  layer: string;
+  kind: string;
+  from_state: string;
+  to_state: string;
+  value: number;
+  severity: Severity;
+  message: string;
+}
+
+export interface EventList {
+  run: string;
+  total: number;
+  truncated: boolean;
+  events: NdEvent[];
+}
+
+export interface LayerSeries {
+  run: string;
+  layer: string;
+  type: string;
+  steps: number[];
+  metrics: Record<string, Float64Array>;
+  states: Uint8Array;
+  events: NdEvent[];
+}
+
+/** An inclusive range of training steps. */
+export interface StepRange {
+  start: number;
+  end: number;
+}

@@ -1,0 +1,211 @@
+/**
+ * Layer detail: the clicked layer's series at full resolution as a small
+ * canvas line chart, a strip of its per-step states, its events as markers
+ * and as a list.
+ */
+import { metricInfo, METRIC_MENU } from "../colormap";
+import { el, setChildren, swatch } from "../dom";
+import { formatSteps, formatValue, humanize } from "../format";
+import { chartScale, segments, xPixel, yPixel, type ChartBox } from "../linechart";
+import { stateColor, STATE_HEALTHY, STATE_UNKNOWN, type StateTable } from "../states";
+import type { LayerSeries, NdEvent } from "../types";
+
+/** Metrics of the layer that have at least one finite value: the menu's first, then the rest. */
+export function seriesWithData(s: LayerSeries): string[] {
+  const has = (m: string) => s.metrics[m]?.some((v) => Number.isFinite(v)) ?? false;
+  const menu = METRIC_MENU.map((m) => m.id).filter(has);
+  return [...menu, ...Object.keys(s.metrics).filter((m) => !menu.includes(m) && has(m))];
+}
+
+/** What a series is called for this kind of row ("value" is the loss or the learning rate). */
+export function seriesLabel(layerType: string, metric: string): string {
+  if (metric === "value" && layerType === "loss") return "Loss";
+  if (metric === "value" && layerType === "optimizer") return "Learning rate";
+  if (metric === "scale" && layerType === "optimizer") return "AMP loss scale";
+  return metricInfo(metric).label;
+}
+
+/** The series to draw first: the heatmap's metric when this layer has it, else the first with data. */
+export function pickSeries(s: LayerSeries, metric: string): string {
+  const avail = seriesWithData(s);
+  return avail.includes(metric) ? metric : (avail[0] ?? metric);
+}
+
+export interface DetailCallbacks {
+  onClose(): void;
+  onEvent(ev: NdEvent): void;
+}
+
+export class DetailView {
+  readonly element: HTMLElement;
+  private readonly head = el("div", { class: "nd-detail-head" });
+  private readonly body = el("div");
+  private readonly canvas = el("canvas", { class: "nd-chart", attrs: { role: "img" } });
+  private readonly events = el("ul", { class: "nd-detail-events" });
+  private series: LayerSeries | null = null;
+  private states: StateTable | null = null;
+  private metric = "grad_norm";
+
+  constructor(private readonly cb: DetailCallbacks) {
+    this.element = el("section", { class: "nd-card", attrs: { "data-testid": "layer-detail", "aria-label": "Layer detail" } }, [
+      this.head,
+      this.body,
+    ]);
+    this.element.style.display = "none";
+  }
+
+  hide(): void {
+    this.element.style.display = "none";
+    this.series = null;
+  }
+
+  loading(run: string, layer: string): void {
+    this.element.style.display = "";
+    this.element.setAttribute("data-layer", layer);
+    this.element.setAttribute("data-state", "loading");
+    this.renderHead(layer, "", run);
+    setChildren(this.body, [el("div", { class: "nd-note" }, [el("span", { class: "nd-spinner" }), "Loading layer…"])]);
+  }
+
+  error(layer: string, message: string): void {
+    this.element.setAttribute("data-state", "error");
+    this.renderHead(layer, "", "");
+    setChildren(this.body, [el("div", { class: "nd-note", text: message })]);
+  }
+
+  show(series: LayerSeries, metric: string, states: StateTable): void {
+    this.series = series;
+    this.states = states;
+    this.metric = pickSeries(series, metric);
+    this.element.style.display = "";
+    this.element.setAttribute("data-layer", series.layer);
+    this.element.setAttribute("data-state", "ready");
+    this.renderHead(series.layer, series.type, series.run);
+    setChildren(this.body, [this.canvas, this.events]);
+    this.renderEvents();
+    this.draw();
+  }
+
+  private renderHead(layer: string, type: string, run: string): void {
+    const available = this.series ? seriesWithData(this.series).map((id) => ({ id, label: seriesLabel(type, id) })) : [];
+    const select = el(
+      "select",
+      { attrs: { "aria-label": "Detail metric" }, on: { change: () => ((this.metric = select.value), this.draw()) } },
+      available.map((m) => el("option", { text: m.label, attrs: { value: m.id, selected: m.id === this.metric } })),
+    );
+    setChildren(this.head, [
+      el("span", { class: "nd-detail-title", text: layer }),
+      type ? el("span", { class: "nd-detail-sub", text: type }) : null,
+      this.series && this.series.steps.length
+        ? el("span", {
+            class: "nd-detail-sub",
+            text: `${formatSteps(this.series.steps[0], this.series.steps[this.series.steps.length - 1])} · ${run}`,
+          })
+        : null,
+      el("span", { class: "nd-spacer" }),
+      available.length ? el("label", { class: "nd-field" }, ["Series", select]) : null,
+      el("button", { class: "nd-btn", text: "Close", attrs: { type: "button", "aria-label": "Close layer detail" }, on: { click: () => this.cb.onClose() } }),
+    ]);
+  }
+
+  private renderEvents(): void {
+    const evs = this.series!.events;
+    setChildren(
+      this.events,
+      evs.length
+        ? evs.map((ev) =>
+            el("li", {}, [
+              swatch(stateColor(ev.to_state)),
+              el("button", {
+                class: "nd-btn",
+                text: `step ${ev.step}`,
+                attrs: { type: "button" },
+                on: { click: () => this.cb.onEvent(ev) },
+              }),
+              el("span", { text: `${humanize(ev.kind)}: ${ev.message}` }),
+            ]),
+          )
+        : [el("li", { class: "nd-detail-sub", text: "No events for this layer in this range." })],
+    );
+  }
+
+  /** Paint the chart (also called on resize). */
+  draw(): void {
+    const s = this.series;
+    if (!s || this.element.style.display === "none") return;
+    const info = { ...metricInfo(this.metric), label: seriesLabel(s.type, this.metric) };
+    const values = s.metrics[this.metric] ?? new Float64Array(s.steps.length).fill(NaN);
+    const dpr = window.devicePixelRatio || 1;
+    const w = Math.max(200, this.canvas.clientWidth || 600);
+    const h = 180;
+    this.canvas.width = Math.round(w * dpr);
+    this.canvas.height = Math.round(h * dpr);
+    this.canvas.setAttribute("aria-label", `${info.label} of ${s.layer} over ${s.steps.length} steps`);
+    const ctx = this.canvas.getContext("2d");
+    if (!ctx) return;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    const box: ChartBox = { left: 56, top: 8, width: w - 66, height: h - 44 };
+    const scale = chartScale(s.steps, values, info.kind === "log");
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = "#6b7280";
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    ctx.strokeStyle = "#eef0f3";
+    ctx.lineWidth = 1;
+    for (let k = 0; k <= 4; k++) {
+      const yv = scale.y0 + ((scale.y1 - scale.y0) * k) / 4;
+      const v = scale.log ? 10 ** yv : yv;
+      const y = yPixel(scale, box, v);
+      ctx.beginPath();
+      ctx.moveTo(box.left, y);
+      ctx.lineTo(box.left + box.width, y);
+      ctx.stroke();
+      ctx.fillText(formatValue(v), box.left - 6, y);
+    }
+    // Events: vertical markers in the colour of the state they lead to.
+    for (const ev of s.events) {
+      const x = xPixel(scale, box, ev.step);
+      ctx.strokeStyle = stateColor(ev.to_state);
+      ctx.setLineDash([3, 3]);
+      ctx.beginPath();
+      ctx.moveTo(x, box.top);
+      ctx.lineTo(x, box.top + box.height);
+      ctx.stroke();
+    }
+    ctx.setLineDash([]);
+    ctx.strokeStyle = "#2563eb";
+    ctx.lineWidth = 1.5;
+    for (const seg of segments(s.steps, values, scale, box)) {
+      ctx.beginPath();
+      ctx.moveTo(seg[0], seg[1]);
+      for (let i = 2; i < seg.length; i += 2) ctx.lineTo(seg[i], seg[i + 1]);
+      if (seg.length === 2) ctx.arc(seg[0], seg[1], 1.5, 0, 2 * Math.PI);
+      ctx.stroke();
+    }
+    // State strip under the chart: one rect per run of equal state.
+    const stripY = box.top + box.height + 6;
+    let i = 0;
+    while (i < s.steps.length) {
+      let j = i + 1;
+      while (j < s.steps.length && s.states[j] === s.states[i]) j++;
+      const code = s.states[i];
+      if (code !== STATE_UNKNOWN) {
+        const name = code === STATE_HEALTHY ? "" : this.states?.get(code)?.name ?? "unknown";
+        ctx.fillStyle = code === STATE_HEALTHY ? "#d1e7d8" : stateColor(name);
+        const x0 = xPixel(scale, box, s.steps[i]);
+        const x1 = j < s.steps.length ? xPixel(scale, box, s.steps[j]) : box.left + box.width;
+        ctx.fillRect(x0, stripY, Math.max(1, x1 - x0), 6);
+      }
+      i = j;
+    }
+    ctx.fillStyle = "#6b7280";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.fillText(String(scale.x0), box.left, stripY + 10);
+    ctx.textAlign = "right";
+    ctx.fillText(String(scale.x1), box.left + box.width, stripY + 10);
+    ctx.textAlign = "center";
+    ctx.fillText(`${info.label}${scale.log ? " (log)" : ""} · states below`, box.left + box.width / 2, stripY + 10);
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * The event list of the primary run, synced with the heatmap: hovering or
+ * focusing an event points the heatmap at its cell, clicking it moves there.
+ */
+import { el, setChildren, swatch } from "../dom";
+import { humanize } from "../format";
+import { stateColor } from "../states";
+import { CLASS } from "../styles";
+import type { EventList, NdEvent, RootCause, StepRange } from "../types";
+
+export interface EventListCallbacks {
+  onHover(ev: NdEvent | null): void;
+  onClick(ev: NdEvent): void;
+}
+
+export function isRootEvent(ev: NdEvent, rc: RootCause | null): boolean {
+  return !!rc && ev.layer === rc.layer && ev.step === rc.step && ev.kind === rc.kind;
+}
+
+export class EventListView {
+  readonly element: HTMLElement;
+  private readonly title = el("h2");
+  private readonly list = el("ul", { class: "nd-eventlist", attrs: { "aria-label": "Events" } });
+  private readonly foot = el("div", { class: "nd-status-line" });
+  private items: { ev: NdEvent; button: HTMLButtonElement }[] = [];
+  private shown: { run: string | null; data: EventList | null } = { run: null, data: null };
+
+  constructor(private readonly cb: EventListCallbacks) {
+    this.element = el("section", { class: "nd-card nd-events-col", attrs: { "data-testid": "events" } }, [this.title, this.list, this.foot]);
+  }
+
+  /** Rebuild the list; a no-op when the same answer is already shown (keeps hover/focus). */
+  update(run: string | null, data: EventList | null, rc: RootCause | null): void {
+    if (this.shown.data && this.shown.run === run && this.shown.data === data) return;
+    this.shown = { run, data };
+    if (run) this.element.setAttribute("data-run", run);
+    else this.element.removeAttribute("data-run");
+    this.title.textContent = data ? `Events · ${data.total}` : "Events";
+    this.foot.textContent = data?.truncated ? `showing the first ${data.events.length} of ${data.total}` : "";
+    if (!run || !data) {
+      setChildren(this.list, [el("li", { class: "nd-note", text: run ? "Loading…" : "No run selected." })]);
+      this.items = [];
+      return;
+    }
+    if (data.events.length === 0) {
+      setChildren(this.list, [el("li", { class: "nd-note", text: "No events: every layer stayed healthy." })]);
+      this.items = [];
+      return;
+    }
+    this.items = data.events.map((ev) => {
+      const root = isRootEvent(ev, rc);
+      const button = el(
+        "button",
+        {
+          class: "nd-event",
+          attrs: { type: "button", "data-layer": ev.layer, "data-step": ev.step, "data-kind": ev.kind, "data-root": root },
+          on: {
+            mouseenter: () => this.cb.onHover(ev),
+            mouseleave: () => this.cb.onHover(null),
+            focus: () => this.cb.onHover(ev),
+            blur: () => this.cb.onHover(null),
+            click: () => this.cb.onClick(ev),
+          },
+        },
+        [
+          swatch(stateColor(ev.to_state)),
+          el("span", { class: "nd-event-top" }, [
+            el("span", { class: "nd-event-step", text: `step ${ev.step}` }),
+            el("span", { class: "nd-event-layer", text: ev.layer, attrs: { title: ev.layer } }),
+            root ? el("span", { class: "nd-tag-root", text: "root cause" }) : null,
+          ]),
+          el("span", { class: "nd-event-kind", text: `${humanize(ev.kind)} · ${ev.severity}` }),
+          el("span", { class: "nd-event-msg", text: ev.message, attrs: { title: ev.message } }),
+        ],
+      );
+      return { ev, button };
+    });
+    setChildren(this.list, this.items.map((i) => el("li", {}, [i.button])));
+  }
+
+  /** Dim events outside the shown steps; mark those of the selected layer. */
+  sync(range: StepRange | null, layer: string | null): void {
+    for (const { ev, button } of this.items) {
+      button.classList.toggle(CLASS.outside, !!range && (ev.step < range.start || ev.step > range.end));
+      button.classList.toggle(CLASS.active, layer !== null && ev.layer === layer);
+    }
+  }
+}

@@ -1,0 +1,568 @@
+/**
+ * One run's heatmap: canvas (painted by colour bucket), row labels, step axis
+ * and DOM overlays (hover, keyboard cursor, root-cause row and onset marker,
+ * event pointer, tooltip). Mouse moves only move overlays with `transform`;
+ * the canvas is repainted only when data or size changes.
+ */
+import { colorIndices, type MetricInfo, type Scale } from "../colormap";
+import { el, setChildren } from "../dom";
+import { formatSteps, niceTicks } from "../format";
+import { cellAt, cellRect, colForStep, computeLayout, LABEL_MIN_ROW, type Layout } from "../layout";
+import { paintHeatmap } from "../paint";
+import type { StateTable } from "../states";
+import { CLASS } from "../styles";
+import { tooltipLines } from "../tooltip";
+import type { Heatmap, Meta, NdEvent, RunInfo } from "../types";
+
+export interface PanelData {
+  info: RunInfo;
+  meta: Meta;
+  heatmap: Heatmap;
+  scale: Scale;
+  palette: readonly string[];
+  states: StateTable;
+  metric: MetricInfo;
+  events: readonly NdEvent[];
+  rowHeight: number;
+}
+
+/** A cell identified by what it means, so it survives re-binning. */
+export interface CellRef {
+  layer: string;
+  step: number;
+}
+
+export interface PanelCallbacks {
+  onZoom(run: string, factor: number, anchorStep: number): void;
+  onPan(run: string, deltaSteps: number): void;
+  onSelect(run: string, cell: CellRef): void;
+  onCursor(run: string, cell: CellRef): void;
+  onEscape(): void;
+}
+
+const DRAG_THRESHOLD = 3;
+const LABEL_FONT = "11px ui-monospace, SFMono-Regular, Menlo, monospace";
+let measurer: CanvasRenderingContext2D | null = null;
+
+/** Width (css px) of the label column: the longest name, within [48, 200]. */
+function labelWidth(names: readonly string[]): number {
+  measurer ??= document.createElement("canvas").getContext("2d");
+  if (!measurer) return 120;
+  measurer.font = LABEL_FONT;
+  let w = 0;
+  for (const n of names) w = Math.max(w, measurer.measureText(n).width);
+  return Math.round(Math.min(200, Math.max(48, w + 22)));
+}
+
+export class HeatmapPanel {
+  readonly element: HTMLElement;
+  private readonly head: HTMLElement;
+  private readonly labels: HTMLElement;
+  private readonly wrap: HTMLElement;
+  private readonly canvas: HTMLCanvasElement;
+  private readonly axis: HTMLElement;
+  private readonly hoverBox: HTMLElement;
+  private readonly cursorBox: HTMLElement;
+  private readonly rootRow: HTMLElement;
+  private readonly onsetRing: HTMLElement;
+  private readonly onsetTag: HTMLElement;
+  private readonly pointer: HTMLElement;
+  private readonly tooltip: HTMLElement;
+  private readonly live: HTMLElement;
+  private readonly note: HTMLElement;
+
+  private data: PanelData | null = null;
+  private layout: Layout | null = null;
+  private idx: Uint8Array | undefined;
+  private cursor: { row: number; col: number } | null = null;
+  private cursorRef: CellRef | null = null;
+  private pointRef: CellRef | null = null;
+  private labelEls: HTMLElement[] = [];
+  private labelsKey = "";
+  /** Last mouse position over the canvas (client px), null when outside. */
+  private hoverAt: { x: number; y: number } | null = null;
+  private drag: { x0: number; moved: boolean } | null = null;
+  /** Duration of the last paint (ms), exposed as data-paint-ms for tests. */
+  lastPaintMs = 0;
+  private paintCount = 0;
+  private painted: {
+    heatmap: Heatmap;
+    width: number;
+    dpr: number;
+    rowHeight: number;
+    scale: Scale;
+    palette: readonly string[];
+  } | null = null;
+
+  constructor(readonly run: string, private readonly cb: PanelCallbacks) {
+    this.head = el("div", { class: "nd-panel-head" });
+    this.labels = el("div", { class: "nd-labels", attrs: { "aria-hidden": "true" } });
+    this.canvas = el("canvas", {
+      class: "nd-canvas",
+      attrs: {
+        tabindex: 0,
+        role: "application",
+        "aria-roledescription": "heatmap",
+        "aria-label": `Layer by step heatmap of run ${run}. Arrow keys move, Enter opens the layer, + and - zoom, [ and ] pan.`,
+      },
+    });
+    const ov = (cls: string) => el("div", { class: `nd-ov ${cls}`, style: { display: "none" } });
+    this.rootRow = ov("nd-rootrow");
+    this.hoverBox = ov("nd-hover");
+    this.cursorBox = ov("nd-cursor");
+    this.onsetRing = ov("nd-onset");
+    this.onsetTag = ov("nd-onset-tag");
+    this.pointer = ov("nd-pointer");
+    this.tooltip = ov("nd-tooltip");
+    this.note = el("div", { class: "nd-note", style: { display: "none" } });
+    this.wrap = el("div", { class: "nd-canvas-wrap" }, [
+      this.canvas,
+      this.rootRow,
+      this.hoverBox,
+      this.cursorBox,
+      this.pointer,
+      this.onsetRing,
+      this.onsetTag,
+      this.tooltip,
+    ]);
+    this.axis = el("div", { class: "nd-axis" });
+    this.live = el("div", { class: "nd-sr", attrs: { "aria-live": "polite" } });
+    this.element = el("section", { class: "nd-card nd-panel", attrs: { "data-run": run } }, [
+      this.head,
+      this.note,
+      el("div", { class: "nd-plot" }, [this.labels, this.wrap, el("div"), this.axis]),
+      this.live,
+    ]);
+    this.bindEvents();
+  }
+
+  /** Width (css px) the canvas may use: what max_cols is asked for. */
+  plotWidth(): number {
+    return Math.max(50, Math.floor(this.wrap.clientWidth || this.element.clientWidth - 200));
+  }
+
+  setPrimary(primary: boolean): void {
+    this.element.classList.toggle(CLASS.primary, primary);
+  }
+
+  focus(): void {
+    this.canvas.focus({ preventScroll: false });
+  }
+
+  /** New data: recolour and repaint now (the app batches calls per frame). */
+  update(data: PanelData): void {
+    this.data = data;
+    const hm = data.heatmap;
+    this.renderHead();
+    if (hm.rows === 0 || hm.cols === 0) {
+      this.note.textContent = hm.rows === 0 ? "This run has no layers yet." : "No logged steps in this range.";
+      this.note.style.display = "";
+      this.wrap.style.display = "none";
+      this.layout = null;
+      this.painted = null;
+      return;
+    }
+    this.note.style.display = "none";
+    this.wrap.style.display = "";
+    const width = this.plotWidth();
+    const dpr = window.devicePixelRatio || 1;
+    const prev = this.painted;
+    // Overlay-only changes (cursor, selection, primary run) must not cost a repaint.
+    if (!prev || prev.heatmap !== hm || prev.width !== width || prev.dpr !== dpr || prev.rowHeight !== data.rowHeight ||
+        prev.scale.kind !== data.scale.kind || prev.scale.lo !== data.scale.lo || prev.scale.hi !== data.scale.hi ||
+        prev.palette.some((c, i) => c !== data.palette[i])) {
+      const t0 = performance.now();
+      this.idx = colorIndices(data.scale, hm.values, hm.states, this.idx);
+      this.layout = this.sizeCanvas(hm.rows, hm.cols, data.rowHeight, width, dpr);
+      const ctx = this.canvas.getContext("2d");
+      if (ctx) paintHeatmap(ctx, this.layout, this.idx, data.palette);
+      this.lastPaintMs = performance.now() - t0;
+      this.paintCount++;
+      this.painted = { heatmap: hm, width, dpr, rowHeight: data.rowHeight, scale: data.scale, palette: data.palette };
+      this.element.setAttribute("data-paint-ms", this.lastPaintMs.toFixed(2));
+      this.element.setAttribute("data-paint-count", String(this.paintCount));
+      this.element.setAttribute("data-metric", hm.metric);
+    }
+    this.renderLabels();
+    this.renderAxis();
+    this.placeRootCause();
+    this.resolveCursor();
+    this.placeRef(this.pointer, this.pointRef);
+    this.refreshHover();
+  }
+
+  /** After a repaint the cell under a resting mouse may mean something else: redo its tooltip. */
+  private refreshHover(): void {
+    const cell = this.hoverAt && this.layout ? this.cellFromPoint(this.hoverAt.x, this.hoverAt.y) : null;
+    if (cell) this.showHover(cell.row, cell.col);
+    else this.hideHover();
+  }
+
+  /** Move the keyboard cursor (by meaning); null hides it. */
+  setCursor(ref: CellRef | null): void {
+    this.cursorRef = ref;
+    this.resolveCursor();
+  }
+
+  /** Point at an event's cell (from the event list); null hides the pointer. */
+  pointAt(ref: CellRef | null): void {
+    this.pointRef = ref;
+    this.placeRef(this.pointer, ref);
+  }
+
+  private sizeCanvas(rows: number, cols: number, rowHeight: number, width: number, dpr: number): Layout {
+    const layout = computeLayout(width, rows, cols, rowHeight, dpr);
+    const wPx = layout.xEdges[cols];
+    const hPx = layout.yEdges[rows];
+    if (this.canvas.width !== wPx) this.canvas.width = wPx;
+    if (this.canvas.height !== hPx) this.canvas.height = hPx;
+    this.canvas.style.width = `${width}px`;
+    this.canvas.style.height = `${layout.heightCss}px`;
+    this.canvas.style.transform = "";
+    this.labels.style.height = `${layout.heightCss}px`;
+    return layout;
+  }
+
+  private renderHead(): void {
+    const d = this.data!;
+    const hm = d.heatmap;
+    const status = d.info.status;
+    const sub =
+      hm.cols > 0
+        ? `${formatSteps(hm.colStart[0], hm.colEnd[hm.cols - 1])} · ${hm.cols} col${hm.cols === 1 ? "" : "s"} · ${hm.rows} layers`
+        : `${d.meta.num_steps} steps`;
+    setChildren(this.head, [
+      el("span", { class: "nd-panel-run", text: this.run, attrs: { title: this.run } }),
+      el("span", { class: `nd-badge nd-badge-${status}`, text: status }),
+      el("span", { class: "nd-panel-sub", text: sub }),
+    ]);
+  }
+
+  private renderLabels(): void {
+    const d = this.data!;
+    const layout = this.layout!;
+    // Rebuilding ~L elements on every repaint (zoom, reload) is wasted work
+    // and would drop hover state: only when rows, root cause or size change.
+    const key = JSON.stringify([d.heatmap.layers, d.info.root_cause?.layer ?? null, layout.rowHeightCss, layout.dpr]);
+    if (key === this.labelsKey) return;
+    this.labelsKey = key;
+    const types = new Map(d.meta.layers.map((l) => [l.name, l.type]));
+    const root = d.info.root_cause?.layer;
+    const els = d.heatmap.layers.map((name, r) => {
+      const isRoot = name === root;
+      const y = layout.yEdges[r] / layout.dpr;
+      const lab = el(
+        "div",
+        {
+          class: "nd-label",
+          attrs: { "data-root-cause": isRoot ? name : undefined, title: `${name}${types.get(name) ? ` (${types.get(name)})` : ""}` },
+          style: {
+            top: `${y}px`,
+            height: `${layout.rowHeightCss}px`,
+            lineHeight: `${Math.max(layout.rowHeightCss, 12)}px`,
+            marginTop: layout.rowHeightCss < 12 ? `${(layout.rowHeightCss - 12) / 2}px` : "",
+          },
+        },
+        [isRoot ? el("span", { text: name }) : name],
+      );
+      return lab;
+    });
+    this.labelEls = els;
+    this.labels.style.width = `${labelWidth(d.heatmap.layers)}px`;
+    this.labels.classList.toggle(CLASS.compact, layout.rowHeightCss < LABEL_MIN_ROW);
+    setChildren(this.labels, els);
+  }
+
+  private renderAxis(): void {
+    const hm = this.data!.heatmap;
+    const layout = this.layout!;
+    const first = hm.colStart[0];
+    const last = hm.colEnd[hm.cols - 1];
+    const target = Math.max(2, Math.floor(layout.widthCss / 90));
+    const ticks = niceTicks(first, last, target).map((step) => {
+      const c = colForStep(hm.colStart, hm.colEnd, step);
+      const r = cellRect(layout, 0, c);
+      return el("span", { class: "nd-tick", text: String(step), style: { left: `${r.x + r.w / 2}px` } });
+    });
+    setChildren(this.axis, ticks);
+  }
+
+  private rowOf(layer: string): number {
+    return this.data ? this.data.heatmap.layers.indexOf(layer) : -1;
+  }
+
+  /** Column of a step if it is inside the shown bins, else -1. */
+  private colOf(step: number): number {
+    const hm = this.data?.heatmap;
+    if (!hm || hm.cols === 0 || step < hm.colStart[0] || step > hm.colEnd[hm.cols - 1]) return -1;
+    return colForStep(hm.colStart, hm.colEnd, step);
+  }
+
+  private place(box: HTMLElement, x: number, y: number, w: number, h: number): void {
+    box.style.display = "";
+    box.style.width = `${w}px`;
+    box.style.height = `${h}px`;
+    box.style.transform = `translate(${x}px, ${y}px)`;
+  }
+
+  /** A marker box around a cell, at least 8x8 css px so it stays visible on tiny cells. */
+  private placeCell(box: HTMLElement, row: number, col: number, pad = 0): void {
+    const r = cellRect(this.layout!, row, col);
+    const w = Math.max(8, r.w) + 2 * pad;
+    const h = Math.max(8, r.h) + 2 * pad;
+    this.place(box, r.x + r.w / 2 - w / 2, r.y + r.h / 2 - h / 2, w, h);
+  }
+
+  private placeRef(box: HTMLElement, ref: CellRef | null): void {
+    const row = ref && this.layout ? this.rowOf(ref.layer) : -1;
+    const col = ref && row >= 0 ? this.colOf(ref.step) : -1;
+    if (row < 0 || col < 0) {
+      box.style.display = "none";
+      return;
+    }
+    this.placeCell(box, row, col, 3);
+  }
+
+  private placeRootCause(): void {
+    const rc = this.data!.info.root_cause;
+    const row = rc ? this.rowOf(rc.layer) : -1;
+    this.onsetRing.style.display = this.onsetTag.style.display = this.rootRow.style.display = "none";
+    if (!rc || row < 0) return;
+    const layout = this.layout!;
+    const r = cellRect(layout, row, 0);
+    this.place(this.rootRow, 0, r.y - 1, layout.widthCss, r.h + 2);
+    const col = this.colOf(rc.step);
+    if (col < 0) return;
+    this.placeCell(this.onsetRing, row, col, 4);
+    const c = cellRect(layout, row, col);
+    this.onsetTag.textContent = `onset · step ${rc.step}`;
+    this.onsetTag.style.display = "";
+    // Put the tag right of the cell, or left of it near the right edge; above
+    // the row unless it is the first rows.
+    const tagW = this.onsetTag.offsetWidth || 110;
+    const x = c.x + c.w + 8 + tagW > layout.widthCss ? c.x - tagW - 8 : c.x + c.w + 8;
+    const y = c.y + c.h / 2 - 9;
+    this.onsetTag.style.transform = `translate(${Math.max(0, x)}px, ${Math.max(0, Math.min(layout.heightCss - 18, y))}px)`;
+  }
+
+  private resolveCursor(): void {
+    const ref = this.cursorRef;
+    const row = ref && this.layout ? this.rowOf(ref.layer) : -1;
+    const col = ref && row >= 0 ? this.colOf(ref.step) : -1;
+    this.cursor = row >= 0 && col >= 0 ? { row, col } : null;
+    for (const l of this.labelEls) l.classList.remove(CLASS.labelActive);
+    if (!this.cursor) {
+      this.cursorBox.style.display = "none";
+      return;
+    }
+    this.labelEls[this.cursor.row]?.classList.add(CLASS.labelActive);
+    this.placeCell(this.cursorBox, this.cursor.row, this.cursor.col, 1);
+  }
+
+  private refAt(row: number, col: number): CellRef {
+    const hm = this.data!.heatmap;
+    return { layer: hm.layers[row], step: hm.colStart[col] };
+  }
+
+  private tooltipFor(row: number, col: number): string[] {
+    const d = this.data!;
+    const hm = d.heatmap;
+    const i = row * hm.cols + col;
+    const layer = hm.layers[row];
+    const first = hm.colStart[col];
+    const last = hm.colEnd[col];
+    const events = d.events.filter((e) => e.layer === layer && e.step >= first && e.step <= last).length;
+    return tooltipLines({
+      layer,
+      type: d.meta.layers.find((l) => l.name === layer)?.type ?? "",
+      first,
+      last,
+      value: hm.values[i],
+      state: d.states.name(hm.states[i]),
+      metric: d.metric,
+      events,
+    });
+  }
+
+  private showHover(row: number, col: number): void {
+    const layout = this.layout!;
+    const r = cellRect(layout, row, col);
+    this.place(this.hoverBox, r.x - 1, r.y - 1, Math.max(3, r.w + 2), Math.max(3, r.h + 2));
+    setChildren(this.tooltip, this.tooltipFor(row, col).map((t) => el("div", { text: t })));
+    this.tooltip.style.display = "";
+    const tw = this.tooltip.offsetWidth;
+    const th = this.tooltip.offsetHeight;
+    let x = r.x + r.w + 12;
+    if (x + tw > layout.widthCss) x = r.x - tw - 12;
+    let y = r.y + r.h + 8;
+    if (y + th > Math.max(layout.heightCss, th + 4)) y = r.y - th - 8;
+    this.tooltip.style.transform = `translate(${Math.max(0, x)}px, ${Math.max(0, y)}px)`;
+  }
+
+  private hideHover(): void {
+    this.hoverBox.style.display = "none";
+    this.tooltip.style.display = "none";
+  }
+
+  private cellFromEvent(e: MouseEvent): { row: number; col: number } | null {
+    return this.cellFromPoint(e.clientX, e.clientY);
+  }
+
+  private cellFromPoint(clientX: number, clientY: number): { row: number; col: number } | null {
+    if (!this.layout) return null;
+    const b = this.canvas.getBoundingClientRect();
+    return cellAt(this.layout, clientX - b.left, clientY - b.top);
+  }
+
+  private stepAtX(clientX: number): number | null {
+    const hm = this.data?.heatmap;
+    if (!this.layout || !hm || hm.cols === 0) return null;
+    const b = this.canvas.getBoundingClientRect();
+    const c = cellAt(this.layout, Math.min(Math.max(0, clientX - b.left), this.layout.widthCss - 0.01), 0);
+    return c ? (hm.colStart[c.col] + hm.colEnd[c.col]) / 2 : null;
+  }
+
+  /** Steps per css pixel at the current binning. */
+  private stepsPerPx(): number {
+    const hm = this.data!.heatmap;
+    return (hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1) / this.layout!.widthCss;
+  }
+
+  private bindEvents(): void {
+    const c = this.canvas;
+    c.addEventListener("mousemove", (e) => {
+      if (this.drag) {
+        const dx = e.clientX - this.drag.x0;
+        if (Math.abs(dx) > DRAG_THRESHOLD) this.drag.moved = true;
+        if (this.drag.moved) {
+          this.wrap.classList.add(CLASS.dragging);
+          // Instant feedback: slide the painted image; the re-query repaints.
+          c.style.transform = `translateX(${dx}px)`;
+          this.hideHover();
+          return;
+        }
+      }
+      this.hoverAt = { x: e.clientX, y: e.clientY };
+      const cell = this.cellFromEvent(e);
+      if (cell) this.showHover(cell.row, cell.col);
+      else this.hideHover();
+    });
+    c.addEventListener("mouseleave", () => {
+      this.hoverAt = null;
+      this.hideHover();
+    });
+    c.addEventListener("mousedown", (e) => {
+      if (e.button !== 0) return;
+      this.drag = { x0: e.clientX, moved: false };
+      const up = (ev: MouseEvent) => {
+        window.removeEventListener("mouseup", up);
+        const drag = this.drag;
+        this.drag = null;
+        this.wrap.classList.remove(CLASS.dragging);
+        if (!drag || !this.layout || !this.data) return;
+        if (drag.moved) {
+          const delta = -Math.round((ev.clientX - drag.x0) * this.stepsPerPx());
+          if (delta !== 0) this.cb.onPan(this.run, delta);
+          else c.style.transform = "";
+          return;
+        }
+        const cell = this.cellFromEvent(ev);
+        if (cell) {
+          const ref = this.refAt(cell.row, cell.col);
+          this.cb.onCursor(this.run, ref);
+          this.cb.onSelect(this.run, ref);
+        }
+      };
+      window.addEventListener("mouseup", up);
+    });
+    c.addEventListener(
+      "wheel",
+      (e) => {
+        if (!this.data || !this.layout) return;
+        const anchor = this.stepAtX(e.clientX);
+        if (anchor === null) return;
+        e.preventDefault();
+        if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
+          this.cb.onPan(this.run, Math.round(e.deltaX * this.stepsPerPx()));
+        } else {
+          this.cb.onZoom(this.run, e.deltaY > 0 ? 1.25 : 0.8, anchor);
+        }
+      },
+      { passive: false },
+    );
+    c.addEventListener("keydown", (e) => this.onKey(e));
+    c.addEventListener("blur", () => this.hideHover());
+  }
+
+  private onKey(e: KeyboardEvent): void {
+    const d = this.data;
+    if (!d || !this.layout) return;
+    const hm = d.heatmap;
+    let cur = this.cursor ?? { row: 0, col: 0 };
+    const moveTo = (row: number, col: number) => {
+      cur = { row: Math.max(0, Math.min(hm.rows - 1, row)), col: Math.max(0, Math.min(hm.cols - 1, col)) };
+      const ref = this.refAt(cur.row, cur.col);
+      this.cursorRef = ref;
+      this.resolveCursor();
+      this.showHover(cur.row, cur.col);
+      this.live.textContent = this.tooltipFor(cur.row, cur.col).join(", ");
+      this.cb.onCursor(this.run, ref);
+    };
+    const anchor = (hm.colStart[cur.col] + hm.colEnd[cur.col]) / 2;
+    const span = hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1;
+    switch (e.key) {
+      case "ArrowLeft":
+        if (e.shiftKey) this.cb.onPan(this.run, -Math.max(1, Math.round(span / 4)));
+        else moveTo(cur.row, cur.col - 1);
+        break;
+      case "ArrowRight":
+        if (e.shiftKey) this.cb.onPan(this.run, Math.max(1, Math.round(span / 4)));
+        else moveTo(cur.row, cur.col + 1);
+        break;
+      case "ArrowUp":
+        moveTo(cur.row - 1, cur.col);
+        break;
+      case "ArrowDown":
+        moveTo(cur.row + 1, cur.col);
+        break;
+      case "Home":
+        moveTo(cur.row, 0);
+        break;
+      case "End":
+        moveTo(cur.row, hm.cols - 1);
+        break;
+      case "PageUp":
+        moveTo(cur.row - 10, cur.col);
+        break;
+      case "PageDown":
+        moveTo(cur.row + 10, cur.col);
+        break;
+      case "Enter":
+      case " ":
+        if (!this.cursor) moveTo(cur.row, cur.col);
+        this.cb.onSelect(this.run, this.refAt(cur.row, cur.col));
+        break;
+      case "+":
+      case "=":
+        this.cb.onZoom(this.run, 0.5, anchor);
+        break;
+      case "-":
+      case "_":
+        this.cb.onZoom(this.run, 2, anchor);
+        break;
+      case "[":
+        this.cb.onPan(this.run, -Math.max(1, Math.round(span / 4)));
+        break;
+      case "]":
+        this.cb.onPan(this.run, Math.max(1, Math.round(span / 4)));
+        break;
+      case "Escape":
+        this.hideHover();
+        this.cb.onEscape();
+        break;
+      default:
+        return;
+    }
+    e.preventDefault();
+  }
+}

@@ -1,0 +1,37 @@
+/** The legend: the healthy colour ramp with its value range, and every failing state. */
+import { NO_DATA_COLOR, HEALTHY_FLAT_COLOR, rampColor, scaleValue, type MetricInfo, type Scale } from "../colormap";
+import { el, setChildren, swatch } from "../dom";
+import { formatValue } from "../format";
+import { stateColor, stateLabel, type StateTable } from "../states";
+
+export class Legend {
+  readonly element = el("section", { class: "nd-card", attrs: { "aria-label": "Legend" } });
+
+  /** `present`: state codes that appear in the shown data (listed in bold). */
+  update(metric: MetricInfo, scale: Scale, states: StateTable, present: ReadonlySet<number>): void {
+    const parts: HTMLElement[] = [el("h2", { text: "Legend" })];
+    if (metric.kind === "state") {
+      parts.push(el("div", { class: "nd-legend-title" }, [swatch(HEALTHY_FLAT_COLOR), " healthy"]));
+    } else {
+      const stops = Array.from({ length: 9 }, (_, i) => rampColor(i / 8)).join(", ");
+      parts.push(
+        el("div", { class: "nd-legend-title", text: `${metric.label}, healthy cells${metric.kind === "log" ? " (log scale)" : ""}` }),
+        el("div", { class: "nd-legend-ramp", style: { background: `linear-gradient(to right, ${stops})` } }),
+        el("div", { class: "nd-legend-scale" }, [
+          el("span", { text: `≤${formatValue(scaleValue(scale, 0))}` }),
+          el("span", { text: formatValue(scaleValue(scale, 0.5)) }),
+          el("span", { text: `≥${formatValue(scaleValue(scale, 1))}` }),
+        ]),
+      );
+    }
+    const items = states.failing().map((s) =>
+      el("li", { class: present.has(s.code) ? "nd-present" : "", attrs: { title: `${s.name} (${s.severity})` } }, [
+        swatch(stateColor(s.name)),
+        stateLabel(s.name),
+      ]),
+    );
+    items.push(el("li", {}, [swatch(NO_DATA_COLOR), "no data"]));
+    parts.push(el("ul", { class: "nd-legend-list" }, items));
+    setChildren(this.element, parts);
+  }
+}

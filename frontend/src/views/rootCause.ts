@@ -1,0 +1,54 @@
+/** The root-cause panel: what failed, where, when, what to try, and a jump button. */
+import { el, setChildren } from "../dom";
+import { humanize } from "../format";
+import type { RunInfo } from "../types";
+
+export class RootCausePanel {
+  readonly element = el("section", { class: "nd-card nd-rootcause", attrs: { "aria-live": "polite" } });
+
+  constructor(private readonly onJump: (run: string) => void) {}
+
+  update(info: RunInfo | null, compared: number): void {
+    if (!info) {
+      this.element.style.display = "none";
+      return;
+    }
+    this.element.style.display = "";
+    const rc = info.root_cause;
+    // A run can be "healthy" (no error event) yet have a first warning: amber, not red.
+    const warning = !!rc && info.status !== "failing";
+    this.element.classList.toggle("nd-healthy", !rc);
+    this.element.classList.toggle("nd-warning", warning);
+    const runNote = compared > 1 ? ` (run ${info.run})` : "";
+    if (!rc) {
+      const what = info.status === "failing" ? "Failing, no single root cause found" : "No failure detected";
+      setChildren(this.element, [
+        el("div", { class: "nd-rootcause-text" }, [
+          el("div", { class: "nd-rootcause-head", text: `${what}${runNote}` }),
+          el("div", {
+            class: "nd-rootcause-where",
+            text: `${info.num_steps} steps, ${info.num_layers} layers, ${info.num_events} event${info.num_events === 1 ? "" : "s"}.`,
+          }),
+        ]),
+      ]);
+      return;
+    }
+    setChildren(this.element, [
+      el("div", { class: "nd-rootcause-text", attrs: { "data-testid": "root-cause" } }, [
+        el("div", { class: "nd-rootcause-head", text: `${warning ? "First warning" : "Root cause"}: ${humanize(rc.kind)}${runNote}` }),
+        el("div", { class: "nd-rootcause-where" }, [
+          "in ",
+          el("code", { text: rc.layer, attrs: { "data-layer": rc.layer } }),
+          ` from step ${rc.step}`,
+        ]),
+        el("div", { class: "nd-rootcause-try" }, [el("b", { text: "What to try:" }), rc.message || "See the layer's events."]),
+      ]),
+      el("button", {
+        class: warning ? "nd-btn nd-btn-warning" : "nd-btn nd-btn-primary",
+        text: "Jump there",
+        attrs: { type: "button", title: `Zoom the heatmap to ${rc.layer} at step ${rc.step}` },
+        on: { click: () => this.onJump(info.run) },
+      }),
+    ]);
+  }
+}

@@ -1,0 +1,72 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { formatSteps, formatValue, humanize, niceTicks } from "../src/format";
+import { tooltipLines } from "../src/tooltip";
+import { metricInfo } from "../src/colormap";
+import { StateTable } from "../src/states";
+import { pickSeries, seriesLabel, seriesWithData } from "../src/views/detail";
+
+test("formatValue is compact and honest about non-finite values", () => {
+  assert.equal(formatValue(0.012345), "0.0123");
+  assert.equal(formatValue(3e-5), "3e-5");
+  assert.equal(formatValue(1234567), "1.23e6");
+  assert.equal(formatValue(12), "12");
+  assert.equal(formatValue(0), "0");
+  assert.equal(formatValue(NaN), "no data");
+  assert.equal(formatValue(Infinity), "+inf");
+  assert.equal(formatValue(-Infinity), "-inf");
+});
+
+test("steps, kinds and ticks", () => {
+  assert.equal(formatSteps(4, 4), "step 4");
+  assert.equal(formatSteps(4, 9), "steps 4–9");
+  assert.equal(humanize("vanishing_gradient"), "Vanishing gradient");
+  assert.deepEqual(niceTicks(0, 100, 5), [0, 20, 40, 60, 80, 100]);
+  const t = niceTicks(3, 997, 4);
+  assert.ok(t.length >= 3 && t.length <= 6 && t.every((x) => x >= 3 && x <= 997));
+});
+
+test("tooltip names layer, steps, value and state", () => {
+  const lines = tooltipLines({
+    layer: "fc3", type: "Linear", first: 40, last: 59, value: 3.2e-5, state: "vanishing gradient",
+    metric: metricInfo("grad_norm"), events: 1,
+  });
+  assert.deepEqual(lines, ["fc3 (Linear)", "steps 40–59", "Gradient norm (first vanishing gradient step): 3.2e-5", "state: vanishing gradient", "1 event starts here"]);
+  const healthyBin = tooltipLines({ layer: "<loss>", type: "", first: 0, last: 9, value: 2.3, state: "healthy", metric: metricInfo("act_std"), events: 0 });
+  assert.deepEqual(healthyBin, ["<loss>", "steps 0–9", "Activation std (extreme of bin): 2.3", "state: healthy"]);
+  const st = tooltipLines({ layer: "x", type: "", first: 1, last: 1, value: 3, state: "non-finite", metric: metricInfo("state"), events: 2 });
+  assert.deepEqual(st, ["x", "step 1", "state: non-finite", "2 events start here"]);
+});
+
+test("state table names codes from the server and orders the legend", () => {
+  const t = new StateTable([
+    { code: 0, name: "healthy", severity: "info" },
+    { code: 1, name: "vanishing", severity: "warning" },
+    { code: 3, name: "nonfinite", severity: "error" },
+    { code: 99, name: "brand_new", severity: "error" },
+  ]);
+  assert.equal(t.name(0), "healthy");
+  assert.equal(t.name(255), "no data");
+  assert.equal(t.name(1), "vanishing gradient");
+  assert.equal(t.name(99), "brand new");
+  assert.equal(t.name(42), "state 42");
+  assert.deepEqual(t.failing().map((s) => s.code), [3, 99, 1]);
+});
+
+test("layer detail opens on a series that has data", () => {
+  const s = {
+    run: "r", layer: "relu1", type: "ReLU", steps: [0, 1], states: new Uint8Array([0, 0]), events: [],
+    metrics: { grad_norm: new Float64Array([NaN, NaN]), act_std: new Float64Array([0.5, NaN]), value: new Float64Array([NaN, 2]), weight_norm: new Float64Array([NaN, NaN]) },
+  };
+  assert.deepEqual(seriesWithData(s), ["act_std", "value"]);
+  assert.equal(pickSeries(s, "grad_norm"), "act_std");
+  assert.equal(pickSeries(s, "value"), "value");
+  assert.equal(pickSeries(s, "state"), "act_std");
+});
+
+test("series names of pseudo-layers", () => {
+  assert.equal(seriesLabel("optimizer", "value"), "Learning rate");
+  assert.equal(seriesLabel("loss", "value"), "Loss");
+  assert.equal(seriesLabel("Linear", "grad_norm"), "Gradient norm");
+  assert.equal(seriesLabel("Linear", "weight_norm"), "weight norm");
+});

@@ -1,0 +1,27 @@
+"""Diagnosis engine: per-layer states, transition events, root cause.
+
+Pure numpy (no torch import), so it runs online on the writer's worker thread
+and offline over stored statistics alike::
+
+    from tb_neuraldbg.diagnosis import Engine, Thresholds, Event
+    engine = Engine(layers)                 # [{"name", "type"}, ...] in row order
+    events = engine.update(step, row)       # row: float32 [L, len(METRICS)]
+    engine.finish()                         # events only decidable at the end
+
+``diagnose(logdir)`` (offline re-run over a logdir) lives in ``.offline`` and
+is imported lazily, so importing the engine never pulls in the reader.
+"""
+
+from .engine import Engine
+from .events import Event
+from .thresholds import Thresholds
+
+__all__ = ["Engine", "Event", "Thresholds", "diagnose"]
+
+
+def __getattr__(name):
+    if name == "diagnose":
+        from .offline import diagnose
+
+        return diagnose
+    raise AttributeError(f"module 'tb_neuraldbg.diagnosis' has no attribute {name!r}")

@@ -1,0 +1,165 @@
+"""The root cause: the first failing layer, by the rules of DESIGN.md.
+
+1. The earliest onset wins. A failure whose onset interval (from the step
+   after its previous measurement, since some statistics are measured every
+   Nth step, to its onset) reaches the earliest onset (plus
+   ``Thresholds.tie_window``) ties with it; ties are broken by how failures
+   propagate, never by the order of the hooks:
+   - a bad batch (``<input>``) comes before everything it feeds;
+   - non-finite values: forward before backward; in forward the first row in
+     execution order (the module whose output turned non-finite), in backward
+     the deepest layer (backward runs from the loss toward the input);
+   - exploding: an activation explosion before the gradients it inflates (the
+     first in forward order), then the highest gradient norm;
+   - vanishing: the deepest dead or saturated layer below which gradients
+     vanish; without one, the deepest vanishing layer (it spreads toward the
+     input); dead/saturated layers alone: the first in forward order;
+   - no gradient / frozen: the highest (closest to the loss) cut-off layer,
+     where the cut is;
+   - then the loss's own failures (initial loss, spike, plateau).
+2. Causes outside the layers get the pseudo-layers, because that is where the
+   fix goes: ``<optimizer>`` when a layer failure starts within
+   ``lr_window`` steps after a learning-rate jump, or (not born failing) after
+   a step where most layers moved by more than ``update_ratio_high`` of their
+   norm; ``<input>`` when a layer next to the input is failing from the first
+   step and the first batch is far from unit scale (unnormalised inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import Event
+from .explain import fmt
+from .thresholds import Thresholds
+
+__all__ = ["Failure", "find_root_cause"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure event with what the propagation rules need."""
+
+    event: Event
+    index: int  # row (forward order; <input> first)
+    aspect: str  # "grad", "act", "loss", ...
+    born: bool  # failing from the layer's first measurement
+    earliest: int  # earliest possible onset (statistics measured every Nth step)
+
+    @property
+    def onset(self) -> int:
+        return self.event.step
+
+
+# failures a learning rate too high produces in the layers
+_LR_KINDS = {"exploding_gradient", "activation_explosion", "nonfinite", "dead_activation",
+             "saturated_activation", "activation_collapse", "loss_spike"}
+# failures of the first layers that unnormalised inputs produce
+_INPUT_KINDS = {"saturated_activation", "activation_explosion", "exploding_gradient",
+                "dead_activation"}
+
+
+def find_root_cause(failures, ctx, t: Thresholds) -> dict | None:
+    """{"kind", "layer", "step", "message"} or None without failures.
+
+    ``ctx`` is the Classifier (learning-rate jumps, high-update steps, the
+    first batch's scale, which rows are modules).
+    """
+    if not failures:
+        return None
+    first = min(f.onset for f in failures)
+    group = [f for f in failures if f.earliest <= first + t.tie_window]
+    pick = _pick(group)
+    ev = pick.event
+    # the incident starts with the earliest onset of its tie group (e.g. the
+    # vanishing gradients a saturated layer causes, seen before its
+    # saturation is measured again)
+    root = {"kind": ev.kind, "layer": ev.layer, "step": int(first), "message": ev.message}
+    if ev.kind in _LR_KINDS and not ev.layer.startswith("<input"):
+        jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
+        high = [] if pick.born else [h for h in ctx.high_update_steps if 0 <= pick.onset - h <= t.lr_window]
+        if jumps or high:
+            s = jumps[-1][0] if jumps else high[0]
+            # name the failure by what it did to the layers (an explosion rather
+            # than the loss spike that showed it first), when the layers failed too
+            layer_fails = [f for f in failures if not f.event.layer.startswith("<")
+                           and s <= f.onset <= s + t.lr_window and f.event.kind in _LR_KINDS]
+            kind, what = ev.kind, ev
+            if layer_fails:
+                lf = _pick([f for f in layer_fails if f.earliest <= min(x.onset for x in layer_fails)])
+                kind, what = lf.event.kind, lf.event
+            then = f"then {what.layer}: {kind.replace('_', ' ')} from step {what.step}"
+            if jumps:
+                a, b = jumps[-1][1], jumps[-1][2]
+                why = f"The learning rate rose from {fmt(a)} to {fmt(b)} at step {s}; {then}."
+            else:
+                why = (f"Updates larger than {fmt(t.update_ratio_high)} of the weights in most layers "
+                       f"at step {s}; {then}.")
+            return {"kind": kind, "layer": "<optimizer>", "step": int(s), "message": (
+                f"{why} Likely cause: a learning rate too high for this model. Try: a lower "
+                "learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")}
+    if ev.layer.startswith("<"):
+        return root
+    if pick.born and ev.kind in _INPUT_KINDS and _near_input(pick.index, ctx):
+        rms0 = ctx.input_rms0
+        if rms0 == rms0 and (rms0 > t.input_unnormalised or rms0 < 1.0 / t.input_unnormalised):
+            return {"kind": ev.kind, "layer": "<input>", "step": int(first), "message": (
+                f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch) and "
+                f"{ev.layer}: {ev.kind.replace('_', ' ')} from the first step. Try: normalising "
+                "the inputs to mean 0 and std 1.")}
+    return root
+
+
+def _near_input(index: int, ctx) -> bool:
+    """The row is the first module or the one right after it."""
+    import numpy as np
+
+    mods = np.flatnonzero(ctx.kinds.is_mod)
+    return len(mods) > 0 and index <= mods[min(1, len(mods) - 1)]
+
+
+def _pick(group):
+    by_kind = {}
+    for f in group:
+        by_kind.setdefault(f.event.kind, []).append(f)
+
+    def first(fs):
+        return min(fs, key=lambda f: (f.index, f.onset))
+
+    def deepest(fs):
+        return max(fs, key=lambda f: (f.index, -f.onset))
+
+    if "data_anomaly" in by_kind:
+        return first(by_kind["data_anomaly"])
+    nonfinite = by_kind.get("nonfinite", [])
+    fwd = [f for f in nonfinite if f.aspect in ("fwd", "loss")]
+    if fwd:
+        return min(fwd, key=lambda f: (f.onset, f.index))
+    if "activation_explosion" in by_kind:
+        return first(by_kind["activation_explosion"])
+    if "exploding_gradient" in by_kind:
+        return max(by_kind["exploding_gradient"],
+                   key=lambda f: (f.event.value if f.event.value is not None else 0.0, -f.index))
+    if nonfinite:
+        return max(nonfinite, key=lambda f: (-f.onset, f.index))
+    if "scaler_collapse" in by_kind:
+        return by_kind["scaler_collapse"][0]
+    blockers = by_kind.get("dead_activation", []) + by_kind.get("saturated_activation", [])
+    vans = by_kind.get("vanishing_gradient", [])
+    if blockers and vans:
+        top = min(v.index for v in vans)
+        below = [b for b in blockers if b.index > top]
+        return deepest(below) if below else first(blockers)
+    if blockers:
+        return first(blockers)
+    if vans:
+        return deepest(vans)
+    if "activation_collapse" in by_kind:
+        return first(by_kind["activation_collapse"])
+    cut = by_kind.get("no_gradient", []) + by_kind.get("frozen_weights", [])
+    if cut:
+        return deepest(cut)
+    for kind in ("initial_loss", "loss_spike", "loss_plateau"):
+        if kind in by_kind:
+            return by_kind[kind][0]
+    return min(group, key=lambda f: (f.onset, f.index))

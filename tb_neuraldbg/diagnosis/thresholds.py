@@ -1,0 +1,154 @@
+"""Every number the diagnosis uses, in one documented, overridable object.
+
+Defaults start from published detectors (AUTOTRAINER, smdebug, TheDeepChecker)
+and are calibrated so that healthy training (MLP, CNN+BatchNorm, ResNet,
+Transformer, LSTM; SGD and Adam; warmup/decay, dropout, weight decay, small
+noisy batches) raises nothing. Most rules are *relative*: a layer against its
+own recent history, or against the other layers at the same step, so they do
+not depend on the loss scale or the model's size; absolute floors only guard
+the relative rules against noise.
+
+Override any field: ``Thresholds(dead_frac=0.9)`` or
+``dataclasses.replace(Thresholds(), persist_steps=5)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+__all__ = ["Thresholds"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Thresholds of the per-layer states, the hysteresis and the root cause.
+
+    Hysteresis (counts are *measured* steps: a metric that is NaN at a step,
+    e.g. dead fractions measured every Nth step, neither confirms nor breaks
+    a run):
+
+    - ``persist_steps``: consecutive steps a failing state must hold before
+      its event is emitted (the event's step is the first of them).
+    - ``persist_nonfinite``: the same for non-finite values (one is enough:
+      a NaN is never healthy).
+    - ``persist_recover``: consecutive healthy steps before a recovery
+      (an info event); longer than entering, so a state does not flap.
+    """
+
+    persist_steps: int = 3
+    persist_nonfinite: int = 1
+    persist_recover: int = 5
+    #: vanishing is slow and harmless for a few steps (a zero-initialised
+    #: layer, e.g. a ResNet block's last BatchNorm, blocks the gradient until
+    #: its first updates): confirm over more steps.
+    persist_vanishing: int = 10
+
+    # --- running references -------------------------------------------------
+    #: weight of the newest value in the per-layer exponential averages of
+    #: log-magnitudes (only healthy values feed them).
+    ema_alpha: float = 0.1
+    #: measurements of a layer before its own-history rules apply.
+    history_min: int = 5
+
+    # --- gradients -----------------------------------------------------------
+    #: vanishing: the layer's gradient norm is below this fraction of the
+    #: largest gradient norm among the layers after it (closer to the loss),
+    #: both raw and relative to the weight norm (AUTOTRAINER uses 1e-3 for
+    #: first/last). A layer's gradient cannot vanish if nothing lies after it.
+    vanish_ratio: float = 1e-3
+    #: ... and the ratio must recover above this fraction to leave the state.
+    vanish_exit_ratio: float = 3e-3
+    #: exploding against its own history: norm above ``explode_growth`` x its
+    #: running average AND above ``explode_vs_max`` x the largest healthy norm
+    #: it ever had (so a late noisy batch after convergence is not an explosion).
+    explode_growth: float = 100.0
+    explode_vs_max: float = 10.0
+    #: exploding against the other layers at the same step (born exploding):
+    #: norm above this multiple of the median layer, raw and relative to weights.
+    explode_cross: float = 1e3
+
+    # --- activations ---------------------------------------------------------
+    #: dead: fraction of units that are zero for every sample of the batch
+    #: (smdebug: > 50 % of units almost never active; AUTOTRAINER: >= 70 %).
+    dead_frac: float = 0.75
+    dead_exit_frac: float = 0.5
+    #: saturated: fraction of saturated outputs of a bounded activation.
+    sat_frac: float = 0.6
+    sat_exit_frac: float = 0.4
+    #: collapsed: std <= collapse_rel x max|x| (a constant output).
+    collapse_rel: float = 1e-6
+    #: activation explosion: RMS above this multiple of the previous row's
+    #: RMS (the layer amplifies its input) or of its own running average,
+    #: and above the absolute floor ``act_explode_floor`` (normalisation
+    #: layers legitimately amplify tiny inputs back to ~1).
+    act_explode_ratio: float = 100.0
+    act_explode_floor: float = 100.0
+    act_explode_vs_max: float = 10.0
+
+    # --- weights ---------------------------------------------------------------
+    #: frozen: no update (update ratio exactly 0, or an unchanged weight norm)
+    #: while the layer has a gradient, the learning rate is > 0 and other
+    #: layers do move.
+    frozen_steps: int = 5
+
+    # --- <input> ---------------------------------------------------------------
+    #: a batch whose std or max|x| differs from the running median of recent
+    #: batches by more than this factor (in either direction) is anomalous.
+    input_ratio: float = 10.0
+    #: batches of history before the out-of-distribution rule applies.
+    input_history_min: int = 5
+    #: window of recent batches the running medians use.
+    input_window: int = 64
+    #: a first batch with RMS above this (or below its inverse) is
+    #: unnormalised; blamed when the first layer fails from the first step.
+    input_unnormalised: float = 30.0
+
+    # --- <loss> ----------------------------------------------------------------
+    #: spike: the loss exceeds spike_ratio x the maximum of the recent window
+    #: and spike_median x its median (both, so heavy-tailed batch losses are
+    #: not spikes).
+    spike_ratio: float = 2.0
+    spike_median: float = 5.0
+    loss_window: int = 64
+    loss_history_min: int = 10
+    #: plateau: after ``plateau_min_steps`` steps with a learning rate > 0,
+    #: the median loss of the last ``plateau_window`` steps has not fallen by
+    #: ``plateau_min_drop`` (relative) below the median of the first ones.
+    plateau_min_steps: int = 300
+    plateau_window: int = 50
+    plateau_min_drop: float = 0.05
+    #: initial loss for K-class cross-entropy: |loss0 - ln K| above
+    #: max(initial_loss_abs, initial_loss_rel x ln K).
+    initial_loss_abs: float = 1.0
+    initial_loss_rel: float = 0.5
+
+    # --- <optimizer> -----------------------------------------------------------
+    #: GradScaler collapse: this many consecutive scale decreases (each one a
+    #: skipped step with inf/NaN gradients; 2**12 = 4096x in all).
+    scaler_backoffs: int = 12
+    #: a learning-rate change by at least this factor within ``lr_window``
+    #: steps before a failure makes ``<optimizer>`` the root cause.
+    lr_jump_factor: float = 4.0
+    lr_window: int = 30
+    #: update ratio ||dw||/||w|| (healthy ~1e-3) above which, in most layers at
+    #: once in the first steps, the learning rate is blamed.
+    update_ratio_high: float = 0.3
+
+    # --- root cause --------------------------------------------------------------
+    #: failures whose possible onset is within this many steps of the earliest
+    #: onset are ties, broken by the propagation rules (see rootcause.py). 0:
+    #: a consequence one step later (NaN weights after a NaN gradient) must
+    #: not win over its cause.
+    tie_window: int = 0
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or v < 0:
+                raise ValueError(f"Thresholds.{f.name} must be a number >= 0, got {v!r}")
+        if self.persist_steps < 1 or self.persist_nonfinite < 1 or self.persist_recover < 1:
+            raise ValueError("Thresholds.persist_* must be >= 1")
+
+    def to_dict(self) -> dict:
+        """Plain dict (for the run's config summary)."""
+        return asdict(self)

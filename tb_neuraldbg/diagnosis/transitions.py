@@ -1,0 +1,172 @@
+"""Hysteresis: turn per-step raw states into confirmed transitions.
+
+One ``Hysteresis`` tracks one aspect (gradient, activation, ...) of every
+layer, vectorised over layers. A raw state must hold for ``persist`` measured
+steps in a row before it becomes the confirmed state; the transition's onset
+is the first of those steps (or an explicit onset the classifier supplies, e.g.
+the first of a run of GradScaler back-offs). Unmeasured steps (raw = -1, from
+NaN statistics) neither confirm nor break a run, so statistics measured only
+every Nth step work unchanged. A layer that is failing from its first
+measurement (born failing, e.g. a bad initialisation) gets a transition from
+"healthy" with its onset at that first step.
+
+Escalation: an explosion still waiting for confirmation when the same layer
+turns non-finite is confirmed by the non-finite value (the explosion is what
+produced it), so both transitions are reported, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import metadata
+
+__all__ = ["Hysteresis", "Transition", "UNMEASURED"]
+
+UNMEASURED = -1
+HEALTHY = metadata.STATE_CODE["healthy"]
+_ESCALATES_TO_NONFINITE = (metadata.STATE_CODE["exploding"], metadata.STATE_CODE["act_exploding"])
+_NONFINITE = metadata.STATE_CODE["nonfinite"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A confirmed change of one layer's state in one aspect."""
+
+    index: int  # row index of the layer
+    from_code: int
+    to_code: int
+    onset: int  # first step of the new state
+    value: float  # evidence at the onset step
+    value_before: float  # the same evidence one measured step earlier
+    born: bool  # failing from the layer's first measurement
+    earliest: int  # earliest possible onset: the step after the previous measurement
+
+
+class Hysteresis:
+    """Confirmed states of one aspect for every layer.
+
+    ``persist`` maps a state code to the number of consecutive measured steps
+    that confirm it (a callable or a sequence indexed by code).
+    """
+
+    def __init__(self, n: int, persist):
+        self._persist = np.asarray(persist, dtype=np.int64)
+        self.confirmed = np.zeros(0, np.int16)
+        self._cand = np.zeros(0, np.int16)
+        self._start = np.zeros(0, np.int64)
+        self._count = np.zeros(0, np.int64)
+        self._value = np.zeros(0, np.float64)
+        self._before = np.zeros(0, np.float64)
+        self._first = np.zeros(0, np.int64)  # first measured step (-1 = never)
+        self._seen = np.zeros(0, np.int64)  # last measured step (-1 = never)
+        self._earliest = np.zeros(0, np.int64)
+        self._pre_earliest = np.zeros(0, np.int64)
+        # pending explosion overtaken by a non-finite value (see module doc)
+        self._pre_code = np.zeros(0, np.int16)
+        self._pre_start = np.zeros(0, np.int64)
+        self._pre_value = np.zeros(0, np.float64)
+        self._pre_before = np.zeros(0, np.float64)
+        self.grow(n)
+
+    def grow(self, n: int) -> None:
+        """Extend to ``n`` layers (new layers start healthy, never measured)."""
+        k = n - len(self.confirmed)
+        if k <= 0:
+            return
+
+        def ext(a, fill):
+            return np.concatenate([a, np.full(k, fill, a.dtype)])
+
+        self.confirmed = ext(self.confirmed, HEALTHY)
+        self._cand = ext(self._cand, UNMEASURED)
+        self._start = ext(self._start, 0)
+        self._count = ext(self._count, 0)
+        self._value = ext(self._value, np.nan)
+        self._before = ext(self._before, np.nan)
+        self._first = ext(self._first, -1)
+        self._seen = ext(self._seen, -1)
+        self._earliest = ext(self._earliest, 0)
+        self._pre_earliest = ext(self._pre_earliest, 0)
+        self._pre_code = ext(self._pre_code, UNMEASURED)
+        self._pre_start = ext(self._pre_start, 0)
+        self._pre_value = ext(self._pre_value, np.nan)
+        self._pre_before = ext(self._pre_before, np.nan)
+
+    def update(self, step: int, raw: np.ndarray, evidence, onset: np.ndarray | None = None):
+        """Feed one step's raw states; return the confirmed transitions.
+
+        ``raw``: int [L] state codes, UNMEASURED where nothing was measured.
+        ``evidence``: a callable returning (value [L], before [L]): the
+        evidence of the state change (e.g. the gradient norm) at this step and
+        at the previous measurement. It is called only when some layer starts
+        a new run, so a quiet step costs a few comparisons.
+        ``onset``: optional int [L]; where >= 0, the onset to use for a run
+        that starts at this step (the classifier knows it began earlier).
+        """
+        raw = np.asarray(raw, dtype=np.int16)
+        known = raw != UNMEASURED
+        if not known.any():
+            return []
+        self._first[known & (self._first < 0)] = step
+        prev_seen = self._seen.copy()
+        self._seen[known] = step
+        differs = known & (raw != self.confirmed)
+        # back to the confirmed state: any pending run is broken
+        back = known & ~differs
+        if back.any():
+            self._cand[back] = UNMEASURED
+            self._count[back] = 0
+            self._pre_code[back] = UNMEASURED
+        if not differs.any():
+            return []
+        cont = differs & (raw == self._cand)
+        new = differs & ~cont
+        self._count[cont] += 1
+        if new.any():
+            # an unconfirmed explosion overtaken by a non-finite value
+            esc = new & (raw == _NONFINITE) & np.isin(self._cand, _ESCALATES_TO_NONFINITE)
+            self._pre_code[new] = UNMEASURED
+            if esc.any():
+                self._pre_code[esc] = self._cand[esc]
+                self._pre_start[esc] = self._start[esc]
+                self._pre_value[esc] = self._value[esc]
+                self._pre_before[esc] = self._before[esc]
+                self._pre_earliest[esc] = self._earliest[esc]
+            self._cand[new] = raw[new]
+            self._count[new] = 1
+            starts = np.full(len(raw), step, np.int64)
+            if onset is not None:
+                onset = np.asarray(onset, dtype=np.int64)
+                starts = np.where(onset >= 0, np.minimum(onset, step), step)
+            self._start[new] = starts[new]
+            # measured every Nth step, a state may have begun right after the
+            # previous measurement: the root cause compares these intervals
+            earliest = np.where(prev_seen >= 0, np.minimum(prev_seen + 1, starts), starts)
+            self._earliest[new] = earliest[new]
+            value, before = evidence()
+            self._value[new] = value[new]
+            self._before[new] = before[new]
+        need = self._persist[raw.clip(0, len(self._persist) - 1)]
+        fire = np.flatnonzero(differs & (self._count >= need))
+        out = []
+        for i in fire:
+            frm, to = int(self.confirmed[i]), int(raw[i])
+            start = int(self._start[i])
+            if self._pre_code[i] != UNMEASURED and frm == HEALTHY:
+                pre = int(self._pre_code[i])
+                out.append(Transition(int(i), frm, pre, int(self._pre_start[i]),
+                                      float(self._pre_value[i]), float(self._pre_before[i]),
+                                      int(self._pre_start[i]) == self._first[i],
+                                      int(self._pre_earliest[i])))
+                frm = pre
+            out.append(Transition(int(i), frm, to, start, float(self._value[i]),
+                                  float(self._before[i]), bool(start == self._first[i]),
+                                  int(self._earliest[i])))
+            self.confirmed[i] = to
+            self._cand[i] = UNMEASURED
+            self._count[i] = 0
+            self._pre_code[i] = UNMEASURED
+        return out

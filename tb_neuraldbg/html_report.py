@@ -1,0 +1,201 @@
+"""A self-contained static HTML report of a logdir (``neuraldbg export``).
+
+One file, no script, no external resource: it opens from a CI artifact or an
+e-mail attachment as it is. Per run: the status, the root cause, a layer x
+step map of the stored states (binned with the plugin's rule, so a single
+failing step stays visible) as inline SVG, and the event table.
+
+Every string from the logdir is escaped (``html.escape``); nothing from it is
+ever placed in markup unescaped.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import __version__, metadata
+from .heatmap import STATE_METRIC, bin_heatmap
+from .report import is_root_event
+
+__all__ = ["STATE_COLORS", "render_html"]
+
+# Keep in step with frontend/src/states.ts (the plugin's colours), so the
+# export and the TensorBoard tab read the same.
+STATE_COLORS = {
+    "healthy": "#cfe0f3",
+    "nonfinite": "#d62728",
+    "data_anomaly": "#e8178a",
+    "scaler_collapse": "#7b1fa2",
+    "exploding": "#ff7f0e",
+    "act_exploding": "#f2c200",
+    "no_gradient": "#3b3b3b",
+    "dead": "#8c564b",
+    "saturated": "#c45cc4",
+    "collapsed": "#b5892f",
+    "vanishing": "#9b8cff",
+    "frozen": "#2ca089",
+    "loss_spike": "#f08a7e",
+    "loss_plateau": "#9ccf6b",
+    "initial_loss": "#c7a6e0",
+}
+_NO_DATA_COLOR = "#f3f3f3"
+_UNKNOWN_COLOR = "#ff00ff"  # a code this version does not know
+_NAME_OF_CODE = {code: name for name, code in metadata.STATE_CODE.items()}
+
+_CELL_H = 14
+_LABEL_W = 230
+_MAP_W = 720
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;word-break:break-all}
+.meta{color:#666;font-size:12px}
+.badge{display:inline-block;padding:1px 8px;border-radius:9px;font-size:12px;font-weight:600;vertical-align:middle}
+.failing{background:#fde2e1;color:#a11}.healthy{background:#e3f3e6;color:#174}
+.cause{border-left:4px solid #d62728;background:#fff6f6;padding:6px 10px;margin:8px 0}
+.ok{border-left:4px solid #2a8;background:#f4fbf6;padding:6px 10px;margin:8px 0}
+table{border-collapse:collapse;width:100%;font-size:13px;margin-top:8px}
+th,td{border-bottom:1px solid #e5e5e5;padding:3px 6px;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.root td{background:#fff1d6} .error{color:#b00;font-weight:600} .warning{color:#a60}
+.info{color:#666} code{font-size:12px;word-break:break-all}
+.legend span{display:inline-block;margin:0 10px 2px 0;font-size:12px}
+.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border:1px solid #0002}
+svg text{font:11px system-ui,sans-serif}
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _color(code: int) -> str:
+    if code == metadata.STATE_UNKNOWN:
+        return _NO_DATA_COLOR
+    return STATE_COLORS.get(_NAME_OF_CODE.get(int(code), ""), _UNKNOWN_COLOR)
+
+
+def _state_label(code: int) -> str:
+    if code == metadata.STATE_UNKNOWN:
+        return "no data"
+    return _NAME_OF_CODE.get(int(code), f"state {int(code)}")
+
+
+def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,
+               root_layer: str | None, max_cols: int) -> str:
+    """Inline SVG: one row per layer, one column per step bin, worst state per bin.
+
+    Equal neighbouring cells of a row are merged into one rectangle, so the
+    size grows with the number of state changes, not with the steps.
+    """
+    if len(steps) == 0 or not layers:
+        return "<p class='meta'>No statistics stored.</p>"
+    hm = bin_heatmap(steps, None, states, max_cols, STATE_METRIC)
+    cols = hm.states.shape[1]
+    cell_w = _MAP_W / cols
+    height = len(layers) * _CELL_H + 18
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{_LABEL_W + _MAP_W + 4}' "
+        f"height='{height}' role='img' aria-label='layer state map'>"
+    ]
+    for row, name in enumerate(layers):
+        y = row * _CELL_H
+        weight = " font-weight='700' fill='#b00'" if name == root_layer else ""
+        label = name if len(name) <= 36 else name[:16] + "\u2026" + name[-19:]
+        out.append(
+            f"<text x='{_LABEL_W - 6}' y='{y + _CELL_H - 3}' text-anchor='end'{weight}>"
+            f"<title>{_e(name)}</title>{_e(label)}</text>"
+        )
+        codes = hm.states[row]
+        start = 0
+        for c in range(1, cols + 1):
+            if c < cols and codes[c] == codes[start]:
+                continue
+            x = _LABEL_W + start * cell_w
+            w = (c - start) * cell_w
+            tip = (f"{name}: {_state_label(codes[start])}, steps "
+                   f"{int(hm.col_start[start])}-{int(hm.col_end[c - 1])}")
+            out.append(
+                f"<rect x='{x:.2f}' y='{y + 1}' width='{w:.2f}' height='{_CELL_H - 2}' "
+                f"fill='{_color(codes[start])}'><title>{_e(tip)}</title></rect>"
+            )
+            start = c
+    axis_y = len(layers) * _CELL_H + 13
+    out.append(f"<text x='{_LABEL_W}' y='{axis_y}'>step {int(steps[0])}</text>")
+    out.append(
+        f"<text x='{_LABEL_W + _MAP_W}' y='{axis_y}' text-anchor='end'>step {int(steps[-1])}</text>"
+    )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _legend(codes: Iterable[int]) -> str:
+    seen = sorted({int(c) for c in codes}, key=lambda c: -metadata.state_rank(c))
+    items = [f"<span><i style='background:{_color(c)}'></i>{_e(_state_label(c))}</span>" for c in seen]
+    return f"<div class='legend'>{''.join(items)}</div>"
+
+
+def _events_table(events: Sequence[Mapping], root: Mapping | None) -> str:
+    if not events:
+        return "<p class='meta'>No events.</p>"
+    rows = []
+    for e in events:
+        is_root = is_root_event(e, root)
+        value = "" if e.get("value") is None else f"{e['value']:.3g}"
+        rows.append(
+            f"<tr{' class=root' if is_root else ''}><td class=num>{_e(e['step'])}</td>"
+            f"<td class='{_e(e['severity'])}'>{_e(e['severity'])}</td>"
+            f"<td><code>{_e(e['layer'])}</code></td><td>{_e(e['kind'])}</td>"
+            f"<td>{_e(e['from_state'])} &rarr; {_e(e['to_state'])}</td>"
+            f"<td class=num>{_e(value)}</td><td>{_e(e['message'])}</td></tr>"
+        )
+    head = ("<tr><th>step</th><th>severity</th><th>layer</th><th>kind</th>"
+            "<th>transition</th><th>value</th><th>message</th></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _run_section(report: Mapping, run, max_cols: int) -> str:
+    status = "failing" if report["status"] == "failing" else "healthy"
+    root = report.get("root_cause")
+    parts = [f"<section><h2>{_e(report['run'])} <span class='badge {status}'>{status}</span></h2>"]
+    if root:
+        parts.append(
+            f"<div class='cause'><b>Root cause:</b> <code>{_e(root['layer'])}</code>: "
+            f"{_e(root['kind'])} at step {_e(root['step'])}<br>{_e(root['message'])}</div>"
+        )
+    elif status == "failing":
+        parts.append("<div class='cause'><b>Root cause:</b> not determined</div>")
+    else:
+        parts.append("<div class='ok'>No failure found.</div>")
+    if run is not None:
+        root_layer = root["layer"] if root else None
+        parts.append(_state_map(run.layer_names, run.steps, run.states, root_layer, max_cols))
+        parts.append(_legend(np.unique(run.states)))
+        parts.append(f"<p class='meta'>{run.num_steps} stored steps, {run.num_layers} layers</p>")
+    parts.append(_events_table(report["events"], root))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_html(reports: Sequence[Mapping], runs: Sequence | None = None, *,
+                title: str = "neuraldbg report", max_cols: int = 400) -> str:
+    """The HTML document for ``reports`` (``report.run_report`` dicts).
+
+    ``runs`` (``reader.Run`` objects, same order) add each run's state map;
+    without them only the diagnosis and events are shown.
+    """
+    runs = list(runs) if runs is not None else [None] * len(reports)
+    if len(runs) != len(reports):
+        raise ValueError("runs and reports must have the same length")
+    failing = sum(1 for r in reports if r["status"] == "failing")
+    body = "".join(_run_section(rep, run, max_cols) for rep, run in zip(reports, runs))
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1><p class='meta'>{len(reports)} run{'s' if len(reports) != 1 else ''}, "
+        f"{failing} failing "
+        f"&middot; tb_neuraldbg {_e(__version__)}</p>{body}</body></html>\n"
+    )

@@ -1,0 +1,470 @@
+"""The NeuralDbg TensorBoard plugin: loader, plugin and HTTP routes.
+
+Routes and JSON shapes are specified in docs/API.md. Each ``*_route`` only
+parses the request and answers; the matching ``*_impl`` does the work and is
+testable without HTTP. Data comes only from ``context.data_provider``
+(through plugin_data.PluginData); bad input raises
+``tensorboard.errors.InvalidArgumentError`` (400) or ``NotFoundError`` (404),
+which TensorBoard's WSGI app turns into plain-text answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import logging
+import os
+from typing import Sequence
+
+import numpy as np
+from tensorboard import errors, plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from . import heatmap, jsonfast, metadata, report
+from .plugin_data import FULL_DOWNSAMPLE, PluginData
+
+__all__ = ["NeuralDbgLoader", "NeuralDbgPlugin"]
+
+logger = logging.getLogger(__name__)
+
+_STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+_BUNDLE = os.path.join(_STATIC_DIR, "index.js")
+BUILD_HINT = "cd frontend && npm ci && npm run build"
+# Served instead of a 404 when the bundle was not built, so the tab explains
+# itself. The message is a constant: nothing from the request is echoed.
+_MISSING_BUNDLE_JS = (
+    "export function render() {\n"
+    "  const p = document.createElement('p');\n"
+    "  p.style.cssText = 'font: 14px sans-serif; margin: 24px; color: #b00020';\n"
+    "  p.textContent = 'NeuralDbg: frontend bundle not built: run `%s` in the "
+    "tb_neuraldbg source tree, then reload this page (reinstall the package if it "
+    "is not an editable install).';\n"
+    "  document.body.appendChild(p);\n"
+    "}\n" % BUILD_HINT
+)
+
+DEFAULT_MAX_COLS = 1000
+MAX_MAX_COLS = 5000
+# A heatmap answer holds at most this many cells; with very many layers the
+# number of columns is lowered to fit (the answer's "cols" says how many).
+MAX_CELLS = 8_000_000
+DEFAULT_EVENT_LIMIT = 1000
+MAX_EVENT_LIMIT = 10000
+MAX_LAYER_POINTS = 100_000
+_MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
+_FORMATS = ("json", "b64")
+_FAST_GZIP_BYTES = 1 << 20
+
+_STATES = [
+    {"code": metadata.STATE_CODE[name], "name": name, "severity": metadata.STATE_SEVERITY[name]}
+    for name in metadata.STATES
+]
+
+
+# -- request parsing -------------------------------------------------------
+
+
+def _int_arg(args, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw[:40]!r}")
+    if not lo <= value <= hi:
+        raise errors.InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _required(args, name: str) -> str:
+    value = args.get(name)
+    if not value:
+        raise errors.InvalidArgumentError(f"missing required parameter {name!r}")
+    return value
+
+
+def _step_range(args) -> tuple[int, int]:
+    start = _int_arg(args, "start", 0, 0, _MAX_STEP)
+    end = _int_arg(args, "end", _MAX_STEP, 0, _MAX_STEP)
+    if start > end:
+        raise errors.InvalidArgumentError(f"start ({start}) must be <= end ({end})")
+    return start, end
+
+
+def _choices(args, name: str, allowed) -> list[str]:
+    values = args.getlist(name)
+    for v in values:
+        if v not in allowed:
+            raise errors.InvalidArgumentError(
+                f"unknown {name} {v[:60]!r}; expected one of: {', '.join(allowed)}"
+            )
+    return values
+
+
+def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
+    """JSON answer. ``compress=False`` is for base64 payloads of raw floats:
+    gzip barely shrinks them and costs a third of a second for a big heatmap."""
+    text = jsonfast.dumps(body).encode("ascii")
+    if not compress:
+        return wrappers.Response(text, content_type="application/json", headers=[
+            ("X-Content-Type-Options", "nosniff"),
+            ("Expires", "0"),
+            ("Cache-Control", "no-cache, must-revalidate"),
+        ])
+    if len(text) > _FAST_GZIP_BYTES and request.accept_encodings["gzip"] > 0:
+        # Respond would gzip at level 3: for a 30 MB heatmap that is ~0.7 s of
+        # the 1 s budget; level 1 takes a third of it for ~6 % more bytes.
+        text = gzip.compress(text, compresslevel=1, mtime=0)
+        return http_util.Respond(request, text, "application/json", content_encoding="gzip")
+    return http_util.Respond(request, text, "application/json")
+
+
+# -- array helpers ----------------------------------------------------------
+
+
+def _align(series, steps: np.ndarray, width: int, fill, dtype) -> np.ndarray:
+    """``series`` (a plugin_data.Series or None) as a [len(steps), width]
+    matrix on the given step axis; missing steps and rows hold ``fill``."""
+    out_shape = (steps.shape[0], width)
+    if series is None or series.data.shape[0] == 0:
+        return np.full(out_shape, fill, dtype=dtype)
+    data = series.data
+    if series.steps.shape == steps.shape and np.array_equal(series.steps, steps):
+        rows = data
+    else:
+        idx = np.searchsorted(series.steps, steps)
+        idx_c = np.minimum(idx, series.steps.shape[0] - 1)
+        found = series.steps[idx_c] == steps
+        rows = np.where(found[:, None], data[idx_c], np.array(fill, dtype=dtype))
+    if rows.shape[1] == width:
+        return rows
+    out = np.full(out_shape, fill, dtype=dtype)
+    w = min(width, rows.shape[1])
+    out[:, :w] = rows[:, :w]
+    return out
+
+
+def _column(series, row: int, steps: np.ndarray, fill, dtype) -> np.ndarray:
+    """Row ``row`` of a per-step matrix at the given steps (``fill`` where
+    the series has no such step or is narrower than ``row``)."""
+    out = np.full(steps.shape[0], fill, dtype=dtype)
+    if series is None or series.data.shape[0] == 0 or row >= series.data.shape[1]:
+        return out
+    idx = np.searchsorted(series.steps, steps)
+    idx_c = np.minimum(idx, series.steps.shape[0] - 1)
+    found = series.steps[idx_c] == steps
+    out[found] = series.data[idx_c[found], row]
+    return out
+
+
+def _step_slice(steps: np.ndarray, start: int, end: int) -> slice:
+    lo = int(np.searchsorted(steps, start, side="left"))
+    hi = int(np.searchsorted(steps, end, side="right"))
+    return slice(lo, hi)
+
+
+# -- the plugin -----------------------------------------------------------------
+
+
+class NeuralDbgPlugin(base_plugin.TBPlugin):
+    """Serves the NeuralDbg tab: heatmap, events, layer detail, report."""
+
+    plugin_name = metadata.PLUGIN_NAME
+
+    def __init__(self, context):
+        hint = (context.sampling_hints or {}).get(metadata.PLUGIN_NAME, 0)
+        self._data = PluginData(context.data_provider, downsample=hint or FULL_DOWNSAMPLE)
+        self._warned_bundle = False
+
+    def get_plugin_apps(self):
+        return {
+            "/index.js": self.index_js_route,
+            "/runs": self.runs_route,
+            "/meta": self.meta_route,
+            "/heatmap": self.heatmap_route,
+            "/events": self.events_route,
+            "/layer": self.layer_route,
+            "/report": self.report_route,
+        }
+
+    def is_active(self):
+        # TensorBoard shows the tab when list_plugins() has our name.
+        return False
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="NeuralDbg")
+
+    # -- shared reads ---------------------------------------------------
+
+    def _listing(self, ctx, eid: str, run: str) -> dict:
+        listing = self._data.list_series(ctx, eid, run).get(run)
+        if not listing:
+            raise errors.NotFoundError(f"no neuraldbg data for run {run[:200]!r}")
+        return listing
+
+    def _run_report(self, run: str, series: dict) -> dict:
+        return report.run_report(run, self._data.diagnosis(series), self._data.events(series))
+
+    @staticmethod
+    def _axis_tag(listing: dict) -> str:
+        """The tag whose steps are the run's logged steps: the states, or
+        (a writer that stores no states) the first stats tag present."""
+        if metadata.TAG_STATES in listing:
+            return metadata.TAG_STATES
+        stats = [metadata.stats_tag(m) for m in metadata.METRICS]
+        return next((t for t in stats if t in listing), metadata.TAG_STATES)
+
+    def _axis(self, series: dict) -> np.ndarray:
+        """The run's logged steps: those of the states tag, else of any stats tag."""
+        s = series.get(metadata.TAG_STATES)
+        if s is None:
+            s = next((v for t, v in series.items() if metadata.metric_of_tag(t)), None)
+        return s.steps if s is not None else np.zeros(0, dtype=np.int64)
+
+    @staticmethod
+    def _width(series: dict) -> int:
+        return max(
+            (s.data.shape[1] for s in series.values()
+             if isinstance(s.data, np.ndarray) and s.data.ndim == 2),
+            default=0,
+        )
+
+    # -- impls ------------------------------------------------------------
+
+    def runs_impl(self, ctx, eid: str) -> dict:
+        """Every run with neuraldbg data, its status and root cause."""
+        out = []
+        listings = self._data.list_series(ctx, eid)
+        tags = (metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+        for run in sorted(listings):
+            listing = listings[run]
+            series = self._data.read(ctx, eid, run, (self._axis_tag(listing), *tags), listing)
+            steps = self._axis(series)
+            rep = self._run_report(run, series)
+            out.append({
+                "run": run,
+                "status": rep["status"],
+                "root_cause": rep["root_cause"],
+                "num_layers": len(self._data.layers(series, self._width(series))),
+                "first_step": int(steps[0]) if steps.size else None,
+                "last_step": int(steps[-1]) if steps.size else None,
+                "num_steps": int(steps.size),
+                "num_events": len(rep["events"]),
+            })
+        return {"runs": out}
+
+    def meta_impl(self, ctx, eid: str, run: str) -> dict:
+        """Layers, metrics, state codes and step span of one run."""
+        listing = self._listing(ctx, eid, run)
+        series = self._data.read(ctx, eid, run, (self._axis_tag(listing), metadata.TAG_LAYERS),
+                                 listing)
+        steps = self._axis(series)
+        return {
+            "run": run,
+            "layers": self._data.layers(series, self._width(series)),
+            "metrics": list(metadata.METRICS),
+            "states": _STATES,
+            "first_step": int(steps[0]) if steps.size else None,
+            "last_step": int(steps[-1]) if steps.size else None,
+            "num_steps": int(steps.size),
+        }
+
+    def heatmap_impl(self, ctx, eid: str, run: str, metric: str, start: int, end: int,
+                     max_cols: int, fmt: str = "json") -> dict:
+        """One metric (or "state") of a run, binned to at most max_cols columns."""
+        if metric != heatmap.STATE_METRIC and metric not in metadata.METRIC_INDEX:
+            raise errors.NotFoundError(
+                f"unknown metric {metric[:60]!r}; expected 'state' or one of: "
+                f"{', '.join(metadata.METRICS)}"
+            )
+        listing = self._listing(ctx, eid, run)
+        tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
+        stats = None
+        if metric != heatmap.STATE_METRIC:
+            stats = metadata.stats_tag(metric)
+            tags.append(stats)
+        series = self._data.read(ctx, eid, run, tags, listing)
+        layers = self._data.layers(series, self._width(series))
+        width = len(layers)
+        axis = series[stats].steps if stats in series else self._axis(series)
+        window = _step_slice(axis, start, end)
+        steps = axis[window]
+        states = _align(series.get(metadata.TAG_STATES), axis, width,
+                        metadata.STATE_UNKNOWN, np.uint8)[window]
+        values = None
+        if stats is not None:
+            values = _align(series.get(stats), axis, width, np.nan, np.float32)[window]
+        cols = max(1, min(max_cols, MAX_CELLS // max(width, 1)))
+        hm = heatmap.bin_heatmap(steps, values, states, cols, metric)
+        body = {
+            "run": run,
+            "metric": metric,
+            "rows": width,
+            "cols": int(hm.col_start.shape[0]),
+            "layers": [l["name"] for l in layers],
+            "col_start": hm.col_start,
+            "col_end": hm.col_end,
+        }
+        if fmt == "b64":
+            body["values_b64"] = base64.b64encode(hm.values.astype("<f4").tobytes()).decode()
+            body["states_b64"] = base64.b64encode(hm.states.tobytes()).decode()
+        else:
+            body["values"] = hm.values
+            body["states"] = hm.states
+        return body
+
+    def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
+                    start: int = 0, end: int = _MAX_STEP,
+                    limit: int = DEFAULT_EVENT_LIMIT) -> dict:
+        """The run's events (contract keys, sorted by onset step), filtered."""
+        listing = self._listing(ctx, eid, run)
+        series = self._data.read(ctx, eid, run, (metadata.TAG_EVENTS,), listing)
+        events = [
+            e for e in self._run_report(run, series)["events"]
+            if start <= e["step"] <= end
+            and (not kinds or e["kind"] in kinds)
+            and (not layers or e["layer"] in layers)
+            and (not severities or e["severity"] in severities)
+        ]
+        return {"run": run, "total": len(events), "truncated": len(events) > limit,
+                "events": events[:limit]}
+
+    def layer_impl(self, ctx, eid: str, run: str, layer: str, start: int, end: int,
+                   metrics: Sequence[str] = ()) -> dict:
+        """One layer at full resolution over [start, end]; ``metrics`` limits
+        the metrics returned (default: all)."""
+        metrics = list(dict.fromkeys(metrics)) or list(metadata.METRICS)
+        listing = self._listing(ctx, eid, run)
+        head = self._data.read(ctx, eid, run, (metadata.TAG_LAYERS, metadata.TAG_STATES,
+                                               metadata.TAG_EVENTS, self._axis_tag(listing)),
+                               listing)
+        stats_tags = [metadata.stats_tag(m) for m in metrics]
+        layers = self._data.layers(head, self._width(head))
+        names = [l["name"] for l in layers]
+        if layer not in names:
+            raise errors.NotFoundError(f"unknown layer {layer[:200]!r} in run {run[:200]!r}")
+        row = names.index(layer)
+        axis = self._axis(head)
+        window = _step_slice(axis, start, end)
+        n = window.stop - window.start
+        if n > MAX_LAYER_POINTS:
+            raise errors.InvalidArgumentError(
+                f"{n} steps in [{start}, {end}]; at most {MAX_LAYER_POINTS} per request: "
+                "narrow the range with start and end"
+            )
+        steps = axis[window]
+        # The provider cannot select a row or a step range: each metric of the
+        # whole run is read to return one row. Matrices already cached (the
+        # heatmap's) are used, but these wide reads must not evict them.
+        stats = self._data.read(ctx, eid, run, stats_tags, listing, keep=False)
+        columns = {
+            m: _column(stats.get(metadata.stats_tag(m)), row, steps, np.nan, np.float32)
+            for m in metrics
+        }
+        states = _column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
+                         np.uint8)
+        events = [
+            e for e in self._run_report(run, head)["events"]
+            if e["layer"] == layer and start <= e["step"] <= end
+        ]
+        return {"run": run, "layer": layer, "type": layers[row]["type"], "steps": steps,
+                "metrics": columns, "states": states, "events": events}
+
+    def report_impl(self, ctx, eid: str) -> dict:
+        """``neuraldbg report --json`` for every run."""
+        listings = self._data.list_series(ctx, eid)
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+        return report.logdir_report(
+            self._run_report(run, self._data.read(ctx, eid, run, tags, listings[run]))
+            for run in sorted(listings)
+        )
+
+    def index_js_impl(self) -> str:
+        """The frontend bundle, or a module that says it was not built."""
+        try:
+            with open(_BUNDLE, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            if not self._warned_bundle:
+                logger.warning("neuraldbg: %s is missing; run `%s`", _BUNDLE, BUILD_HINT)
+                self._warned_bundle = True
+            return _MISSING_BUNDLE_JS
+
+    # -- routes -----------------------------------------------------------------
+
+    @staticmethod
+    def _ids(request):
+        return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
+
+    @wrappers.Request.application
+    def index_js_route(self, request):
+        return http_util.Respond(request, self.index_js_impl(), "text/javascript")
+
+    @wrappers.Request.application
+    def runs_route(self, request):
+        return _respond(request, self.runs_impl(*self._ids(request)))
+
+    @wrappers.Request.application
+    def meta_route(self, request):
+        run = _required(request.args, "run")
+        return _respond(request, self.meta_impl(*self._ids(request), run))
+
+    @wrappers.Request.application
+    def heatmap_route(self, request):
+        args = request.args
+        run = _required(args, "run")
+        metric = _required(args, "metric")
+        start, end = _step_range(args)
+        max_cols = _int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
+        fmt = args.get("format") or "json"
+        if fmt not in _FORMATS:
+            raise errors.InvalidArgumentError(f"format must be one of {', '.join(_FORMATS)}")
+        body = self.heatmap_impl(*self._ids(request), run, metric, start, end, max_cols, fmt)
+        return _respond(request, body, compress=fmt != "b64")
+
+    @wrappers.Request.application
+    def events_route(self, request):
+        args = request.args
+        run = _required(args, "run")
+        start, end = _step_range(args)
+        body = self.events_impl(
+            *self._ids(request), run,
+            kinds=_choices(args, "kind", metadata.KINDS),
+            layers=args.getlist("layer"),
+            severities=_choices(args, "severity", metadata.SEVERITIES),
+            start=start, end=end,
+            limit=_int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+        )
+        return _respond(request, body)
+
+    @wrappers.Request.application
+    def layer_route(self, request):
+        args = request.args
+        run = _required(args, "run")
+        layer = _required(args, "layer")
+        start, end = _step_range(args)
+        metrics = _choices(args, "metric", metadata.METRICS)
+        body = self.layer_impl(*self._ids(request), run, layer, start, end, metrics)
+        return _respond(request, body)
+
+    @wrappers.Request.application
+    def report_route(self, request):
+        return _respond(request, self.report_impl(*self._ids(request)))
+
+
+class NeuralDbgLoader(base_plugin.TBLoader):
+    """Entry point: keeps every neuraldbg step and builds the plugin."""
+
+    def fix_flags(self, flags):
+        # The heatmap needs every logged step; TensorBoard would otherwise keep
+        # a random sample of 100 (Rust loader) or 10 (Python loader) per tag.
+        # An explicit --samples_per_plugin=neuraldbg=N still wins.
+        spp = getattr(flags, "samples_per_plugin", None)
+        if isinstance(spp, dict):
+            spp.setdefault(metadata.PLUGIN_NAME, 0)
+
+    def load(self, context):
+        return NeuralDbgPlugin(context)

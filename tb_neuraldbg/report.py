@@ -1,0 +1,412 @@
+"""The run report: DESIGN.md's report JSON and its terminal rendering.
+
+``run_report`` reduces whatever a logdir holds (a stored or recomputed
+diagnosis, event dicts with optional extra keys) to exactly the public
+contract of shared/DESIGN.md; ``format_report`` renders one run or a whole
+``{"runs": [...]}`` object as plain text that fits a given width.
+
+Everything read from a logdir is untrusted: values are coerced to the
+contract's types, records that cannot be are skipped with a warning, and
+control characters never reach the terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+import warnings
+from typing import Any, Iterable, Mapping
+
+from . import metadata
+
+__all__ = [
+    "EVENT_KEYS",
+    "ROOT_CAUSE_KEYS",
+    "NeuralDbgDataWarning",
+    "run_report",
+    "logdir_report",
+    "format_report",
+    "is_root_event",
+]
+
+# Key order of the contract; the JSON keeps it so diffs of reports stay readable.
+EVENT_KEYS = ("step", "layer", "kind", "from_state", "to_state", "value", "severity", "message")
+ROOT_CAUSE_KEYS = ("kind", "layer", "step", "message")
+STATUSES = ("healthy", "failing")
+
+_SEVERITY_RANK = {name: i for i, name in enumerate(metadata.SEVERITIES)}
+_SEVERITY_LABEL = {"error": "ERROR", "warning": "WARN", "info": "info"}
+# Timeline entries shown per run in the terminal (the JSON keeps everything).
+DEFAULT_MAX_EVENTS = 60
+
+
+class NeuralDbgDataWarning(UserWarning):
+    """A record in a logdir could not be read and was skipped."""
+
+
+# ---------------------------------------------------------------------------
+# JSON: coercion to the contract
+
+
+def _as_int(value: Any) -> int:
+    # bool is an int subclass but never a valid step.
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError(f"expected an integer, got {value!r}")
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _as_float_or_none(value: Any) -> float | None:
+    """Finite float, or None (JSON has no NaN/Infinity; the message keeps the story)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    # Non-numbers: None rather than a rejected event. A string "NaN" (as
+    # TensorBoard's Respond encodes it) means the same.
+    return None
+
+
+def _as_choice(value: Any, choices: Iterable[str], what: str) -> str:
+    value = _as_str(value)
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}")
+    return value
+
+
+def _contract_event(event: Mapping) -> dict:
+    """One event dict with exactly the contract keys, in contract order."""
+    if not isinstance(event, Mapping):
+        raise ValueError(f"an event must be an object, got {type(event).__name__}")
+    missing = [k for k in EVENT_KEYS if k not in event and k != "value"]
+    if missing:
+        raise ValueError(f"event lacks {', '.join(missing)}")
+    return {
+        "step": _as_int(event["step"]),
+        "layer": _as_str(event["layer"]),
+        "kind": _as_choice(event["kind"], metadata.KINDS, "kind"),
+        "from_state": _as_str(event["from_state"]),
+        "to_state": _as_str(event["to_state"]),
+        "value": _as_float_or_none(event.get("value")),
+        "severity": _as_choice(event["severity"], metadata.SEVERITIES, "severity"),
+        "message": _as_str(event["message"]),
+    }
+
+
+def _contract_root_cause(root_cause: Any) -> dict | None:
+    if root_cause is None:
+        return None
+    if not isinstance(root_cause, Mapping):
+        raise ValueError(f"root_cause must be an object or null, got {type(root_cause).__name__}")
+    return {
+        "kind": _as_choice(root_cause.get("kind"), metadata.KINDS, "kind"),
+        "layer": _as_str(root_cause.get("layer")),
+        "step": _as_int(root_cause.get("step")),
+        "message": _as_str(root_cause.get("message")),
+    }
+
+
+def _warn(run: str, what: str, error: Exception) -> None:
+    warnings.warn(f"run {run!r}: skipped {what}: {error}", NeuralDbgDataWarning, stacklevel=3)
+
+
+def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -> dict:
+    """One run of DESIGN.md's report JSON, with exactly the contract keys.
+
+    ``diagnosis`` is ``{"status", "root_cause"}`` (as stored under
+    ``neuraldbg/diagnosis`` or computed by the engine) or None. Without a
+    usable diagnosis the status is "failing" iff an error event exists and the
+    root cause is null. ``events`` are event dicts that may carry extra keys;
+    the result keeps the contract keys only, sorted by onset step (a stable
+    sort: events of one step keep the order they were given in). Non-finite
+    values become null. Events or a diagnosis that do not fit the contract are
+    skipped with a ``NeuralDbgDataWarning``; nothing here raises on bad data.
+    """
+    run = str(run)
+    clean_events = []
+    for event in events:
+        try:
+            clean_events.append(_contract_event(event))
+        except (ValueError, TypeError) as e:
+            _warn(run, "an event", e)
+    clean_events.sort(key=lambda e: e["step"])
+
+    status = None
+    root_cause = None
+    if diagnosis is not None:
+        try:
+            if not isinstance(diagnosis, Mapping):
+                raise ValueError(f"expected an object, got {type(diagnosis).__name__}")
+            status = _as_choice(diagnosis.get("status"), STATUSES, "status")
+            root_cause = _contract_root_cause(diagnosis.get("root_cause"))
+        except (ValueError, TypeError) as e:
+            _warn(run, "the diagnosis", e)
+            status, root_cause = None, None
+    if status is None:
+        failing = any(e["severity"] == "error" for e in clean_events)
+        status = "failing" if failing else "healthy"
+    return {"run": run, "status": status, "root_cause": root_cause, "events": clean_events}
+
+
+def logdir_report(runs: Iterable[Mapping]) -> dict:
+    """The whole ``--json`` object: ``{"runs": [run_report(...), ...]}``."""
+    return {"runs": list(runs)}
+
+
+# ---------------------------------------------------------------------------
+# Terminal text
+
+
+def _printable(text: str) -> str:
+    """Text safe for a terminal: control and format characters are escaped.
+
+    Layer names and messages come from a logdir; an ANSI escape in one must
+    not be able to rewrite the user's screen.
+    """
+    out = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if ch == "\n" or ch == "\t":
+            out.append(" ")
+        elif cat[0] == "C" or cat in ("Zl", "Zp"):
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _char_width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def _width(text: str) -> int:
+    """Columns the (already printable) text takes in a terminal."""
+    return sum(_char_width(ch) for ch in text)
+
+
+def _take(text: str, cols: int, from_right: bool = False) -> str:
+    """The longest start (or end) of ``text`` that fits in ``cols`` columns."""
+    out, used = [], 0
+    for ch in reversed(text) if from_right else text:
+        w = _char_width(ch)
+        if used + w > cols:
+            break
+        out.append(ch)
+        used += w
+    return "".join(reversed(out) if from_right else out)
+
+
+def _clip(text: str, width: int) -> str:
+    """Text cut to at most ``width`` columns, with "~" marking a cut."""
+    if _width(text) <= width:
+        return text
+    return _take(text, width - 1) + "~"
+
+
+def _clip_middle(text: str, width: int) -> str:
+    """Long dotted layer names keep their start and their most specific end."""
+    if _width(text) <= width or width < 8:
+        return _clip(text, width)
+    head = (width - 1) // 2
+    return _take(text, head) + "~" + _take(text, width - 1 - head, from_right=True)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    """Greedy word wrap to ``width`` terminal columns (wide characters count
+    two; words longer than a line are split), each line prefixed by ``indent``."""
+    avail = max(1, width - _width(indent))
+    lines: list[str] = []
+    line, used = "", 0
+    for word in text.split():
+        while _width(word) > avail:  # split an over-long word across lines
+            if line:
+                lines.append(line)
+                line, used = "", 0
+            piece = _take(word, avail) or word[0]
+            lines.append(piece)
+            word = word[len(piece):]
+        if not word:
+            continue
+        w = _width(word)
+        if line and used + 1 + w <= avail:
+            line, used = f"{line} {word}", used + 1 + w
+        elif line:
+            lines.append(line)
+            line, used = word, w
+        else:
+            line, used = word, w
+    if line or not lines:
+        lines.append(line)
+    return [indent + l for l in lines]
+
+
+def _event_counts(events: list[dict]) -> str:
+    parts = []
+    for sev, singular, plural in (("error", "error", "errors"), ("warning", "warning", "warnings"),
+                                  ("info", "info", "info")):
+        n = sum(1 for e in events if e["severity"] == sev)
+        if n:
+            parts.append(f"{n} {singular if n == 1 else plural}")
+    return ", ".join(parts)
+
+
+def _group_events(events: list[dict], root: Mapping | None, compact: bool) -> list[list[dict]]:
+    """Timeline entries in step order. With ``compact``, events of one step
+    with the same kind, transition and severity share an entry (a NaN that
+    spreads through ten layers is one line, not ten); the root-cause event
+    always stands alone."""
+    groups: list[list[dict]] = []
+    open_groups: dict = {}  # key -> index in groups, for the current step only
+    step = None
+    for e in events:
+        if e["step"] != step:
+            step, open_groups = e["step"], {}
+        key = (e["kind"], e["from_state"], e["to_state"], e["severity"])
+        if compact and not is_root_event(e, root) and key in open_groups:
+            groups[open_groups[key]].append(e)
+            continue
+        groups.append([e])
+        if not is_root_event(e, root):
+            open_groups[key] = len(groups) - 1
+    return groups
+
+
+def _select_groups(groups: list[list[dict]], max_entries: int) -> list[list[dict]]:
+    """At most ``max_entries`` entries in step order: errors first, then the earliest."""
+    if len(groups) <= max_entries:
+        return groups
+    chosen = set([i for i, g in enumerate(groups) if g[0]["severity"] == "error"][:max_entries])
+    for i in range(len(groups)):
+        if len(chosen) >= max_entries:
+            break
+        chosen.add(i)
+    return [groups[i] for i in sorted(chosen)]
+
+
+def is_root_event(event: Mapping, root: Mapping | None) -> bool:
+    """Whether ``event`` is the one the root cause names (same step, layer, kind)."""
+    return bool(root) and all(event.get(k) == root.get(k) for k in ("step", "layer", "kind"))
+
+
+def _format_header(run: Mapping, width: int) -> list[str]:
+    """Title with the status at the right, then the root cause."""
+    status = str(run.get("status", ""))
+    badge = "FAILING" if status == "failing" else "healthy"
+    room = width - len(badge) - 2
+    title = _clip(f"run {_printable(str(run.get('run', '')))}", room)
+    lines = [_pad(title, room) + "  " + badge, "=" * width]
+    root = run.get("root_cause")
+    if root:
+        layer = _printable(str(root.get("layer", "")))
+        kind = _printable(str(root.get("kind", "")))
+        lines += _wrap(f"Root cause: {layer}: {kind} at step {root.get('step')}", width, "")
+        lines += _wrap(_printable(str(root.get("message", ""))), width, "  ")
+    elif status == "failing":
+        lines.append("Root cause: not determined")
+    else:
+        lines.append("No failure found.")
+    return lines
+
+
+def _layer_list_text(names: list[str], cols: int) -> str:
+    """ "a, b, c" fitted into ``cols`` columns, ending "+N more" when cut."""
+    text = ""
+    for k, name in enumerate(names):
+        candidate = f"{text}, {name}" if text else name
+        rest = len(names) - k - 1
+        suffix = f", +{rest} more" if rest else ""
+        if _width(candidate + suffix) > cols:
+            more = f"+{len(names) - k} more"
+            return f"{text}, {more}" if text else _clip(name, cols - len(more) - 2) + ", " + more
+        text = candidate
+    return text
+
+
+def _format_entry(group: list[dict], is_root: bool, step_w: int, sev_w: int, width: int) -> list[str]:
+    """One timeline entry: "  step  SEV  layer(s)  kind  from -> to  value",
+    then the message indented below. The root-cause event is marked ">"."""
+    e = group[0]
+    sev = _SEVERITY_LABEL.get(e["severity"], _printable(str(e["severity"])))
+    prefix = f"{'> ' if is_root else '  '}{str(e['step']).rjust(step_w)}  {sev.ljust(sev_w)}  "
+    indent = " " * len(prefix)
+    transition = f"{_printable(str(e['from_state']))} -> {_printable(str(e['to_state']))}"
+    tail = f"{_printable(str(e['kind']))}  {transition}"
+    if len(group) == 1 and e.get("value") is not None:
+        tail += f"  value {e['value']:.3g}"
+    names = list(dict.fromkeys(_printable(str(x["layer"])) for x in group))
+    layer = ", ".join(names)
+    if len(prefix) + _width(layer) + 2 + _width(tail) <= width:
+        lines = [f"{prefix}{layer}  {tail}"]
+    else:
+        # The layer names are the key fact: give them the line, the rest below.
+        room = width - len(prefix)
+        first = _clip_middle(layer, room) if len(names) == 1 else _layer_list_text(names, room)
+        lines = [prefix + first] + _wrap(tail, width, indent)
+    message = _printable(str(e["message"]))
+    if len(group) > 1:
+        message += f" (+{len(group) - 1} similar; --all lists each)"
+    return lines + _wrap(message, width, indent)
+
+
+def _format_run(run: Mapping, width: int, max_events: int, compact: bool) -> list[str]:
+    lines = _format_header(run, width) + [""]
+    events = list(run.get("events") or [])
+    if not events:
+        return lines + ["Timeline: no events."]
+    lines.append(f"Timeline ({_event_counts(events)}):")
+    root = run.get("root_cause")
+    groups = _group_events(events, root, compact)
+    shown = _select_groups(groups, max_events)
+    step_w = max(len(str(g[0]["step"])) for g in shown)
+    sev_w = max(len(_SEVERITY_LABEL.get(g[0]["severity"], str(g[0]["severity"]))) for g in shown)
+    for g in shown:
+        lines += _format_entry(g, len(g) == 1 and is_root_event(g[0], root), step_w, sev_w, width)
+    hidden = len(events) - sum(len(g) for g in shown)
+    if hidden:
+        lines.append(f"  ... {hidden} more events not shown (all are in --json)")
+    return lines
+
+
+def format_report(
+    report: Mapping,
+    width: int = 80,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    compact: bool = True,
+) -> str:
+    """Plain-text report, every line at most ``width`` columns.
+
+    ``report`` is one run (``run_report``'s dict) or the whole
+    ``{"runs": [...]}`` object. Per run: the status, the root cause first,
+    then the timeline of events in step order, each with its message. With
+    ``compact``, events of one step that share kind, transition and severity
+    form one entry. At most ``max_events`` entries are listed per run (errors
+    are kept first); the JSON report always has everything.
+    """
+    width = max(40, int(width))
+    runs = report["runs"] if "runs" in report else [report]
+    if not runs:
+        return "No runs with neuraldbg data.\n"
+    blocks = []
+    for run in runs:
+        blocks.append("\n".join(line.rstrip() for line in _format_run(run, width, max_events, compact)))
+    if len(runs) > 1:
+        failing = sum(1 for r in runs if r.get("status") == "failing")
+        summary = f"{len(runs)} runs: {failing} failing, {len(runs) - failing} healthy"
+        blocks.append(summary)
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,365 @@
+"""The statistics: device-side reductions and their host-side completion.
+
+Device side (called from hooks on the training thread): every function takes
+tensors and returns 0-d or 1-d tensors on the same device, never a Python
+number, so nothing here waits for the device. The formulations are the
+cheapest measured here (torch 2.13, CPU): ``aminmax``, ``sum`` and
+``vector_norm`` (no temporaries), ``_foreach_norm`` for many tensors at once.
+Counts use ``x.bool().sum()``: ``count_nonzero`` is 5-20x slower on ReLU
+outputs (many zeros) in this CPU build, e.g. 1.4 ms against 0.07-0.16 ms for
+a 256x1024 float tensor.
+
+Host side (called on the writer's worker thread): :func:`assemble` turns the
+flat vector of one step (every device value copied to the host in one
+transfer) plus its slot descriptions into the ``[L, len(METRICS)]`` float32
+row of the on-disk format, with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from . import metadata
+
+__all__ = [
+    "Key",
+    "flag_moment",
+    "moments",
+    "zero_and_dead",
+    "saturated",
+    "nonfinite_count",
+    "nonzero_count",
+    "histogram",
+    "foreach_norm",
+    "assemble",
+    "histogram_parts",
+    "HIST_BINS",
+]
+
+HIST_BINS = 30
+
+
+class Key:
+    """Names of the slots a step vector is made of (small ints for numpy).
+
+    A slot is one value (or a run of values) of the step vector, tagged with
+    the row it belongs to and one of these keys; :func:`assemble` turns them
+    into metrics. ``OUT_*`` describe a module's output (or the batch for the
+    ``<input>`` row), ``IN_*`` its first input.
+    """
+
+    OUT_SUM = 0  # every step: mean, and a free non-finite flag (NaN/inf propagate)
+    OUT_MIN = 1
+    OUT_MAX = 2
+    OUT_NORM = 3  # L2 norm: its square is the sum of squares
+    OUT_NZ = 4  # count of non-zeros
+    OUT_DEAD = 5  # units that are zero for every sample of the batch
+    OUT_SAT = 6  # saturated values (bounded activations)
+    OUT_NF = 7  # exact count of non-finite values
+    IN_SUM = 8
+    IN_NZ = 9
+    IN_DEAD = 10
+    IN_NF = 11
+    GRAD_NORM = 12  # one per parameter; squares add up per row
+    GRAD_NF = 13  # one per parameter; counts add up per row
+    WEIGHT_NORM = 14
+    UPD_NORM = 15  # ||w_t - w_{t-1}|| per parameter
+    UPD_BASE = 16  # ||w_{t-1}|| per parameter
+    VALUE = 17  # loss value or learning rate
+    SCALE = 18  # GradScaler scale
+    HIST = 19  # a run of HIST_BINS + 5 values (see histogram())
+    # Host-side constants (never on the device).
+    OUT_N = 20  # number of output elements
+    OUT_UNITS = 21  # number of units (elements per sample)
+    IN_N = 22
+    IN_UNITS = 23
+    IN_REF = 24  # the input is the output of this row: copy its statistics
+    GRAD_MISSING = 25
+    OUT_SAT_APPLIES = 26  # 1 when saturation is defined for this module type
+    COUNT = 27
+
+
+# --------------------------------------------------------------------------
+# Device side
+# --------------------------------------------------------------------------
+
+
+def _float_view(x: torch.Tensor) -> torch.Tensor:
+    # Integer batches (token ids, labels) have statistics too; reductions such
+    # as vector_norm need a floating dtype. Float inputs are used as they are.
+    return x if x.is_floating_point() else x.to(torch.float32)
+
+
+def _acc(x: torch.Tensor) -> torch.dtype | None:
+    # Half-precision sums and norms overflow at 65504 and would read as a
+    # non-finite flag: accumulate and return them in float32.
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+
+
+def flag_moment(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x``: gives the mean, and is non-finite iff ``x`` has a
+    non-finite value (NaN and inf propagate; +inf and -inf give NaN), barring
+    an overflow of the float sum itself. The cheapest every-step check."""
+    x = _float_view(x)
+    return x.sum(dtype=_acc(x))
+
+
+def moments(x: torch.Tensor, dead: bool = False) -> list[torch.Tensor]:
+    """[min, max, sum, L2 norm, count of non-zeros] of ``x`` as 0-d tensors,
+    and with ``dead=True`` (``x`` batched, dim 0 the batch) a sixth value:
+    the count of dead units (see :func:`zero_and_dead`).
+
+    From them, on the host: mean, std, max |x| and the zero fraction
+    (see :func:`assemble`). Four reductions, no temporaries.
+    """
+    x = _float_view(x)
+    acc = _acc(x)
+    mn, mx = torch.aminmax(x)
+    out = [mn, mx, x.sum(dtype=acc), torch.linalg.vector_norm(x, dtype=acc)]
+    if dead:
+        out.extend(zero_and_dead(x))
+    else:
+        out.append(nonzero_count(x))
+    return out
+
+
+def nonzero_count(x: torch.Tensor) -> torch.Tensor:
+    """Count of non-zero values (NaN counts as non-zero)."""
+    return x.bool().sum()
+
+
+def zero_and_dead(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(count of non-zeros, count of dead units) of a batched tensor.
+
+    A unit is one element of a sample (dim 0 is the batch); it is dead when it
+    is zero for every sample. One pass: the per-unit non-zero counts also give
+    the total.
+    """
+    per_unit = x.reshape(x.shape[0], -1).bool().sum(0)
+    return per_unit.sum(), (per_unit == 0).sum()
+
+
+def saturated(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Count of values at or beyond the flat ends ``<= lo`` or ``>= hi``.
+
+    As one distance test, ``|x - mid| >= half``: one temporary reused in
+    place instead of two comparisons and an or."""
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    if mid == 0:
+        d = x.abs()
+    else:
+        d = x - mid
+        d.abs_()
+    return (d >= half).sum()
+
+
+def nonfinite_count(x: torch.Tensor) -> torch.Tensor:
+    """Exact count of NaN/inf values: ``x - x`` is NaN exactly there (0
+    elsewhere), and this is 3-4x cheaper than ``(~isfinite(x)).sum()``."""
+    x = _float_view(x)
+    return (x - x).bool().sum()
+
+
+def histogram(x: torch.Tensor, bins: int = HIST_BINS) -> torch.Tensor:
+    """Histogram of the finite values of ``x`` without a host sync.
+
+    Returns a float tensor of ``bins + 5`` values: the bin counts, the count
+    of non-finite values, then min, max, sum and sum of squares of the finite
+    values. ``torch.histc`` needs Python bounds (a sync on CUDA) and
+    ``bincount`` sizes its output from the data (another sync), so the bins
+    come from a scatter_add over indices computed on the device; non-finite
+    values go to an extra bin that is reported as their count.
+    """
+    x = _float_view(x).detach().reshape(-1).to(torch.float32)
+    finite = torch.isfinite(x)
+    inf = torch.tensor(math.inf, device=x.device)
+    mn = torch.where(finite, x, inf).amin()
+    mx = torch.where(finite, x, -inf).amax()
+    width = torch.clamp(mx - mn, min=1e-30)
+    idx = torch.floor((x - mn) / width * bins).clamp_(0, bins - 1)
+    idx = torch.where(finite, idx, torch.full_like(idx, bins)).to(torch.int64)
+    counts = torch.zeros(bins + 1, device=x.device, dtype=torch.float32)
+    counts.scatter_add_(0, idx, torch.ones_like(x))
+    xf = torch.where(finite, x, torch.zeros_like(x))
+    extras = torch.stack([mn, mx, xf.sum(), (xf * xf).sum()])
+    return torch.cat([counts, extras])
+
+
+_FOREACH_OK = hasattr(torch, "_foreach_norm")
+
+
+def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """L2 norm of each tensor, as 0-d tensors, in the order given.
+
+    Uses the private ``torch._foreach_norm`` (one kernel per device and dtype
+    group, as ``clip_grad_norm_`` does) and falls back to one
+    ``vector_norm`` per tensor if it is missing or refuses the input; sparse
+    tensors are measured through their values.
+    """
+    global _FOREACH_OK
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.is_sparse:
+            out[i] = torch.linalg.vector_norm(t.coalesce().values())
+        else:
+            groups.setdefault((t.device, t.dtype), []).append(i)
+    for idxs in groups.values():
+        group = [tensors[i] for i in idxs]
+        norms = None
+        if _FOREACH_OK:
+            try:
+                norms = torch._foreach_norm(group)
+            except Exception as e:  # unsupported dtype/device: degrade, once
+                _FOREACH_OK = False
+                warnings.warn(f"tb_neuraldbg: torch._foreach_norm failed ({e}); using vector_norm")
+        if norms is None:
+            norms = [torch.linalg.vector_norm(t) for t in group]
+        for i, n in zip(idxs, norms):
+            out[i] = n
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------
+
+_M = metadata.METRIC_INDEX
+
+
+def _present(rows: np.ndarray, keys: np.ndarray, key: int, num_rows: int) -> np.ndarray:
+    return np.bincount(rows[keys == key], minlength=num_rows) > 0
+
+
+def _pick(values, rows, keys, key, num_rows):
+    """Per-row value of a single-valued key (NaN where absent)."""
+    out = np.full(num_rows, np.nan)
+    m = keys == key
+    out[rows[m]] = values[m]
+    return out
+
+
+def _sum(values, rows, keys, key, num_rows, square=False):
+    """Per-row sum (of squares) of a multi-valued key (NaN where absent)."""
+    m = keys == key
+    if not m.any():
+        return np.full(num_rows, np.nan)
+    v = values[m]
+    s = np.bincount(rows[m], weights=v * v if square else v, minlength=num_rows)
+    return np.where(_present(rows, keys, key, num_rows), s, np.nan)
+
+
+def _norm(values, rows, keys, key, num_rows):
+    """Per-row L2 norm from per-tensor norms: sqrt of the sum of squares."""
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(_sum(values, rows, keys, key, num_rows, square=True))
+
+
+def _flag(evidence: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Non-finite indicator from a sum or norm that propagates NaN/inf:
+    1 = at least one non-finite value, 0 = none, NaN = not measured."""
+    return np.where(present, np.where(np.isfinite(evidence), 0.0, 1.0), np.nan)
+
+
+def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: int) -> np.ndarray:
+    """The float32 ``[num_rows, len(METRICS)]`` row of one step.
+
+    ``values``, ``rows`` and ``keys`` are parallel 1-d arrays (the step vector
+    and its slot descriptions, host constants included; ``HIST`` slots are
+    ignored here). Everything not measured is NaN. Non-finite counts are exact
+    where an exact count was taken (``*_NF`` slots) and otherwise 1 for "at
+    least one" (from the sum/norm, which propagate NaN and inf).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.int64)
+    keys = np.asarray(keys, dtype=np.int64)
+    L = num_rows
+    row = np.full((L, len(metadata.METRICS)), np.nan)
+
+    def pick(k):
+        return _pick(values, rows, keys, k, L)
+
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        # Outputs (activations; the batch for <input>).
+        n = pick(Key.OUT_N)
+        s = pick(Key.OUT_SUM)
+        mn, mx, q, nz = pick(Key.OUT_MIN), pick(Key.OUT_MAX), pick(Key.OUT_NORM), pick(Key.OUT_NZ)
+        mean = s / n
+        row[:, _M["act_mean"]] = mean
+        var = (q * q - s * mean) / np.maximum(n - 1, 1)
+        # Rounding can make a zero variance slightly negative; NaN stays NaN.
+        row[:, _M["act_std"]] = np.sqrt(np.where(var < 0, 0.0, var))
+        row[:, _M["act_absmax"]] = np.maximum(-mn, mx)
+        row[:, _M["act_zero_frac"]] = 1.0 - nz / n
+        row[:, _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
+        row[:, _M["act_sat_frac"]] = pick(Key.OUT_SAT) / n
+        flag = _flag(s, _present(rows, keys, Key.OUT_SUM, L))
+        # Where min/max were taken they decide: a float sum of finite values
+        # can overflow to inf, and aminmax returns NaN when there is a NaN.
+        mm_known = ~np.isnan(mn) | ~np.isnan(mx)
+        mm_finite = np.isfinite(mn) & np.isfinite(mx)
+        flag = np.where(mm_known, np.where(mm_finite, 0.0, 1.0), flag)
+        nf = pick(Key.OUT_NF)
+        row[:, _M["act_nonfinite"]] = np.where(np.isnan(nf), flag, nf)
+
+        # First input (functional activations upstream of the module).
+        in_n = pick(Key.IN_N)
+        row[:, _M["in_zero_frac"]] = 1.0 - pick(Key.IN_NZ) / in_n
+        row[:, _M["in_dead_frac"]] = pick(Key.IN_DEAD) / pick(Key.IN_UNITS)
+        in_nf = pick(Key.IN_NF)
+        in_flag = _flag(pick(Key.IN_SUM), _present(rows, keys, Key.IN_SUM, L))
+        row[:, _M["in_nonfinite"]] = np.where(np.isnan(in_nf), in_flag, in_nf)
+        ref = pick(Key.IN_REF)
+        has_ref = ~np.isnan(ref)
+        if has_ref.any():
+            src = ref[has_ref].astype(np.int64)
+            for dst_m, src_m in (
+                ("in_zero_frac", "act_zero_frac"),
+                ("in_dead_frac", "act_dead_frac"),
+                ("in_nonfinite", "act_nonfinite"),
+            ):
+                row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
+
+        # Parameters.
+        gn = _norm(values, rows, keys, Key.GRAD_NORM, L)
+        row[:, _M["grad_norm"]] = gn
+        gnf = _sum(values, rows, keys, Key.GRAD_NF, L)
+        gflag = _flag(gn, _present(rows, keys, Key.GRAD_NORM, L))
+        row[:, _M["grad_nonfinite"]] = np.where(np.isnan(gnf), gflag, gnf)
+        row[:, _M["grad_missing"]] = pick(Key.GRAD_MISSING)
+        row[:, _M["weight_norm"]] = _norm(values, rows, keys, Key.WEIGHT_NORM, L)
+        row[:, _M["update_ratio"]] = _norm(values, rows, keys, Key.UPD_NORM, L) / _norm(
+            values, rows, keys, Key.UPD_BASE, L
+        )
+        row[:, _M["value"]] = pick(Key.VALUE)
+        row[:, _M["scale"]] = pick(Key.SCALE)
+    return row.astype(np.float32)
+
+
+def histogram_parts(run: np.ndarray, bins: int = HIST_BINS) -> dict:
+    """Decode one :func:`histogram` run into the fields of a TensorBoard
+    histogram (``min, max, num, sum, sum_squares, bucket_limits,
+    bucket_counts``) plus ``nonfinite``; None when there is no finite value."""
+    counts = np.asarray(run[:bins], dtype=np.float64)
+    nonfinite = float(run[bins])
+    mn, mx, s, sq = (float(v) for v in run[bins + 1 : bins + 5])
+    num = float(counts.sum())
+    if num <= 0 or not (math.isfinite(mn) and math.isfinite(mx)):
+        return {"nonfinite": nonfinite, "num": 0.0}
+    edges = np.linspace(mn, mx, bins + 1) if mx > mn else np.array([mn] * bins + [mx + 1e-12])
+    # TensorBoard's histogram proto stores the right edge of each bucket.
+    return {
+        "min": mn,
+        "max": mx,
+        "num": num,
+        "sum": s,
+        "sum_squares": sq,
+        "bucket_limits": edges[1:].tolist(),
+        "bucket_counts": counts.tolist(),
+        "nonfinite": nonfinite,
+    }

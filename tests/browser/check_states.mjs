@@ -1,0 +1,80 @@
+// Page states and stale answers of the tab against the mock backend
+// (tests/browser/mock_server.mjs, docs/API.md shapes): loading -> ready,
+// empty (no runs), error (server error), and a slow answer that a newer
+// request superseded must be dropped. Run by tests/test_browser.py.
+// Environment: CHROMIUM (default /usr/bin/chromium). Exits 1 on failure.
+import { spawn } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, "..", "..", "frontend", "package.json"));
+const { chromium } = require("playwright-core");
+
+function check(cond, what, detail = "") {
+  if (!cond) throw new Error(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  console.log(`ok - ${what}`);
+}
+
+const server = spawn(process.execPath, [path.join(here, "mock_server.mjs"), "0"], { stdio: ["ignore", "pipe", "inherit"] });
+const port = await new Promise((resolve, reject) => {
+  server.stdout.on("data", (d) => {
+    const m = String(d).match(/listening (\d+)/);
+    if (m) resolve(Number(m[1]));
+  });
+  server.on("exit", (code) => reject(new Error(`mock server exited ${code}`)));
+});
+const base = `http://127.0.0.1:${port}/`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+});
+let code = 0;
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  const stateOf = () => page.getAttribute(".nd-root", "data-state");
+
+  // loading is visible first while the (slow) heatmap is on its way, then ready.
+  await page.goto(`${base}?mode=stale`);
+  await page.waitForSelector(".nd-root");
+  const first = await stateOf();
+  check(first === "loading", `first state is loading (${first})`);
+  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  check(true, "then ready");
+
+  // Stale answers: zoom in (fast answer), show all (slow answer), zoom in
+  // again (fast): the slow one arrives last and must not be drawn.
+  const zoomIn = () => page.click(".nd-toolbar button[aria-label='Zoom in (+)']");
+  await zoomIn();
+  await page.waitForTimeout(150);
+  await page.click(".nd-toolbar button[aria-label='Show all steps']");
+  await page.waitForTimeout(150);
+  await zoomIn();
+  await page.waitForTimeout(1600);
+  const head = await page.textContent(".nd-panel .nd-panel-sub");
+  const range = await page.textContent(".nd-range");
+  check(range.includes("zoomed") && !head.startsWith("steps 0–299"), `a superseded slow answer is dropped (toolbar: ${range}; drawn: ${head})`);
+
+  await page.goto(`${base}?mode=empty`);
+  await page.waitForSelector(".nd-root[data-state=empty]", { timeout: 10000 });
+  check((await page.textContent(".nd-state-screen")).includes("No NeuralDbg data"), "empty state explains how to record data");
+
+  await page.goto(`${base}?mode=error`);
+  await page.waitForSelector(".nd-root[data-state=error]", { timeout: 10000 });
+  const text = await page.textContent(".nd-state-screen");
+  check(text.includes("500") && text.includes("boom"), "error state shows the server's answer");
+  mkdirSync(path.join(here, "screenshots"), { recursive: true });
+  await page.screenshot({ path: path.join(here, "screenshots", "state_error.png") });
+  check(errors.length === 0, "no uncaught errors", errors.join("\n  "));
+} catch (e) {
+  console.log(String(e.stack ?? e));
+  code = 1;
+} finally {
+  await browser.close();
+  server.kill();
+}
+process.exit(code);

@@ -1,0 +1,310 @@
+// Browser test of the NeuralDbg tab in a REAL TensorBoard (driven by
+// tests/test_browser.py, which writes the logdir, runs `neuraldbg report
+// --json` and starts `tensorboard`). Headless Debian chromium through
+// playwright-core (from frontend/node_modules).
+//
+// Environment:
+//   ND_TB_URL        http://127.0.0.1:PORT (a running tensorboard)
+//   ND_REPORT        path of `neuraldbg report LOGDIR --json` output (ground truth)
+//   ND_SHOTS         folder for screenshots (tests/browser/screenshots)
+//   ND_README_SHOT   optional: where to copy the README screenshot (docs/screenshot.png)
+//   ND_RESULTS       optional: where to write measured figures as JSON
+//   ND_FOCUS_RUN     optional: the failing run to exercise in depth (default: first failing)
+//   ND_UNTRUSTED_RUN optional: a run whose names/messages are HTML; must render as text
+//   CHROMIUM         optional: chromium binary (default /usr/bin/chromium)
+// Prints one line per check; exits 1 on the first failure.
+import { createRequire } from "node:module";
+import { mkdirSync, readFileSync, writeFileSync, copyFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const frontend = path.resolve(here, "..", "..", "frontend");
+const require = createRequire(path.join(frontend, "package.json"));
+const { chromium } = require("playwright-core");
+const esbuild = require("esbuild");
+
+const env = process.env;
+const TB = env.ND_TB_URL;
+const report = JSON.parse(readFileSync(env.ND_REPORT, "utf8"));
+const shots = env.ND_SHOTS ?? path.join(here, "screenshots");
+mkdirSync(shots, { recursive: true });
+const results = { paint_ms: {}, checks: 0 };
+const READY_TIMEOUT = 60000;
+
+function check(cond, what, detail = "") {
+  if (!cond) throw new Error(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  results.checks++;
+  console.log(`ok - ${what}`);
+}
+
+const key = (e) => `${e.step}|${e.layer}|${e.kind}`;
+const sameMultiset = (a, b) => JSON.stringify([...a].sort()) === JSON.stringify([...b].sort());
+/** "steps 10–99 (zoomed)" -> [10, 99]; "step 5" -> [5, 5]. */
+const parseRange = (t) => {
+  const m = t.match(/(\d+)(?:–(\d+))?/);
+  return m ? [Number(m[1]), Number(m[2] ?? m[1])] : [NaN, NaN];
+};
+const safeName = (s) => s.replace(/[^A-Za-z0-9_.-]+/g, "_").slice(0, 60);
+
+const browser = await chromium.launch({
+  executablePath: env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+});
+let exitCode = 0;
+try {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 960 } });
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  const requests = [];
+  page.on("request", (r) => requests.push(r.url()));
+
+  // ---- open the tab ---------------------------------------------------------
+  const t0 = Date.now();
+  await page.goto(`${TB}/#neuraldbg`);
+  const iframeEl = await page.waitForSelector("iframe", { timeout: READY_TIMEOUT });
+  const frame = await iframeEl.contentFrame();
+  await frame.waitForSelector(".nd-root[data-state=ready]", { timeout: READY_TIMEOUT });
+  results.ready_ms = Date.now() - t0;
+  check(true, `tab ready in ${results.ready_ms} ms`);
+
+  const shown = await frame.$$eval(".nd-runitem", (els) => els.map((e) => e.getAttribute("data-run")));
+  check(sameMultiset(shown, report.runs.map((r) => r.run)), "run list = runs of `neuraldbg report --json`", `${shown} vs ${report.runs.map((r) => r.run)}`);
+
+  /** Show only `run` and wait until its heatmap and event list are drawn. */
+  async function showRun(run) {
+    await frame.evaluate((run) => {
+      const item = [...document.querySelectorAll(".nd-runitem")].find((e) => e.getAttribute("data-run") === run);
+      item.querySelector(".nd-runname").click();
+    }, run);
+    await frame.waitForFunction(
+      (run) => {
+        const panels = [...document.querySelectorAll(".nd-panel")];
+        const ev = document.querySelector("[data-testid=events]");
+        return (
+          document.querySelector(".nd-root").getAttribute("data-state") === "ready" &&
+          panels.length === 1 && panels[0].getAttribute("data-run") === run && panels[0].hasAttribute("data-paint-ms") &&
+          ev.getAttribute("data-run") === run
+        );
+      },
+      run,
+      { timeout: READY_TIMEOUT },
+    );
+    return frame.$(".nd-panel");
+  }
+
+  /** Pixels of the heatmap canvas: [painted, distinct colours]. */
+  const canvasStats = (panel) =>
+    panel.$eval(".nd-canvas", (c) => {
+      const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let painted = 0;
+      const colours = new Set();
+      for (let i = 0; i < d.length; i += 4) {
+        if (d[i + 3] === 0) continue;
+        painted++;
+        if (colours.size < 64) colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+      }
+      return [painted, colours.size, c.width * c.height];
+    });
+
+  // ---- every run: heatmap drawn, root cause and events agree with the report
+  for (const r of report.runs) {
+    const panel = await showRun(r.run);
+    const [painted, colours, total] = await canvasStats(panel);
+    check(painted > total * 0.05 && colours >= 2, `${r.run}: heatmap drawn (${painted}/${total} px, ${colours}+ colours)`);
+    results.paint_ms[r.run] = Number(await panel.getAttribute("data-paint-ms"));
+    const roots = await panel.$$eval("[data-root-cause]", (els) => els.map((e) => e.getAttribute("data-root-cause")));
+    const want = r.root_cause ? [r.root_cause.layer] : [];
+    check(JSON.stringify(roots) === JSON.stringify(want), `${r.run}: highlighted root-cause row = ${want[0] ?? "none"}`, `got ${JSON.stringify(roots)}`);
+    if (r.root_cause) {
+      const label = await panel.$eval("[data-root-cause]", (e) => e.textContent);
+      check(label.includes(r.root_cause.layer), `${r.run}: root-cause label text is the layer name`);
+      const panelText = await frame.$eval(".nd-rootcause", (e) => e.textContent);
+      check(panelText.includes(r.root_cause.layer) && panelText.includes(`step ${r.root_cause.step}`), `${r.run}: root-cause panel names layer and step`);
+      const onset = await panel.$eval(".nd-onset", (e) => e.style.display !== "none");
+      check(onset, `${r.run}: onset cell marked`);
+    }
+    const items = await frame.$$eval(".nd-event", (els) => els.map((e) => ({
+      step: Number(e.getAttribute("data-step")), layer: e.getAttribute("data-layer"), kind: e.getAttribute("data-kind"), root: e.hasAttribute("data-root"),
+    })));
+    const expected = r.events.slice(0, 1000);
+    check(sameMultiset(items.map(key), expected.map(key)), `${r.run}: event list = report events (${expected.length})`,
+      `ui ${JSON.stringify(items.map(key))}\n  report ${JSON.stringify(expected.map(key))}`);
+    // The root cause may be attributed to a layer without an event of its own
+    // (e.g. <optimizer> for a learning-rate failure): tag exactly the matching events.
+    const rc = r.root_cause;
+    const isRoot = (e) => !!rc && e.layer === rc.layer && e.step === rc.step && e.kind === rc.kind;
+    check(sameMultiset(items.filter((e) => e.root).map(key), expected.filter(isRoot).map(key)),
+      `${r.run}: root-cause event tagged in the list (${expected.filter(isRoot).length})`);
+    await page.screenshot({ path: path.join(shots, `run_${safeName(r.run)}.png`) });
+  }
+
+  // ---- untrusted strings render as text ----------------------------------------
+  if (env.ND_UNTRUSTED_RUN) {
+    await showRun(env.ND_UNTRUSTED_RUN);
+    const injected = await frame.evaluate(() => ({
+      imgs: document.querySelectorAll(".nd-root img, .nd-root script:not([type]), .nd-root b.evil").length,
+      hacked: window.__nd_hacked === true,
+      text: document.body.textContent.includes("<img"),
+    }));
+    check(injected.imgs === 0 && !injected.hacked && injected.text, "HTML in layer names and messages is shown as text, never parsed");
+  }
+
+  // ---- the focus run in depth -----------------------------------------------------
+  const focus = report.runs.find((r) => r.run === env.ND_FOCUS_RUN) ?? report.runs.find((r) => r.root_cause && r.run !== env.ND_UNTRUSTED_RUN);
+  check(!!focus, "a failing run to exercise");
+  const rc = focus.root_cause;
+  let panel = await showRun(focus.run);
+  const [fullA, fullB] = parseRange(await frame.$eval(".nd-range", (e) => e.textContent));
+  const labels = await panel.$$eval(".nd-label", (els) => els.map((e) => e.textContent));
+
+  // Hover: tooltip with layer and state; no repaint on mouse move.
+  const paintBefore = await frame.locator(".nd-panel").getAttribute("data-paint-count");
+  // Locators re-resolve: panels re-render while the app refetches.
+  const cbox = await frame.locator(".nd-panel .nd-canvas").boundingBox();
+  const labelBox = (i) => frame.locator(".nd-panel .nd-label").nth(i).boundingBox();
+  const rootRow = labels.indexOf(rc.layer);
+  const lb = await labelBox(rootRow);
+  await page.mouse.move(cbox.x + cbox.width * 0.9, lb.y + lb.height / 2, { steps: 3 });
+  await frame.waitForSelector(".nd-tooltip", { state: "visible" });
+  const tip = await frame.$eval(".nd-tooltip", (e) => [...e.children].map((c) => c.textContent));
+  check(tip[0].startsWith(rc.layer) && /^steps? \d/.test(tip[1]) && tip.some((t) => t.startsWith("state: ")), `tooltip shows layer, steps, state: ${JSON.stringify(tip)}`);
+
+  // Click a cell -> layer detail of that row.
+  const otherRow = rootRow > 0 ? rootRow - 1 : rootRow + 1;
+  const ob = await labelBox(otherRow);
+  await page.mouse.click(cbox.x + cbox.width * 0.5, ob.y + ob.height / 2);
+  await frame.waitForSelector(`[data-testid=layer-detail][data-state=ready]`, { timeout: READY_TIMEOUT });
+  const detailLayer = await frame.$eval("[data-testid=layer-detail]", (e) => e.getAttribute("data-layer"));
+  check(detailLayer === labels[otherRow], `click a cell -> detail of ${labels[otherRow]}`, `got ${detailLayer}`);
+  const chartPx = await frame.$eval(".nd-chart", (c) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i]) n++;
+    return n;
+  });
+  check(chartPx > 500, `detail chart drawn (${chartPx} px)`);
+  check((await frame.locator(".nd-panel").getAttribute("data-paint-count")) === paintBefore, `hover and click did not repaint the heatmap (paints: ${paintBefore})`);
+
+  // Keyboard: the cursor moves with the arrows, Enter opens the layer.
+  await frame.focus(".nd-canvas");
+  await page.keyboard.press("ArrowDown");
+  await page.keyboard.press("Enter");
+  await frame.waitForFunction((want) => {
+    const d = document.querySelector("[data-testid=layer-detail]");
+    return d.getAttribute("data-layer") === want && d.getAttribute("data-state") === "ready";
+  }, labels[otherRow + 1], { timeout: READY_TIMEOUT });
+  check(true, `keyboard: ArrowDown + Enter -> detail of ${labels[otherRow + 1]}`);
+
+  // Event list hover points the heatmap at the event's cell.
+  if (focus.events.length) {
+    await frame.hover(".nd-event");
+    const pointer = await frame.$eval(".nd-panel .nd-pointer", (e) => e.style.display !== "none");
+    check(pointer, "hovering an event points at its cell");
+  }
+
+  // Jump there: zoom around the onset, root-cause layer opened.
+  await frame.click(".nd-rootcause button");
+  await frame.waitForFunction((layer) => {
+    const d = document.querySelector("[data-testid=layer-detail]");
+    return d.getAttribute("data-layer") === layer && d.getAttribute("data-state") === "ready";
+  }, rc.layer, { timeout: READY_TIMEOUT });
+  await page.waitForTimeout(400);
+  const rangeText = await frame.$eval(".nd-range", (e) => e.textContent);
+  const [a, b] = parseRange(rangeText);
+  check(a <= rc.step && rc.step <= b && (rangeText.includes("zoomed") || fullB - fullA <= 24),
+    `jump there shows the onset, zoomed in (${rangeText}; all: ${fullA}–${fullB})`);
+  await page.screenshot({ path: path.join(shots, "jump_there.png") });
+
+  // Wheel zoom re-queries binned data.
+  await frame.click(".nd-toolbar button[aria-label='Show all steps']");
+  await frame.waitForFunction(() => !document.querySelector(".nd-range").textContent.includes("zoomed"));
+  const heatmapsBefore = requests.filter((u) => u.includes("/heatmap?")).length;
+  await page.mouse.move(cbox.x + cbox.width * 0.5, cbox.y + 5);
+  await page.mouse.wheel(0, -300);
+  await frame.waitForFunction(() => document.querySelector(".nd-range").textContent.includes("zoomed"), null, { timeout: 10000 });
+  await page.waitForTimeout(500);
+  const heatmapsAfter = requests.filter((u) => u.includes("/heatmap?")).length;
+  check(heatmapsAfter > heatmapsBefore && requests.filter((u) => u.includes("/heatmap?")).pop().includes("start="), "wheel zoom re-queries the heatmap for the new step range");
+  const zoomedRange = await frame.$eval(".nd-range", (e) => e.textContent);
+
+  // TensorBoard's reload button -> experimental.DataReloaded -> refetch, zoom kept.
+  const runsBefore = requests.filter((u) => u.endsWith("/runs")).length;
+  await page.click("button.reload-button");
+  await frame.waitForFunction(() => document.querySelector(".nd-root").getAttribute("data-state") === "ready");
+  await page.waitForTimeout(1500);
+  const runsAfter = requests.filter((u) => u.endsWith("/runs")).length;
+  check(runsAfter > runsBefore, "TensorBoard reload refetches (experimental.DataReloaded)");
+  check((await frame.$eval(".nd-range", (e) => e.textContent)) === zoomedRange, `reload keeps the zoom (${zoomedRange})`);
+
+  // Drag pans: moving the image right shows earlier steps.
+  const [z0] = parseRange(zoomedRange);
+  if (z0 > fullA) {
+    const box = await frame.locator(".nd-panel .nd-canvas").boundingBox();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.7, box.y + box.height * 0.5, { steps: 5 });
+    await page.mouse.up();
+    await frame.waitForFunction((z0) => {
+      const m = document.querySelector(".nd-range").textContent.match(/(\d+)/);
+      return m && Number(m[1]) < z0;
+    }, z0, { timeout: 10000 });
+    check(true, `drag pans to earlier steps (${await frame.$eval(".nd-range", (e) => e.textContent)})`);
+  }
+
+  // Metric selector.
+  await frame.selectOption(".nd-toolbar select", "state");
+  await frame.waitForFunction(() => document.querySelector(".nd-legend-title")?.textContent.includes("healthy") && !document.querySelector(".nd-legend-ramp"));
+  await page.waitForTimeout(300);
+  panel = await frame.$(".nd-panel");
+  const [sp] = await canvasStats(panel);
+  check(sp > 0 && requests.some((u) => u.includes("metric=state")), "metric = state redraws the heatmap");
+  await frame.selectOption(".nd-toolbar select", "grad_norm");
+
+  // Side by side: a second run next to the first.
+  const second = report.runs.find((r) => r.run !== focus.run && r.run !== env.ND_UNTRUSTED_RUN);
+  if (second) {
+    await frame.evaluate((run) => {
+      const item = [...document.querySelectorAll(".nd-runitem")].find((e) => e.getAttribute("data-run") === run);
+      item.querySelector("input[type=checkbox]").click();
+    }, second.run);
+    await frame.waitForFunction(() => [...document.querySelectorAll(".nd-panel")].filter((p) => p.hasAttribute("data-paint-ms")).length === 2, null, { timeout: READY_TIMEOUT });
+    check(true, `compare: ${focus.run} and ${second.run} side by side`);
+    await page.screenshot({ path: path.join(shots, "compare.png"), fullPage: true });
+    await showRun(focus.run);
+  }
+
+  // README screenshot: the focus run with its root cause, a layer open.
+  await frame.click(".nd-toolbar button[aria-label='Show all steps']");
+  await page.waitForTimeout(300);
+  await frame.click(".nd-rootcause button");
+  await frame.waitForSelector("[data-testid=layer-detail][data-state=ready]");
+  await page.mouse.move(0, 0);
+  await page.waitForTimeout(500);
+  const readme = path.join(shots, "readme.png");
+  await page.screenshot({ path: readme, fullPage: true });
+  if (env.ND_README_SHOT) copyFileSync(readme, env.ND_README_SHOT);
+
+  check(pageErrors.length === 0, "no uncaught errors in the page", pageErrors.join("\n  "));
+
+  // ---- draw budget: 1,000 rows x 2,000 columns on a real canvas -------------------
+  const bench = await esbuild.build({
+    entryPoints: [path.join(frontend, "test", "bench_paint.ts")], bundle: true, format: "iife", write: false, logLevel: "warning",
+  });
+  const bpage = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  await bpage.setContent("<!doctype html><body></body>");
+  await bpage.addScriptTag({ content: bench.outputFiles[0].text });
+  const times = await bpage.evaluate(() => globalThis.benchPaint(1000, 2000, 2000, 2, 9));
+  const warm = times.slice(1).sort((a, b) => a - b);
+  results.bench_1000x2000 = { first_ms: times[0], median_ms: warm[Math.floor(warm.length / 2)], min_ms: warm[0], max_ms: warm[warm.length - 1] };
+  check(results.bench_1000x2000.median_ms < 100,
+    `1000 x 2000 draw: median ${results.bench_1000x2000.median_ms.toFixed(1)} ms (min ${warm[0].toFixed(1)}, first ${times[0].toFixed(1)})`);
+} catch (e) {
+  console.log(String(e.stack ?? e));
+  exitCode = 1;
+} finally {
+  await browser.close();
+  if (env.ND_RESULTS) writeFileSync(env.ND_RESULTS, JSON.stringify(results, null, 2));
+  console.log(`results: ${JSON.stringify(results)}`);
+}
+process.exit(exitCode);

@@ -1,0 +1,308 @@
+"""Planted failures: each scenario breaks one thing at a known step.
+
+Every ``Case`` carries the expected root cause: the kind(s) accepted, the
+layer (a module name from ``model.named_modules()`` or a pseudo-layer) and the
+onset step with a tolerance window. Planted steps are deliberately not
+multiples of the writer's ``stats_every`` (10), so onsets of statistics that
+are measured every Nth step are tested honestly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .harness import Spec
+
+
+@dataclass
+class Case:
+    spec: Spec
+    kinds: tuple  # accepted root-cause kinds
+    layer: str
+    onset: int
+    tolerance: int = 0  # |root step - onset| allowed
+    replay: dict = field(default_factory=dict)  # Engine kwargs for an offline replay
+
+
+def _teacher(d_in=16, k=4, batch=32, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(d_in, k, generator=g)
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(100 + step)
+        x = torch.randn(batch, d_in, generator=gs)
+        return x, (x @ teacher).argmax(1)
+
+    return batch_fn
+
+
+def _mlp(act=nn.ReLU, width=32, depth=4, d_in=16, k=4):
+    layers, d = [], d_in
+    for _ in range(depth - 1):
+        layers += [nn.Linear(d, width), act()]
+        d = width
+    return nn.Sequential(*layers, nn.Linear(d, k))
+
+
+def _sgd(model, lr=0.05, momentum=0.9):
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+
+
+def _set_lr(opt, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+# --- vanishing ------------------------------------------------------------------
+
+
+def saturating_layer(at=45):
+    """A tanh MLP whose third Linear is scaled x50 at step ``at``: the tanh
+    after it saturates and the gradients before it vanish."""
+    def build():
+        model = _mlp(nn.Tanh, depth=5)
+        return model, _sgd(model, 0.02), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        if step == at:
+            with torch.no_grad():
+                model[4].weight.mul_(100.0)
+                model[4].bias.fill_(5.0)
+
+    # saturation is measured every stats_every (10) steps: the onset is the
+    # first measurement after the plant
+    return Case(Spec("saturating_layer", build, _teacher(), steps=120, plant=plant),
+                ("saturated_activation",), "5", at, tolerance=10)
+
+
+def deep_sigmoid():
+    """12 sigmoid layers: gradients vanish from step 0 (born failing)."""
+    def build():
+        model = _mlp(nn.Sigmoid, width=32, depth=12)
+        return model, _sgd(model, 0.1), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("deep_sigmoid", build, _teacher(), steps=60), ("vanishing_gradient",), "*", 0)
+
+
+# --- exploding ------------------------------------------------------------------
+
+
+def large_init_layer():
+    """The second Linear initialised x1000."""
+    def build():
+        model = _mlp(nn.ReLU, depth=5)
+        with torch.no_grad():
+            model[2].weight.mul_(1000.0)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("large_init_layer", build, _teacher(), steps=40),
+                ("activation_explosion", "exploding_gradient"), "2", 0)
+
+
+def lr_jump_explosion(at=63):
+    """SGD with momentum at lr 0.01, raised x200 at step ``at``."""
+    def build():
+        model = _mlp(nn.ReLU, depth=4, width=64)
+        return model, _sgd(model, 0.01, 0.9), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        if step == at:
+            _set_lr(opt, 2.0)
+
+    return Case(Spec("lr_jump_explosion", build, _teacher(), steps=100, plant=plant),
+                ("exploding_gradient", "activation_explosion", "loss_spike", "nonfinite"), "<optimizer>", at)
+
+
+# --- non-finite -----------------------------------------------------------------
+
+
+class _Custom(nn.Module):
+    """x * 1 until switched on, then sqrt(x): NaN for negative inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.on = False
+
+    def forward(self, x):
+        return torch.sqrt(x) if self.on else x * 1.0
+
+
+def forward_nan(at=57):
+    def build():
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), _Custom(), nn.ReLU(),
+                              nn.Linear(32, 4))
+        return model, _sgd(model), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        model[3].on = step >= at
+
+    return Case(Spec("forward_nan", build, _teacher(), steps=80, plant=plant), ("nonfinite",), "3", at)
+
+
+class _InfGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * float("inf")
+
+
+class _ScaledLinear(nn.Linear):
+    """A Linear whose output goes through a custom op that, once switched on,
+    returns an infinite gradient in backward (forward stays finite)."""
+
+    on = False
+
+    def forward(self, x):
+        y = super().forward(x)
+        return _InfGrad.apply(y) if self.on else y
+
+
+def backward_inf(at=57, amp=False, steps=80):
+    def build():
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), _ScaledLinear(32, 32), nn.ReLU(),
+                              nn.Linear(32, 4))
+        return model, _sgd(model), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        model[2].on = step >= at
+
+    name = "amp_scaler_collapse" if amp else "backward_inf"
+    spec = Spec(name, build, _teacher(), steps=steps, plant=plant, amp=amp)
+    if amp:
+        return Case(spec, ("scaler_collapse",), "<optimizer>", at, tolerance=1)
+    return Case(spec, ("nonfinite",), "2", at)
+
+
+# --- dead -----------------------------------------------------------------------
+
+
+def dead_negative_bias():
+    def build():
+        model = _mlp(nn.ReLU, depth=4)
+        with torch.no_grad():
+            model[2].bias.fill_(-10.0)
+        return model, _sgd(model, 0.05), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("dead_negative_bias", build, _teacher(), steps=40), ("dead_activation",), "3", 0)
+
+
+def dead_lr_jump(at=63):
+    def build():
+        model = _mlp(nn.ReLU, depth=4, width=64)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        if step == at:
+            _set_lr(opt, 5.0)  # the ReLUs die over the next steps, without a blow-up
+
+    return Case(Spec("dead_lr_jump", build, _teacher(), steps=110, plant=plant),
+                ("dead_activation",), "<optimizer>", at)
+
+
+def saturated_tanh():
+    def build():
+        model = _mlp(nn.Tanh, depth=4)
+        with torch.no_grad():
+            model[2].weight.mul_(30.0)
+        return model, _sgd(model, 0.05), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("saturated_tanh", build, _teacher(), steps=40), ("saturated_activation",), "3", 0)
+
+
+# --- cut off --------------------------------------------------------------------
+
+
+class _Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1 = nn.Linear(16, 32)
+        self.act = nn.ReLU()
+        self.enc2 = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.enc2(self.act(self.enc1(x)))
+        return self.head(torch.relu(h.detach()))  # the bug: .detach()
+
+
+def detached_subgraph():
+    def build():
+        model = _Detached()
+        return model, _sgd(model), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("detached_subgraph", build, _teacher(), steps=40), ("no_gradient",), "enc2", 0)
+
+
+def missing_from_optimizer():
+    def build():
+        model = _mlp(nn.ReLU, depth=4)
+        opt = torch.optim.Adam(model[-1].parameters(), lr=1e-3)  # the bug: only the head
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Case(Spec("missing_from_optimizer", build, _teacher(), steps=40), ("frozen_weights",), "4", 0)
+
+
+# --- data -----------------------------------------------------------------------
+
+
+def bad_batch(kind, at=63):
+    base = _teacher()
+
+    def batch_fn(step):
+        x, y = base(step)
+        if step == at:
+            if kind == "nan":
+                x = x.clone()
+                x[3, 5] = float("nan")
+            elif kind == "scale":
+                x = x * 1000.0
+            else:
+                x = torch.ones_like(x)
+        return x, y
+
+    def build():
+        model = _mlp(nn.ReLU, depth=4)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec(f"bad_batch_{kind}", build, batch_fn, steps=90), ("data_anomaly",), "<input>", at)
+
+
+# --- loss -----------------------------------------------------------------------
+
+
+def unlearnable_labels():
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(300 + step)
+        return torch.randn(32, 16, generator=gs), torch.randint(0, 4, (32,), generator=gs)
+
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("unlearnable_labels", build, batch_fn, steps=360), ("loss_plateau",), "<loss>", 0)
+
+
+def logits_x50():
+    def build():
+        model = _mlp(nn.ReLU, depth=3, k=10)
+        with torch.no_grad():
+            model[4].weight.mul_(50.0)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("logits_x50", build, _teacher(k=10), steps=20, num_classes=10),
+                ("initial_loss",), "<loss>", 0, replay={"num_classes": 10})
+
+
+def all_cases():
+    return [
+        saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
+        backward_inf(), dead_negative_bias(), dead_lr_jump(), saturated_tanh(), detached_subgraph(),
+        missing_from_optimizer(), bad_batch("nan"), bad_batch("scale"), bad_batch("constant"),
+        unlearnable_labels(), logits_x50(), backward_inf(amp=True, steps=90),
+    ]

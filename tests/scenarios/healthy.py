@@ -1,0 +1,337 @@
+"""Healthy training runs: the diagnosis must stay silent on all of them.
+
+Tasks are learnable (labels from a fixed random teacher, or a simple rule on
+the input), so a healthy run's loss falls. Variety on purpose: widths and
+depths, SGD with momentum and Adam(W), warmup + decay schedules, dropout,
+weight decay, small noisy batches, BatchNorm in train mode, zero-initialised
+residual BatchNorms, GELU, residual nets, an LSTM whose gates saturate a
+little, an embedding whose gradients are legitimately tiny.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .harness import Spec
+
+
+def _teacher_data(d_in, k, batch, seed=1, noise=0.0):
+    g = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(d_in, k, generator=g)
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(1000 + step)
+        x = torch.randn(batch, d_in, generator=gs)
+        logits = x @ teacher
+        if noise:
+            logits = logits + noise * torch.randn(logits.shape, generator=gs)
+        return x, logits.argmax(1)
+
+    return batch_fn
+
+
+def _warmup_cosine(opt, warmup, total):
+    def f(s):
+        if s < warmup:
+            return (s + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / max(1, total - warmup))))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+def mlp_relu(optim="sgd", batch=32, width=64, depth=4, steps=300):
+    def build():
+        layers, d = [], 20
+        for _ in range(depth - 1):
+            layers += [nn.Linear(d, width), nn.ReLU()]
+            d = width
+        model = nn.Sequential(*layers, nn.Linear(d, 5))
+        if optim == "sgd":
+            # smaller steps for small batches, as a user would tune them
+            opt = torch.optim.SGD(model.parameters(), lr=0.05 * min(1.0, 0.4 + batch / 32), momentum=0.9)
+        else:
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec(f"mlp_relu_{optim}_b{batch}_w{width}_d{depth}", build,
+                _teacher_data(20, 5, batch, noise=0.5), steps=steps, num_classes=5)
+
+
+def mlp_gelu_adamw(steps=300):
+    """GELU, dropout, AdamW with weight decay, warmup + cosine decay, batch 8."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 128), nn.GELU(), nn.Dropout(0.1),
+                              nn.Linear(128, 128), nn.GELU(), nn.Dropout(0.1), nn.Linear(128, 5))
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
+        return model, opt, nn.CrossEntropyLoss(), _warmup_cosine(opt, 30, steps)
+
+    return Spec("mlp_gelu_adamw", build, _teacher_data(20, 5, 8, noise=1.0), steps=steps, num_classes=5)
+
+
+def deep_mlp_tanh(steps=300):
+    """8 tanh layers with Xavier init and SGD: healthy, a little saturation."""
+    def build():
+        layers, d = [], 16
+        for _ in range(7):
+            lin = nn.Linear(d, 48)
+            nn.init.xavier_normal_(lin.weight, gain=5 / 3)
+            layers += [lin, nn.Tanh()]
+            d = 48
+        model = nn.Sequential(*layers, nn.Linear(d, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("deep_mlp_tanh", build, _teacher_data(16, 4, 32), steps=steps, num_classes=4)
+
+
+def _images(batch, k=4, size=12, channels=1, seed=2):
+    """A bright blob in one of k quadrants-ish positions, plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randint(2, size - 2, (k, 2), generator=g)
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(5000 + step)
+        y = torch.randint(0, k, (batch,), generator=gs)
+        x = 0.5 * torch.randn(batch, channels, size, size, generator=gs)
+        for i in range(batch):
+            cy, cx = centres[y[i]]
+            x[i, :, cy - 1: cy + 2, cx - 1: cx + 2] += 2.0
+        return x, y
+
+    return batch_fn
+
+
+def cnn_bn(optim="sgd", steps=200):
+    def build():
+        model = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(), nn.Linear(16, 4))
+        if optim == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100, gamma=0.1)
+        else:
+            opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+            sched = None
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec(f"cnn_bn_{optim}", build, _images(16), steps=steps, num_classes=4)
+
+
+class _Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+        nn.init.zeros_(self.bn2.weight)  # "zero-init residual", as in torchvision
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + x)
+
+
+class _ResNet(nn.Module):
+    def __init__(self, c=8, blocks=3, k=4):
+        super().__init__()
+        self.stem = nn.Conv2d(1, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+        self.relu = nn.ReLU(inplace=True)
+        self.blocks = nn.Sequential(*[_Block(c) for _ in range(blocks)])
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c, k)
+
+    def forward(self, x):
+        x = self.relu(self.bn(self.stem(x)))
+        x = self.pool(self.blocks(x)).flatten(1)
+        return self.fc(x)
+
+
+def resnet(optim="sgd", steps=200):
+    def build():
+        model = _ResNet()
+        if optim == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+            sched = _warmup_cosine(opt, 20, steps)
+        else:
+            opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+            sched = None
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec(f"resnet_{optim}", build, _images(16, size=8), steps=steps, num_classes=4)
+
+
+class _Encoder(nn.Module):
+    """Token classification of the first token; learned positions; vocab 200."""
+
+    def __init__(self, vocab=200, d=32, k=4, seq=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(0.02 * torch.randn(seq, d))
+        layer = nn.TransformerEncoderLayer(d, 4, dim_feedforward=64, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, k)
+
+    def forward(self, x):
+        h = self.encoder(self.emb(x) + self.pos)
+        return self.head(h[:, 0])
+
+
+def _tokens(batch, vocab=200, seq=8, k=4):
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(7000 + step)
+        x = torch.randint(0, vocab, (batch, seq), generator=gs)
+        return x, x[:, 0] % k
+
+    return batch_fn
+
+
+def transformer(optim="adam", steps=250):
+    def build():
+        model = _Encoder()
+        if optim == "adam":
+            opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+            sched = _warmup_cosine(opt, 25, steps)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            sched = None
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec(f"transformer_{optim}", build, _tokens(32), steps=steps, num_classes=4)
+
+
+class _LSTMNet(nn.Module):
+    def __init__(self, f=8, h=32, k=4):
+        super().__init__()
+        self.lstm = nn.LSTM(f, h, num_layers=2, batch_first=True)
+        self.head = nn.Linear(h, k)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+def _sequences(batch, f=8, t=10, k=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(f, k, generator=g)
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(9000 + step)
+        x = torch.randn(batch, t, f, generator=gs)
+        return x, (x[:, -1] @ teacher + 0.5 * x[:, -2] @ teacher).argmax(1)
+
+    return batch_fn
+
+
+def lstm(optim="adam", steps=250):
+    def build():
+        model = _LSTMNet()
+        if optim == "adam":
+            opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec(f"lstm_{optim}", build, _sequences(16), steps=steps, num_classes=4, clip=1.0)
+
+
+def embedding_bag(steps=250):
+    """Large vocabulary with N(0,1) embeddings: legitimately tiny gradients."""
+    def build():
+        model = nn.Sequential(nn.EmbeddingBag(5000, 32, mode="mean"), nn.Linear(32, 64), nn.ReLU(),
+                              nn.Linear(64, 4))
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    def batch_fn(step):
+        # every token of a bag comes from its class's quarter of the vocabulary
+        gs = torch.Generator().manual_seed(11000 + step)
+        y = torch.randint(0, 4, (16,), generator=gs)
+        x = y[:, None] * 1250 + torch.randint(0, 1250, (16, 6), generator=gs)
+        return x, y
+
+    return Spec("embedding_bag", build, batch_fn, steps=steps, num_classes=4)
+
+
+def zero_init_head(steps=250):
+    """The classifier initialised to zero (a common recipe): every gradient
+    before it is exactly 0 at step 0 and tiny for the first updates."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        nn.init.zeros_(model[4].weight)
+        nn.init.zeros_(model[4].bias)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("zero_init_head", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
+def warmup_from_zero(steps=300):
+    """Linear warmup from lr 0 (step-to-step lr ratios are huge at first)."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 50))
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec("warmup_from_zero", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
+def amp_mlp(steps=200):
+    """bf16 autocast with a GradScaler, gradient clipping after unscale_."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        return model, torch.optim.Adam(model.parameters(), lr=2e-3), nn.CrossEntropyLoss(), None
+
+    return Spec("amp_mlp", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5, amp=True, clip=1.0)
+
+
+def overfit_small_dataset(steps=600):
+    """64 fixed samples cycled in batches of 8 until the loss is ~0: gradients
+    shrink together, late batch losses are noisy and tiny."""
+    data = _teacher_data(20, 5, 64)(0)
+
+    def batch_fn(step):
+        i = (step % 8) * 8
+        return data[0][i:i + 8], data[1][i:i + 8]
+
+    def build():
+        model = nn.Sequential(nn.Linear(20, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 5))
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec("overfit_small_dataset", build, batch_fn, steps=steps, num_classes=5)
+
+
+def plain_cnn(steps=200):
+    """Six convolutions without normalisation (VGG-like), Adam."""
+    def build():
+        layers, c = [], 1
+        for i, w in enumerate((8, 8, 16, 16, 32, 32)):
+            layers += [nn.Conv2d(c, w, 3, padding=1), nn.ReLU()]
+            if i % 2 == 1:
+                layers.append(nn.MaxPool2d(2) if i < 5 else nn.AdaptiveAvgPool2d(1))
+            c = w
+        model = nn.Sequential(*layers, nn.Flatten(), nn.Linear(c, 4))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("plain_cnn", build, _images(16, size=16), steps=steps, num_classes=4)
+
+
+def all_specs():
+    """Every healthy control, SGD and Adam."""
+    return [
+        mlp_relu("sgd"), mlp_relu("adam"), mlp_relu("sgd", batch=4, width=256, depth=6),
+        mlp_gelu_adamw(), deep_mlp_tanh(),
+        cnn_bn("sgd"), cnn_bn("adam"), resnet("sgd"), resnet("adam"),
+        transformer("adam"), transformer("sgd"), lstm("adam"), lstm("sgd"), embedding_bag(),
+        zero_init_head(), warmup_from_zero(), amp_mlp(), overfit_small_dataset(), plain_cnn(),
+    ]

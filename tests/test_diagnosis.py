@@ -1,0 +1,599 @@
+"""Unit tests of the diagnosis engine on synthetic statistics rows.
+
+Each rule is exercised against a healthy baseline (noisy, measured like the
+writer measures: gradients and the non-finite flags every step, activation and
+weight statistics every 10th step) with one thing planted. The scenario suite
+(tests/test_scenarios.py) checks the same rules on real training runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+from tb_neuraldbg import metadata
+from tb_neuraldbg.diagnosis import Engine, Event, Thresholds
+
+M = metadata.METRIC_INDEX
+S = metadata.STATE_CODE
+NM = len(metadata.METRICS)
+
+
+class Run:
+    """A healthy MLP run: <input>, fc0, relu0, fc1, relu1, fc2, <loss>, <optimizer>.
+
+    ``row(step)`` gives the healthy statistics; tests edit the returned array
+    to plant a failure. Values are noisy so that the rules see realistic
+    fluctuations.
+    """
+
+    def __init__(self, hidden=2, stats_every=10, seed=0, scaler=False):
+        names = ["<input>"]
+        types = ["input"]
+        for i in range(hidden):
+            names += [f"fc{i}", f"relu{i}"]
+            types += ["Linear", "ReLU"]
+        names += [f"fc{hidden}", "<loss>", "<optimizer>"]
+        types += ["Linear", "loss", "optimizer"]
+        self.layers = [{"name": n, "type": t} for n, t in zip(names, types)]
+        self.names = names
+        self.params = [i for i, t in enumerate(types) if t == "Linear"]
+        self.relus = [i for i, t in enumerate(types) if t == "ReLU"]
+        self.stats_every = stats_every
+        self.rng = np.random.default_rng(seed)
+        self.scaler = scaler
+        self.lr = 0.01
+
+    def i(self, name):
+        return self.names.index(name)
+
+    def full(self, step):
+        return step < self.stats_every or step % self.stats_every == 0
+
+    def row(self, step):
+        r = np.full((len(self.layers), NM), np.nan, np.float32)
+        rng = self.rng
+        full = self.full(step)
+        r[0, [M["act_mean"], M["act_std"], M["act_absmax"], M["act_nonfinite"]]] = [
+            rng.normal(0, 0.05), 1 + rng.normal(0, 0.05), 3.5 + rng.random(), 0]
+        r[0, M["act_zero_frac"]] = 0
+        mods = [k for k in range(1, len(self.layers) - 2)]
+        for k in mods:
+            r[k, M["act_mean"]] = 0.3
+            r[k, M["act_nonfinite"]] = 0
+            if full:
+                r[k, M["act_std"]] = 0.8 + 0.1 * rng.random()
+                r[k, M["act_absmax"]] = 3 + rng.random()
+                r[k, M["in_nonfinite"]] = 0
+                if k in self.relus:
+                    r[k, M["act_zero_frac"]] = 0.5
+                    r[k, M["act_dead_frac"]] = 0.05 + 0.05 * rng.random()
+        for k in self.params:
+            r[k, M["grad_norm"]] = 0.1 * np.exp(rng.normal(0, 0.3)) * np.exp(-step / 400)
+            r[k, M["grad_nonfinite"]] = 0
+            r[k, M["grad_missing"]] = 0
+            if full:
+                r[k, M["weight_norm"]] = 5.0
+                r[k, M["update_ratio"]] = 1e-3 * np.exp(rng.normal(0, 0.3))
+        loss = self.i("<loss>")
+        r[loss, M["value"]] = 1.2 * np.exp(-step / 150) + 0.2 + 0.1 * rng.random()
+        r[loss, M["act_nonfinite"]] = 0
+        r[-1, M["value"]] = self.lr
+        if self.scaler:
+            r[-1, M["scale"]] = 65536.0
+        return r
+
+
+def feed(engine, run, steps, plant=None):
+    """Feed rows; ``plant(step, row)`` edits each row before it is fed."""
+    out = []
+    for s in steps:
+        r = run.row(s)
+        if plant is not None:
+            plant(s, r)
+        out.extend(engine.update(s, r))
+    return out
+
+
+def failures(engine):
+    return [e for e in engine.events if e.severity != "info"]
+
+
+# ------------------------------------------------------------------ healthy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_healthy_run_is_silent(seed):
+    run = Run(hidden=4, seed=seed)
+    eng = Engine(run.layers, num_classes=None)
+    feed(eng, run, range(600))
+    eng.finish()
+    assert eng.events == []
+    assert eng.status == "healthy" and eng.root_cause is None
+    assert set(eng.states.tolist()) <= {S["healthy"], metadata.STATE_UNKNOWN}
+
+
+def test_states_unknown_for_rows_without_data():
+    run = Run()
+    eng = Engine(run.layers)
+    r = run.row(0)
+    r[run.i("relu0")] = np.nan
+    eng.update(0, r)
+    assert eng.states[run.i("relu0")] == metadata.STATE_UNKNOWN
+    assert eng.states[run.i("fc0")] == S["healthy"]
+    assert eng.states.dtype == np.uint8 and eng.states.shape == (len(run.layers),)
+
+
+# --------------------------------------------------------------- the API
+
+
+def test_rejects_bad_rows_and_steps():
+    run = Run()
+    eng = Engine(run.layers)
+    with pytest.raises(ValueError, match="shape"):
+        eng.update(0, np.zeros((3, NM), np.float32))
+    eng.update(5, run.row(5))
+    with pytest.raises(ValueError, match="increase"):
+        eng.update(5, run.row(5))
+    with pytest.raises(TypeError):
+        Engine(run.layers, thresholds={"dead_frac": 0.5})
+    with pytest.raises(TypeError):
+        Engine(["fc0"])
+
+
+def test_thresholds_validate_and_override():
+    with pytest.raises(ValueError):
+        Thresholds(dead_frac=-1)
+    with pytest.raises(ValueError):
+        Thresholds(persist_steps=0)
+    t = dataclasses.replace(Thresholds(), dead_frac=0.99)
+    assert t.dead_frac == 0.99 and Thresholds().to_dict()["dead_frac"] == Thresholds().dead_frac
+
+
+def test_event_to_dict_is_strict_json():
+    e = Event(3, "fc1", "nonfinite", "healthy", "nonfinite", float("nan"), "error", "m",
+              {"value_before": float("inf"), "origin": "fc0"})
+    d = e.to_dict()
+    assert list(d)[:8] == ["step", "layer", "kind", "from_state", "to_state", "value", "severity", "message"]
+    assert d["value"] is None and d["value_before"] is None and d["origin"] == "fc0"
+    json.dumps(d, allow_nan=False)
+
+
+# ----------------------------------------------------------- non-finite
+
+
+def test_forward_nonfinite_origin_is_first_module_in_forward_order():
+    run = Run()
+    eng = Engine(run.layers)
+    bad_from = run.i("relu0")
+
+    def plant(s, r):
+        if s >= 37:
+            r[bad_from:run.i("<loss>") + 1, M["act_nonfinite"]] = 1
+            r[run.params, M["grad_nonfinite"]] = 1
+            r[run.params, M["grad_norm"]] = np.nan
+
+    new = feed(eng, run, range(37), plant)
+    assert new == []
+    new = feed(eng, run, [37], plant)  # confirmed at once: a NaN is never healthy
+    assert {e.kind for e in new} == {"nonfinite"}
+    assert eng.status == "failing"
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "relu0", 37)
+    assert "born inside this module" in rc["message"]
+
+
+def test_backward_nonfinite_origin_is_deepest_layer_and_beats_later_forward_nan():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 41:  # an inf gradient from fc1 down (backward order: fc2, fc1, fc0)
+            r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = np.inf
+            r[[run.i("fc0"), run.i("fc1")], M["grad_nonfinite"]] = 3
+        if s >= 42:  # the update made the weights NaN: now the forward is NaN too
+            r[1:run.i("<loss>") + 1, M["act_nonfinite"]] = 1
+
+    feed(eng, run, range(60), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "fc1", 41)
+    assert "backward" in rc["message"]
+
+
+def test_nonfinite_gradients_with_a_gradscaler_are_the_scalers_business():
+    run = Run(scaler=True)
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s in (20, 21, 22):  # a few overflowing steps: the scaler backs off
+            r[run.params, M["grad_norm"]] = np.inf
+            r[run.params, M["grad_nonfinite"]] = 1
+        r[-1, M["scale"]] = 65536.0 / (2 ** min(3, max(0, s - 20)))
+
+    feed(eng, run, range(200), plant)
+    assert eng.events == []
+
+
+def test_scaler_collapse_onset_and_origin():
+    run = Run(scaler=True)
+    eng = Engine(run.layers)
+    at = 30
+
+    def plant(s, r):
+        if s >= at:  # persistent inf gradient born at fc1
+            r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = np.inf
+            r[[run.i("fc0"), run.i("fc1")], M["grad_nonfinite"]] = 1
+        # the scale is recorded before scaler.update(): halved from the next step
+        r[-1, M["scale"]] = 65536.0 / (2 ** max(0, s - at))
+
+    feed(eng, run, range(at + Thresholds().scaler_backoffs + 5), plant)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("scaler_collapse", "<optimizer>", at)
+    assert ev.extra["origin"] == "fc1" and "fc1" in ev.message
+    assert eng.root_cause["kind"] == "scaler_collapse" and eng.status == "failing"
+
+
+# -------------------------------------------------------- vanishing / dead
+
+
+def test_vanishing_root_is_deepest_dead_layer_below_the_vanishing_ones():
+    run = Run(hidden=3)
+    eng = Engine(run.layers)
+    at = 100
+
+    def plant(s, r):
+        if s >= at:
+            for n in ("fc0", "fc1", "fc2"):
+                r[run.i(n), M["grad_norm"]] *= 1e-6
+            if run.full(s):
+                r[run.i("relu2"), M["act_dead_frac"]] = 0.97
+
+    feed(eng, run, range(200), plant)
+    kinds = {(e.layer, e.kind) for e in failures(eng)}
+    assert {("fc0", "vanishing_gradient"), ("fc2", "vanishing_gradient"),
+            ("relu2", "dead_activation")} <= kinds
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("dead_activation", "relu2", at)
+    assert eng.status == "healthy"  # warnings only: failing means an error
+
+
+def test_vanishing_without_a_blocker_names_the_deepest_vanishing_layer():
+    run = Run(hidden=3)
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        r[run.i("fc0"), M["grad_norm"]] *= 1e-7
+        r[run.i("fc1"), M["grad_norm"]] *= 1e-5
+
+    feed(eng, run, range(30), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("vanishing_gradient", "fc1", 0)
+    ev = [e for e in failures(eng) if e.layer == "fc1"][0]
+    assert ev.extra["born_failing"] is True and ev.extra["confirmed_step"] == Thresholds().persist_vanishing - 1
+
+
+def test_tiny_gradient_inside_a_branch_is_not_vanishing():
+    """Only fc1 is tiny (e.g. a zero-initialised BatchNorm after it in a
+    residual branch): the layer before it is fine, so gradients do not vanish."""
+    run = Run(hidden=3)
+    eng = Engine(run.layers)
+    feed(eng, run, range(100), lambda s, r: r.__setitem__((run.i("fc1"), M["grad_norm"]), 1e-9))
+    assert failures(eng) == []
+
+
+def test_dead_measured_every_tenth_step_confirms_on_measurements():
+    run = Run()
+    eng = Engine(run.layers)
+    at = 53  # planted between two measurements (50 and 60)
+
+    def plant(s, r):
+        if s >= at and run.full(s):
+            r[run.i("relu1"), M["act_dead_frac"]] = 0.9
+
+    feed(eng, run, range(100), plant)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("dead_activation", "relu1", 60)
+    # confirmed at the third measurement (persist_steps), never between them
+    assert ev.extra["confirmed_step"] == 80
+    assert ev.value == pytest.approx(0.9) and ev.extra["value_before"] < 0.2
+
+
+def test_dead_input_of_a_module_after_a_functional_relu():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if run.full(s):
+            r[run.i("fc1"), M["in_dead_frac"]] = 0.95  # torch.relu inside forward
+
+    feed(eng, run, range(40), plant)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("dead_activation", "fc1", 0)
+    assert ev.extra.get("via_input") and "feeding" in ev.message
+
+
+def test_single_step_blip_is_not_an_event_and_recovery_is_info():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def blip(s, r):
+        if s == 120:
+            r[run.i("fc1"), M["grad_norm"]] *= 1e5
+
+    feed(eng, run, range(200), blip)
+    assert eng.events == []
+
+    eng = Engine(run.layers)
+
+    def episode(s, r):
+        if 100 <= s < 130 and run.full(s):
+            r[run.i("relu0"), M["act_dead_frac"]] = 0.95
+
+    feed(eng, run, range(300), episode)
+    fail, rec = eng.events
+    assert (fail.to_state, fail.severity, fail.step) == ("dead", "warning", 100)
+    assert (rec.from_state, rec.to_state, rec.severity, rec.kind) == ("dead", "healthy", "info", "dead_activation")
+    assert rec.step == 130 and "recovered" in rec.message
+
+
+def test_saturated_and_collapsed_activations():
+    run = Run()
+    layers = list(run.layers)
+    layers[run.i("relu0")] = {"name": "relu0", "type": "Tanh"}
+    eng = Engine(layers)
+
+    def plant(s, r):
+        if run.full(s):
+            r[run.i("relu0"), M["act_dead_frac"]] = np.nan
+            r[run.i("relu0"), M["act_sat_frac"]] = 0.9 if s >= 200 else 0.02
+            if s >= 300:  # fc1 outputs one constant value
+                r[run.i("fc1"), M["act_std"]] = 0.0
+                r[run.i("fc1"), M["act_absmax"]] = 0.7
+
+    feed(eng, run, range(400), plant)
+    got = [(e.layer, e.kind, e.step) for e in failures(eng)]
+    assert got == [("relu0", "saturated_activation", 200), ("fc1", "activation_collapse", 300)]
+    assert eng.root_cause["layer"] == "relu0"
+
+
+# ------------------------------------------------------------- exploding
+
+
+def test_exploding_against_own_history_and_lr_jump_blames_optimizer():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 98:
+            r[-1, M["value"]] = 1.0  # lr x100
+        if s >= 100:
+            r[run.params, M["grad_norm"]] *= 10.0 ** min(6, s - 99)
+
+    feed(eng, run, range(110), plant)
+    ev = failures(eng)[0]
+    assert ev.kind == "exploding_gradient" and ev.step >= 100
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("exploding_gradient", "<optimizer>", 98)
+    assert "learning rate" in rc["message"] and eng.status == "failing"
+
+
+def test_exploding_gradient_without_lr_change_names_the_highest_norm():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 150:
+            r[run.i("fc0"), M["grad_norm"]] *= 1e3
+            r[run.i("fc1"), M["grad_norm"]] *= 1e4
+
+    feed(eng, run, range(170), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("exploding_gradient", "fc1", 150)
+
+
+def test_born_exploding_activation_names_the_amplifying_layer():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if run.full(s):  # fc1 multiplies its input by ~1000 from the start
+            for n in ("fc1", "relu1", "fc2"):
+                r[run.i(n), M["act_std"]] *= 1000
+                r[run.i(n), M["act_absmax"]] *= 1000
+                r[run.i(n), M["act_mean"]] *= 1000
+
+    feed(eng, run, range(20), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_explosion", "fc1", 0)
+
+
+# -------------------------------------------------------------- cut off
+
+
+def test_no_gradient_names_the_highest_cut_off_layer():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        for n in ("fc0", "fc1"):
+            r[run.i(n), M["grad_missing"]] = 2
+            r[run.i(n), M["grad_norm"]] = np.nan
+            r[run.i(n), M["update_ratio"]] = np.nan if not run.full(s) else 0.0
+
+    feed(eng, run, range(20), plant)
+    assert {e.kind for e in failures(eng)} == {"no_gradient"}
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("no_gradient", "fc1", 0)
+
+
+def test_frozen_weights_and_not_when_lr_is_zero():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if run.full(s):
+            r[run.i("fc0"), M["update_ratio"]] = 0.0
+
+    feed(eng, run, range(20), plant)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("frozen_weights", "fc0", 0)
+
+    run = Run()
+    run.lr = 0.0  # nothing may move: warmup from zero
+    eng = Engine(run.layers)
+
+    def still(s, r):
+        if run.full(s):
+            r[run.params, M["update_ratio"]] = 0.0
+
+    feed(eng, run, range(20), still)
+    assert eng.events == []
+
+
+# --------------------------------------------------------------- <input>
+
+
+@pytest.mark.parametrize("kind", ["nan", "scale", "tiny", "constant", "shift"])
+def test_bad_batch_is_a_data_anomaly_at_input(kind):
+    run = Run()
+    eng = Engine(run.layers)
+    at = 77
+
+    def plant(s, r):
+        if s != at:
+            return
+        if kind == "nan":
+            r[0, M["act_nonfinite"]] = 4
+        elif kind == "scale":
+            r[0, [M["act_std"], M["act_absmax"]]] *= 1000
+        elif kind == "tiny":
+            r[0, [M["act_std"], M["act_absmax"]]] *= 1e-3
+        elif kind == "constant":
+            r[0, [M["act_mean"], M["act_std"], M["act_absmax"]]] = [1.0, 0.0, 1.0]
+        else:
+            r[0, M["act_mean"]] = 30.0
+            r[0, M["act_absmax"]] = 34.0
+
+    feed(eng, run, range(120), plant)
+    fail, rec = eng.events
+    assert (fail.kind, fail.layer, fail.step, fail.severity) == ("data_anomaly", "<input>", at, "error")
+    assert rec.severity == "info" and rec.step == at + 1
+    assert eng.root_cause["layer"] == "<input>" and eng.root_cause["step"] == at
+
+
+def test_unnormalised_inputs_blame_input_when_first_layer_fails_at_once():
+    run = Run()
+    layers = list(run.layers)
+    layers[run.i("relu0")] = {"name": "relu0", "type": "Tanh"}
+    eng = Engine(layers)
+
+    def plant(s, r):
+        r[0, [M["act_mean"], M["act_std"], M["act_absmax"]]] *= 255
+        if run.full(s):
+            r[run.i("relu0"), M["act_dead_frac"]] = np.nan
+            r[run.i("relu0"), M["act_sat_frac"]] = 0.95
+
+    feed(eng, run, range(30), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("saturated_activation", "<input>", 0)
+    assert "normalis" in rc["message"]
+
+
+# ---------------------------------------------------------------- <loss>
+
+
+def test_loss_spike_and_nonfinite_loss():
+    run = Run()
+    eng = Engine(run.layers)
+    li = run.i("<loss>")
+
+    def plant(s, r):
+        if s == 150:
+            r[li, M["value"]] = 40.0
+        if s == 180:
+            r[li, M["value"]] = np.inf
+            r[li, M["act_nonfinite"]] = 1
+
+    feed(eng, run, range(200), plant)
+    got = [(e.kind, e.to_state, e.step) for e in eng.events]
+    assert ("loss_spike", "loss_spike", 150) in got and ("nonfinite", "nonfinite", 180) in got
+    # the spike (a warning) came first; the non-finite loss (error) is not before it
+    assert eng.root_cause["kind"] == "loss_spike" and eng.status == "failing"
+
+
+def test_loss_plateau_when_the_loss_never_falls():
+    run = Run()
+    eng = Engine(run.layers, num_classes=4)
+    li = run.i("<loss>")
+    flat = lambda s, r: r.__setitem__((li, M["value"]), 1.386 + 0.05 * run.rng.normal())  # noqa: E731
+    feed(eng, run, range(Thresholds().plateau_min_steps + 20), flat)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("loss_plateau", "<loss>", 0)
+    assert ev.extra["confirmed_step"] >= Thresholds().plateau_min_steps - 1
+
+
+def test_short_flat_run_gets_its_plateau_at_finish_only():
+    run = Run()
+    eng = Engine(run.layers)
+    li = run.i("<loss>")
+    n = Thresholds().plateau_min_steps // 2 + 10
+    feed(eng, run, range(n), lambda s, r: r.__setitem__((li, M["value"]), 2.0 + 0.01 * run.rng.normal()))
+    assert eng.events == []
+    (ev,) = eng.finish()
+    assert ev.kind == "loss_plateau" and eng.finish() == []
+
+
+@pytest.mark.parametrize("k,loss0,expect", [(10, 2.35, False), (10, 35.0, True), (10, 0.2, True), (2, 0.72, False)])
+def test_initial_loss_against_ln_k(k, loss0, expect):
+    run = Run()
+    eng = Engine(run.layers)
+    eng.num_classes = k  # may be set before the first loss
+    li = run.i("<loss>")
+    feed(eng, run, range(30), lambda s, r: r.__setitem__((li, M["value"]), loss0 if s == 0 else 0.5))
+    got = [e for e in eng.events if e.kind == "initial_loss"]
+    assert bool(got) == expect
+    if expect:
+        assert (got[0].step, got[0].layer, got[0].extra["num_classes"]) == (0, "<loss>", k)
+        assert f"ln({k})" in got[0].message
+
+
+# --------------------------------------------------------------- layers
+
+
+def test_add_layers_grows_every_array_and_new_layers_can_fail():
+    run = Run()
+    eng = Engine(run.layers)
+    feed(eng, run, range(10))
+    eng.add_layers([{"name": "late", "type": "ReLU"}])
+    assert eng.states.shape == (len(run.layers) + 1,)
+    for s in range(10, 20):
+        r = np.concatenate([run.row(s), np.full((1, NM), np.nan, np.float32)])
+        r[-1, [M["act_std"], M["act_absmax"], M["act_dead_frac"], M["act_mean"]]] = [0, 0, 1.0, 0]
+        eng.update(s, r)
+    (ev,) = failures(eng)
+    assert (ev.layer, ev.kind, ev.step) == ("late", "dead_activation", 10)
+    assert ev.extra["born_failing"] is True
+
+
+# ----------------------------------------------------------- performance
+
+
+@pytest.mark.parametrize("hidden", [50, 500])
+def test_update_is_cheap(hidden):
+    """~100 and ~1000 rows. Prints the median time per update; the bound is
+    loose because this machine is shared (see the report for figures)."""
+    run = Run(hidden=hidden)
+    rows = [run.row(s) for s in range(300)]
+    eng = Engine(run.layers)
+    times = []
+    for s, r in enumerate(rows):
+        t0 = time.perf_counter()
+        eng.update(s, r)
+        times.append(time.perf_counter() - t0)
+    med = float(np.median(times[50:]))
+    print(f"\n{len(run.layers)} rows: {med * 1e6:.0f} us per update (median)")
+    assert med < 0.02

@@ -1,0 +1,491 @@
+"""Hooks on real models: recorded values against reference computations
+(``p.grad`` before clipping, hand-computed activation statistics), module
+selection, removal, and training left bit-for-bit unchanged."""
+
+import copy
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tb_neuraldbg import metadata
+from tb_neuraldbg import stats as S
+from tb_neuraldbg.instrument import Instrument, WatchConfig, select_modules
+
+M = metadata.METRIC_INDEX
+torch.set_num_threads(1)
+
+
+# -- helpers ----------------------------------------------------------------
+
+
+class Recorder:
+    """An Instrument with a list sink; rows assembled like the worker does."""
+
+    def __init__(self, model, optimizer=None, criterion=None, scaler=None, **cfg):
+        self.packets = []
+        self.inst = Instrument(
+            model, self.packets.append, WatchConfig(**cfg), optimizer=optimizer, criterion=criterion, scaler=scaler
+        )
+
+    @property
+    def names(self):
+        return [l["name"] for l in self.inst.layers]
+
+    def row(self, i=-1):
+        p = self.packets[i]
+        return S.assemble(p.host_values(), p.rows, p.keys, len(self.inst.layers))
+
+    def value(self, layer, metric, i=-1):
+        return float(self.row(i)[self.names.index(layer), M[metric]])
+
+
+def layer_grad_norm(module, recurse=True):
+    gs = [p.grad for p in module.parameters(recurse=recurse) if p.grad is not None]
+    return math.sqrt(sum(float(g.double().pow(2).sum()) for g in gs))
+
+
+def capture_outputs(*modules):
+    """Plain forward hooks recording each module's output (the reference)."""
+    outs = {}
+    handles = []
+    for m in modules:
+        def hook(mod, args, out, m=m):
+            outs.setdefault(m, out[0] if isinstance(out, tuple) else out)
+        handles.append(m.register_forward_hook(hook))
+    return outs, handles
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+class FunctionalMLP(nn.Module):
+    """Activations applied functionally: only the next layer's input shows them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 24)
+        self.fc2 = nn.Linear(24, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU()
+        self.head = nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(self.act(self.bn(self.conv(x))), 2)
+        return self.head(x.flatten(1))
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, tokens):
+        out, _ = self.lstm(self.emb(tokens))
+        return self.head(out[:, -1])
+
+
+def train(model, make_batch, steps=3, lr=0.05, clip=None, recorder_kwargs=None, accumulate=1, hook=None):
+    """An ordinary loop; returns the Recorder (or None) and per-step reference
+    gradient norms taken right before clipping / the optimizer step."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, **(recorder_kwargs or {})) if recorder_kwargs is not None else None
+    refs = []
+    for step in range(steps):
+        opt.zero_grad()
+        for _ in range(accumulate):
+            x, y = make_batch()
+            loss = crit(model(x), y) / accumulate
+            loss.backward()
+        if hook:
+            refs.append(hook())
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+    return rec, refs
+
+
+def batches(shape, classes, gen_seed=1, integer=None):
+    g = torch.Generator().manual_seed(gen_seed)
+
+    def make():
+        if integer:
+            x = torch.randint(0, integer, shape, generator=g)
+        else:
+            x = torch.randn(shape, generator=g)
+        return x, torch.randint(0, classes, (shape[0],), generator=g)
+
+    return make
+
+
+# -- selection and names ------------------------------------------------------
+
+
+def test_rows_follow_forward_order_with_pseudo_layers():
+    model = mlp()
+    rec, _ = train(model, batches((16, 12), 4), steps=2, recorder_kwargs={})
+    assert rec.names == ["<input>", "0", "1", "2", "3", "4", "<loss>", "<optimizer>"]
+    assert [l["type"] for l in rec.inst.layers][1:6] == ["Linear", "ReLU", "Linear", "Tanh", "Linear"]
+    assert len(rec.packets) == 2 and [p.step for p in rec.packets] == [0, 1]
+
+
+def test_transformer_rows_keep_attention_whole_and_skip_containers():
+    model = Encoder()
+    names = [n for n, _ in select_modules(model)]
+    assert "encoder.layers.0.self_attn" in names
+    assert "encoder.layers.0.self_attn.out_proj" not in names  # never called as a module
+    assert "encoder.layers.0" not in names and "encoder" not in names  # containers
+    assert not any("dropout" in n for n in names)  # skipped by the type table
+    rec, _ = train(model, batches((4, 6, 16), 3), steps=1, recorder_kwargs={})
+    order = rec.names
+    assert order.index("encoder.layers.0.self_attn") < order.index("encoder.layers.0.linear1")
+    assert order.index("encoder.layers.0.linear2") < order.index("encoder.layers.1.self_attn")
+
+
+def test_names_through_dataparallel_and_compile_wrappers():
+    base = mlp()
+    plain = [n for n, _ in select_modules(base)]
+    assert [n for n, _ in select_modules(nn.DataParallel(base))] == plain
+
+    class OptimizedModule(nn.Module):  # what torch.compile returns, by name
+        def __init__(self, m):
+            super().__init__()
+            self._orig_mod = m
+
+    assert [n for n, _ in select_modules(OptimizedModule(nn.DataParallel(base)))] == plain
+
+
+def test_include_exclude_by_pattern_and_type_and_the_cap():
+    model = Encoder()
+    only = [n for n, _ in select_modules(model, include="encoder.layers.1.*")]
+    assert only and all(n.startswith("encoder.layers.1.") for n in only)
+    no_norm = [n for n, m in select_modules(model, exclude=nn.LayerNorm)]
+    assert not any("norm" in n for n in no_norm)
+    with_dropout = [n for n, _ in select_modules(model, include=[nn.Dropout])]
+    assert with_dropout and all("dropout" in n for n in with_dropout)
+    with pytest.warns(UserWarning, match="max_layers=3"):
+        capped = [n for n, _ in select_modules(model, max_layers=3)]
+    full = [n for n, _ in select_modules(model)]
+    assert len(capped) == 3 and capped[0] == full[0] and capped[-1] == full[-1]
+
+
+# -- values against references ----------------------------------------------
+
+
+def test_grad_norm_is_the_norm_before_clipping():
+    model = mlp()
+    ref_norms = []
+    rec, _ = train(model, batches((16, 12), 4), steps=3, clip=1e-3, recorder_kwargs={},
+                   hook=lambda: ref_norms.append([layer_grad_norm(model[i]) for i in (0, 2, 4)]))
+    for step in range(3):
+        for name, ref in zip(("0", "2", "4"), ref_norms[step]):
+            assert ref > 1e-2  # so clipping to 1e-3 did change the gradients
+            assert rec.value(name, "grad_norm", step) == pytest.approx(ref, rel=1e-5)
+            assert rec.value(name, "grad_nonfinite", step) == 0
+            assert rec.value(name, "grad_missing", step) == 0
+    assert np.isnan(rec.value("1", "grad_norm"))  # ReLU has no parameters
+
+
+def test_gradient_accumulation_records_the_accumulated_gradient():
+    model = mlp()
+    ref = []
+    rec, _ = train(model, batches((8, 12), 4), steps=2, accumulate=3, recorder_kwargs={},
+                   hook=lambda: ref.append(layer_grad_norm(model[2])))
+    assert len(rec.packets) == 2  # one record per optimizer step
+    for step in range(2):
+        assert rec.value("2", "grad_norm", step) == pytest.approx(ref[step], rel=1e-5)
+
+
+def test_activation_statistics_equal_hand_computations_with_functional_relu():
+    model = FunctionalMLP()
+    outs, handles = capture_outputs(model.fc1, model.fc2)
+    rec, _ = train(model, batches((32, 10), 3), steps=1, recorder_kwargs={})
+    h = outs[model.fc1].detach()
+    assert rec.value("fc1", "act_mean") == pytest.approx(h.mean().item(), rel=1e-5, abs=1e-7)
+    assert rec.value("fc1", "act_std") == pytest.approx(h.std().item(), rel=1e-4)
+    assert rec.value("fc1", "act_absmax") == pytest.approx(h.abs().max().item(), rel=1e-6)
+    assert rec.value("fc1", "act_zero_frac") == 0
+    r = torch.relu(h)  # the functional activation, seen as fc2's input
+    assert rec.value("fc2", "in_zero_frac") == pytest.approx((r == 0).float().mean().item())
+    dead = ((r != 0).sum(0) == 0).float().mean().item()
+    assert rec.value("fc2", "in_dead_frac") == pytest.approx(dead)
+    assert rec.value("fc2", "in_nonfinite") == 0
+    x_in = rec.row()[0]
+    assert not np.isnan(x_in[M["act_mean"]]) and x_in[M["act_nonfinite"]] == 0
+    for hd in handles:
+        hd.remove()
+
+
+def test_relu_module_dead_fraction_and_tanh_saturation():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 20), nn.ReLU(), nn.Linear(20, 20), nn.Tanh(), nn.Linear(20, 2))
+    with torch.no_grad():
+        model[0].bias[:5] = -100.0  # five units dead for any input
+        model[2].weight.mul_(30.0)  # push tanh into saturation
+    outs, handles = capture_outputs(model[1], model[3])
+    rec, _ = train(model, batches((16, 6), 2), steps=1, lr=0.0, recorder_kwargs={})
+    relu_out, tanh_out = outs[model[1]].detach(), outs[model[3]].detach()
+    dead = ((relu_out != 0).sum(0) == 0).float().mean().item()
+    assert dead >= 5 / 20
+    assert rec.value("1", "act_dead_frac") == pytest.approx(dead)
+    sat = (tanh_out.abs() >= 0.99).float().mean().item()
+    assert sat > 0.3
+    assert rec.value("3", "act_sat_frac") == pytest.approx(sat)
+    assert np.isnan(rec.value("1", "act_sat_frac"))  # not bounded
+    assert rec.value("2", "in_dead_frac") == pytest.approx(dead)  # same tensor, reused
+    for hd in handles:
+        hd.remove()
+
+
+def test_cnn_with_batchnorm():
+    model = CNN()
+    outs, handles = capture_outputs(model.bn)
+    ref = []
+    rec, _ = train(model, batches((8, 3, 8, 8), 5), steps=2, recorder_kwargs={},
+                   hook=lambda: ref.append((layer_grad_norm(model.conv), layer_grad_norm(model.bn))))
+    assert rec.names[1:5] == ["conv", "bn", "act", "head"]
+    bn = outs[model.bn].detach()
+    assert rec.value("bn", "act_mean", 0) == pytest.approx(bn.mean().item(), abs=1e-5)
+    assert rec.value("bn", "act_std", 0) == pytest.approx(bn.std().item(), rel=1e-4)
+    assert rec.value("conv", "grad_norm", 1) == pytest.approx(ref[1][0], rel=1e-5)
+    assert rec.value("bn", "grad_norm", 1) == pytest.approx(ref[1][1], rel=1e-5)
+    for hd in handles:
+        hd.remove()
+
+
+def test_transformer_attention_owns_out_proj_gradients():
+    model = Encoder()
+    attn = model.encoder.layers[0].self_attn
+    ref = []
+    rec, _ = train(model, batches((4, 6, 16), 3), steps=2, recorder_kwargs={},
+                   hook=lambda: ref.append(layer_grad_norm(attn)))
+    assert rec.value("encoder.layers.0.self_attn", "grad_norm", 1) == pytest.approx(ref[1], rel=1e-5)
+    # The default activation of the layer is functional: linear2 sees it.
+    assert rec.value("encoder.layers.0.linear2", "in_zero_frac", 0) > 0.2
+
+
+def test_lstm_and_embedding():
+    model = LSTMNet()
+    ref = []
+    rec, _ = train(model, batches((4, 7), 3, integer=20), steps=2, recorder_kwargs={},
+                   hook=lambda: ref.append(layer_grad_norm(model.lstm)))
+    assert rec.names[1:4] == ["emb", "lstm", "head"]
+    assert rec.inst.layers[2]["type"] == "LSTM"
+    assert rec.value("lstm", "grad_norm", 1) == pytest.approx(ref[1], rel=1e-5)
+    assert not np.isnan(rec.value("lstm", "act_mean", 1))
+
+
+def test_loss_learning_rate_update_ratio_and_weight_norm():
+    model = mlp()
+    before = model[0].weight.detach().clone(), model[0].bias.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit)
+    x, y = batches((16, 12), 4)()
+    loss = crit(model(x), y)
+    loss.backward()
+    opt.step()
+    assert rec.value("<loss>", "value") == pytest.approx(loss.item())
+    assert rec.value("<optimizer>", "value") == pytest.approx(0.05)
+    assert np.isnan(rec.value("<optimizer>", "scale"))
+    w, b = model[0].weight.detach(), model[0].bias.detach()
+    dw = math.sqrt(float((w - before[0]).pow(2).sum() + (b - before[1]).pow(2).sum()))
+    w0 = math.sqrt(float(before[0].pow(2).sum() + before[1].pow(2).sum()))
+    assert rec.value("0", "update_ratio") == pytest.approx(dw / w0, rel=1e-4)
+    assert rec.value("0", "weight_norm") == pytest.approx(math.sqrt(float(w.pow(2).sum() + b.pow(2).sum())), rel=1e-5)
+
+
+def test_nonfinite_activation_is_flagged_then_counted_exactly():
+    model = FunctionalMLP()
+    with torch.no_grad():
+        model.fc1.weight[0, 0] = math.inf
+    rec, _ = train(model, batches((8, 10), 3), steps=12, lr=0.0, recorder_kwargs={})
+    # Step 11 is a cheap step (stats_every=10): the flag says "at least one".
+    assert rec.value("fc1", "act_nonfinite", 11) >= 1
+    assert rec.value("<input>", "act_nonfinite", 11) == 0
+    rec.inst.exact_nonfinite = True  # what the worker sets after seeing it
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x, y = batches((8, 10), 3)()
+    # fc1's first output column is +-inf or NaN for every sample: 8 values.
+    out = model.fc1(x)
+    expected = int((~torch.isfinite(out)).sum())
+    crit = nn.CrossEntropyLoss()
+    rec.inst.optimizer.zero_grad()
+    crit(model(x), y).backward()
+    rec.inst.optimizer.step()
+    assert rec.value("fc1", "act_nonfinite") == expected
+
+
+def test_scaler_records_unscaled_norms_scale_and_skipped_steps():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    crit = nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    rec = Recorder(model, opt, crit, scaler=scaler)
+    ref = []
+    make = batches((16, 12), 4)
+    for step in range(3):
+        opt.zero_grad()
+        x, y = make()
+        if step == 1:
+            x[0, 0] = math.inf  # the scaler skips this optimizer step
+        scaler.scale(crit(model(x), y)).backward()
+        scaler.unscale_(opt)
+        ref.append(layer_grad_norm(model[2]))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        scaler.step(opt)
+        scaler.update()
+    assert [p.step for p in rec.packets] == [0, 1, 2]  # the skipped step too
+    assert rec.value("2", "grad_norm", 0) == pytest.approx(ref[0], rel=1e-5)
+    assert rec.value("<optimizer>", "scale", 0) == 1024.0
+    assert rec.value("<optimizer>", "scale", 2) == 512.0  # backed off after the skip
+    assert rec.value("<input>", "act_nonfinite", 1) >= 1
+    assert rec.value("2", "grad_nonfinite", 1) >= 1
+    rec.inst.remove()
+    assert "update" not in scaler.__dict__  # the wrapper is gone
+
+
+def test_record_without_optimizer():
+    model = mlp()
+    rec = Recorder(model)
+    crit = nn.CrossEntropyLoss()
+    make = batches((16, 12), 4)
+    for step in range(3):
+        model.zero_grad()
+        x, y = make()
+        loss = crit(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+        rec.inst.record(loss=loss)
+    assert [p.step for p in rec.packets] == [0, 1, 2]
+    assert rec.value("<loss>", "value", 2) == pytest.approx(loss.item())
+    assert rec.value("0", "grad_norm", 2) == pytest.approx(layer_grad_norm(model[0]), rel=1e-5)
+    assert rec.value("0", "update_ratio", 1) > 0  # compared with the previous record
+
+
+def test_eval_forward_without_grad_is_not_recorded():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, nn.CrossEntropyLoss())
+    x, y = batches((16, 12), 4)()
+    with torch.no_grad():
+        model(x * 1000)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    assert rec.value("<input>", "act_absmax") == pytest.approx(x.abs().max().item())
+
+
+# -- never harm training -------------------------------------------------------
+
+
+def _snapshot(model):
+    return [p.detach().clone() for p in model.parameters()], [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("make_model,shape,integer", [
+    (mlp, (16, 12), None), (CNN, (4, 3, 8, 8), None), (Encoder, (2, 5, 16), None), (LSTMNet, (4, 6), 20),
+], ids=["mlp", "cnn", "transformer", "lstm"])
+def test_training_is_bitwise_identical_with_and_without_hooks(make_model, shape, integer):
+    classes = 4 if make_model is mlp else (5 if make_model is CNN else 3)
+    results = []
+    for watched in (False, True):
+        torch.manual_seed(0)
+        model = make_model()
+        outs = []
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        crit = nn.CrossEntropyLoss()
+        rec = Recorder(model, opt, crit, stats_every=2, hist_every=2) if watched else None
+        make = batches(shape, classes, integer=integer)
+        for _ in range(4):
+            opt.zero_grad()
+            x, y = make()
+            out = model(x)
+            outs.append(out.detach().clone())
+            crit(out, y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            grads = [p.grad.clone() for p in model.parameters()]
+            opt.step()
+        results.append((outs, grads, [p.detach().clone() for p in model.parameters()]))
+        if rec:
+            assert len(rec.packets) == 4
+    (o1, g1, p1), (o2, g2, p2) = results
+    assert all(torch.equal(a, b) for a, b in zip(o1, o2))
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2))
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+
+
+def _hook_counts(model, opt):
+    n = 0
+    for m in model.modules():
+        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+    for p in model.parameters():
+        n += len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+    n += len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks)
+    return n
+
+
+def test_remove_leaves_no_hooks_and_is_idempotent():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    assert _hook_counts(model, opt) == 0
+    rec = Recorder(model, opt, crit)
+    assert _hook_counts(model, opt) > 0
+    rec.inst.remove()
+    rec.inst.remove()
+    assert _hook_counts(model, opt) == 0
+    assert len(crit._forward_hooks) == 0
+    x, y = batches((4, 12), 4)()
+    crit(model(x), y).backward()
+    opt.step()
+    assert rec.packets == []
+
+
+def test_a_failing_statistic_warns_once_and_training_goes_on(monkeypatch):
+    model = mlp()
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(S, "flag_moment", broken)
+    monkeypatch.setattr(S, "moments", broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec, _ = train(model, batches((8, 12), 4), steps=3, recorder_kwargs={})
+    msgs = [str(w.message) for w in caught if "tb_neuraldbg" in str(w.message)]
+    assert len(msgs) == 1 and "forward" in msgs[0] and "boom" in msgs[0]  # once
+    assert len(rec.packets) == 3  # the other parts still record
+    assert rec.value("0", "grad_norm") > 0
+    assert rec.value("<input>", "act_absmax") > 0
+    assert np.isnan(rec.value("0", "act_mean"))

@@ -1,0 +1,109 @@
+"""End to end: a real ``tensorboard --logdir`` process serves the plugin.
+
+Both loaders: the Rust data server (``--load_fast=true``) and the Python one
+(``--load_fast=false``). Checks the plugin listing, every route over HTTP, that
+every step is kept (more than either loader's default sample of 100 / 10),
+and that a run still being written shows new steps and events after a reload.
+"""
+
+import pytest
+
+from tb_neuraldbg import metadata
+from tests.plugin_server import serve
+from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
+
+NUM_STEPS = 150  # above the Rust loader's default reservoir of 100 per tag
+BASE = "/data/plugin/neuraldbg"
+
+
+# tensorboard depends on tensorboard-data-server, so both loaders must work:
+# a missing Rust server fails here rather than skipping.
+@pytest.mark.parametrize("load_fast", ["true", "false"])
+def test_real_tensorboard(load_fast, tmp_path):
+    # A finished run, and a live run whose writer stays open.
+    live_dir = tmp_path / "logs"
+    live_dir.mkdir()
+    truth = write_run(
+        live_dir, "failing", num_modules=3, num_steps=NUM_STEPS,
+        plants=[Plant(77, "fc1", "exploding", {"grad_norm": 3e5})],
+        events=[event(77, "fc1", "exploding_gradient", value=3e5)],
+    )
+    live = SyntheticWriter(live_dir, "live", make_layers(2), seed=5)
+    for s in range(3):
+        live.step(s)
+    live.flush()
+    try:
+        with serve(live_dir, load_fast=load_fast, log_path=tmp_path / "tb.log") as tb:
+            listing = tb.wait_for(
+                "plugins_listing",
+                lambda: (lambda d: d if metadata.PLUGIN_NAME in d else None)(
+                    tb.json("/data/plugins_listing")),
+            )
+            entry = listing[metadata.PLUGIN_NAME]
+            assert entry["tab_name"] == "NeuralDbg" and entry["enabled"]
+            assert entry["loading_mechanism"]["module_path"].endswith(f"{BASE}/index.js")
+
+            def runs_loaded():
+                runs = {r["run"]: r for r in tb.json(f"{BASE}/runs")["runs"]}
+                ok = runs.get("failing", {}).get("num_steps") == NUM_STEPS and "live" in runs
+                return runs if ok else None
+
+            runs = tb.wait_for("both runs loaded", runs_loaded)
+            f = runs["failing"]
+            assert (f["status"], f["first_step"], f["last_step"]) == ("failing", 0, NUM_STEPS - 1)
+            assert f["root_cause"]["layer"] == "fc1" and f["num_layers"] == 6
+
+            meta = tb.json(f"{BASE}/meta?run=failing")
+            assert meta["layers"] == truth.layers and meta["num_steps"] == NUM_STEPS
+
+            hm = tb.json(f"{BASE}/heatmap?run=failing&metric=grad_norm&max_cols=10")
+            assert hm["cols"] == 10 and hm["col_start"][0] == 0 and hm["col_end"][-1] == NUM_STEPS - 1
+            row = truth.row("fc1")
+            cell = row * 10 + 77 * 10 // NUM_STEPS
+            assert hm["states"][cell] == metadata.STATE_CODE["exploding"]
+            assert hm["values"][cell] == pytest.approx(3e5, rel=1e-6)
+
+            full = tb.json(f"{BASE}/heatmap?run=failing&metric=state&max_cols=5000")
+            assert full["cols"] == NUM_STEPS  # every step kept, no reservoir sample
+
+            ev = tb.json(f"{BASE}/events?run=failing&kind=exploding_gradient")
+            assert [e["step"] for e in ev["events"]] == [77]
+            layer = tb.json(f"{BASE}/layer?run=failing&layer=fc1&start=70&end=80")
+            assert layer["steps"] == list(range(70, 81))
+            assert layer["states"][7] == metadata.STATE_CODE["exploding"]
+            rep = tb.json(f"{BASE}/report")
+            assert [r["run"] for r in rep["runs"]] == ["failing", "live"]
+
+            status, ctype, body = tb.fetch(f"{BASE}/index.js", gzip_ok=False)
+            assert status == 200 and ctype.startswith("text/javascript")
+            assert b"render" in body
+            for path, code in (
+                (f"{BASE}/heatmap?run=nope&metric=state", 404),
+                (f"{BASE}/heatmap?run=failing&metric=state&start=5&end=1", 400),
+                (f"{BASE}/heatmap?run=failing&metric=state&max_cols=999999", 400),
+            ):
+                status, ctype, _ = tb.fetch(path, gzip_ok=False)
+                assert (status, ctype.split(";")[0]) == (code, "text/plain"), path
+
+            # The live run gains steps and an event; a reload shows them.
+            for s in range(3, 8):
+                live.step(s, events=[event(s, "fc0", "no_gradient")] if s == 6 else ())
+            live.flush()
+            tb.wait_for(
+                "live run to show new steps",
+                lambda: tb.json(f"{BASE}/meta?run=live")["last_step"] == 7,
+                timeout=60,
+            )
+            got = tb.wait_for(
+                "live run's event",
+                lambda: tb.json(f"{BASE}/events?run=live")["events"] or None,
+                timeout=60,
+            )
+            assert [(e["step"], e["kind"]) for e in got] == [(6, "no_gradient")]
+            hm = tb.json(f"{BASE}/heatmap?run=live&metric=grad_norm")
+            assert hm["col_end"][-1] == 7 and hm["cols"] == 8
+    except AssertionError:
+        print((tmp_path / "tb.log").read_text(errors="replace")[-4000:])
+        raise
+    finally:
+        live.close()

@@ -1,0 +1,203 @@
+"""The on-device reductions and their host-side completion, against plain
+torch/numpy reference computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tb_neuraldbg import metadata
+from tb_neuraldbg import stats as S
+from tb_neuraldbg.stats import Key
+
+M = metadata.METRIC_INDEX
+
+
+def _host(ts):
+    return [float(t) for t in ts]
+
+
+def _assemble(slots, num_rows):
+    """slots: [(row, key, value)] -> the assembled [L, M] row."""
+    rows = np.array([r for r, _, _ in slots])
+    keys = np.array([k for _, k, _ in slots])
+    vals = np.array([v for _, _, v in slots], dtype=np.float64)
+    return S.assemble(vals, rows, keys, num_rows)
+
+
+def _out_slots(row, x, dead=False):
+    mn, mx, s, q, nz, *rest = _host(S.moments(x, dead=dead))
+    slots = [
+        (row, Key.OUT_MIN, mn),
+        (row, Key.OUT_MAX, mx),
+        (row, Key.OUT_SUM, s),
+        (row, Key.OUT_NORM, q),
+        (row, Key.OUT_NZ, nz),
+        (row, Key.OUT_N, x.numel()),
+    ]
+    if dead:
+        slots += [(row, Key.OUT_DEAD, rest[0]), (row, Key.OUT_UNITS, x[0].numel())]
+    return slots
+
+
+@pytest.mark.parametrize("shape", [(64, 33), (8, 4, 5, 5), (3,)], ids=["2d", "4d", "1d"])
+def test_moments_give_mean_std_absmax_zero_frac(shape):
+    torch.manual_seed(0)
+    x = torch.relu(torch.randn(shape) * 3 + 0.5)
+    x[..., 0] = -7.0  # a negative extreme so max|x| comes from the minimum
+    row = _assemble(_out_slots(0, x), 1)[0]
+    assert row[M["act_mean"]] == pytest.approx(x.mean().item(), rel=1e-5, abs=1e-6)
+    assert row[M["act_std"]] == pytest.approx(x.std().item(), rel=1e-4)
+    assert row[M["act_absmax"]] == pytest.approx(x.abs().max().item())
+    assert row[M["act_zero_frac"]] == pytest.approx((x == 0).float().mean().item())
+    assert row[M["act_nonfinite"]] == 0
+
+
+def test_zero_and_dead_counts_units_dead_for_the_whole_batch():
+    x = torch.randn(16, 10).relu()
+    x[:, 3] = 0
+    x[:, 7] = 0
+    x[5, 7] = 1.0  # alive for one sample: not dead
+    nz, dead = S.zero_and_dead(x)
+    assert int(nz) == int((x != 0).sum())
+    assert int(dead) == 1
+    row = _assemble(_out_slots(0, x, dead=True), 1)[0]
+    assert row[M["act_dead_frac"]] == pytest.approx(1 / 10)
+
+
+def test_dead_units_of_a_conv_output_are_positions_of_a_sample():
+    x = torch.rand(4, 3, 2, 2) + 0.1
+    x[:, 1] = 0  # a dead channel: 4 of the 12 units of a sample
+    _, dead = S.zero_and_dead(x)
+    assert int(dead) == 4
+
+
+def test_saturated_counts_both_flat_ends():
+    y = torch.tensor([-1.0, -0.995, -0.5, 0.0, 0.98, 0.99, 1.0])
+    assert int(S.saturated(y, -0.99, 0.99)) == 4
+
+
+def test_nonfinite_count_is_exact():
+    x = torch.randn(100)
+    x[3], x[10], x[11] = math.nan, math.inf, -math.inf
+    assert int(S.nonfinite_count(x)) == 3
+    assert int(S.nonfinite_count(torch.arange(5))) == 0  # integers are finite
+
+
+def test_flag_moment_sees_nan_and_inf():
+    x = torch.ones(10)
+    assert math.isfinite(float(S.flag_moment(x)))
+    x[2] = math.inf
+    assert not math.isfinite(float(S.flag_moment(x)))
+    x[3] = -math.inf  # inf + -inf = NaN: still flagged
+    assert not math.isfinite(float(S.flag_moment(x)))
+
+
+def test_half_precision_sums_do_not_overflow_into_a_false_flag():
+    x = torch.full((100_000,), 60.0, dtype=torch.float16)  # sum 6e6 > fp16 max
+    assert math.isfinite(float(S.flag_moment(x)))
+    mn, mx, s, q, nz = S.moments(x)
+    assert float(s) == pytest.approx(6e6, rel=1e-3)
+
+
+def test_nonfinite_flag_and_exact_count_in_assemble():
+    x = torch.randn(8, 4)
+    x[0, 0] = math.nan
+    slots = _out_slots(0, x)
+    flagged = _assemble(slots, 1)[0]
+    assert flagged[M["act_nonfinite"]] == 1  # "at least one" without an exact count
+    exact = _assemble(slots + [(0, Key.OUT_NF, 1.0)], 1)[0]
+    assert exact[M["act_nonfinite"]] == 1
+    # only the sum (a cheap step) and no exact count: flag from the sum
+    y = torch.ones(5)
+    y[1] = math.inf
+    cheap = _assemble([(0, Key.OUT_SUM, float(y.sum())), (0, Key.OUT_N, 5)], 1)[0]
+    assert cheap[M["act_nonfinite"]] == 1
+    assert np.isnan(cheap[M["act_std"]])  # not measured at a cheap step
+
+
+def test_histogram_matches_numpy_and_drops_nonfinite():
+    torch.manual_seed(1)
+    x = torch.randn(1000)
+    x[:5] = math.nan
+    x[5] = math.inf
+    run = S.histogram(x).numpy()
+    parts = S.histogram_parts(run)
+    finite = x[torch.isfinite(x)].numpy().astype(np.float64)
+    ref, edges = np.histogram(finite, bins=S.HIST_BINS, range=(finite.min(), finite.max()))
+    assert parts["nonfinite"] == 6
+    assert parts["num"] == finite.size
+    # Values on an inner edge may fall on either side in float32: allow 1.
+    assert np.abs(np.array(parts["bucket_counts"]) - ref).max() <= 1
+    assert parts["bucket_limits"] == pytest.approx(edges[1:].tolist(), rel=1e-5)
+    assert parts["sum"] == pytest.approx(finite.sum(), rel=1e-4)
+    assert parts["sum_squares"] == pytest.approx((finite**2).sum(), rel=1e-4)
+
+
+def test_histogram_of_a_constant_and_of_nothing_finite():
+    parts = S.histogram_parts(S.histogram(torch.full((10,), 2.0)).numpy())
+    assert parts["num"] == 10 and parts["min"] == parts["max"] == 2.0
+    none = S.histogram_parts(S.histogram(torch.full((4,), math.nan)).numpy())
+    assert none["num"] == 0 and none["nonfinite"] == 4
+
+
+def test_foreach_norm_matches_vector_norm_across_dtypes_and_sparse():
+    ts = [torch.randn(3, 4), torch.randn(7, dtype=torch.float64), torch.randn(2, 2)]
+    sparse = torch.sparse_coo_tensor([[0, 2]], [3.0, 4.0], (5,), check_invariants=True)
+    out = S.foreach_norm(ts + [sparse])
+    for t, n in zip(ts, out):
+        assert float(n) == pytest.approx(float(torch.linalg.vector_norm(t)), rel=1e-6)
+    assert float(out[-1]) == pytest.approx(5.0)
+
+
+def test_foreach_norm_falls_back_when_the_private_op_fails(monkeypatch):
+    def broken(_):
+        raise RuntimeError("no foreach here")
+
+    monkeypatch.setattr(torch, "_foreach_norm", broken)
+    monkeypatch.setattr(S, "_FOREACH_OK", True)
+    with pytest.warns(UserWarning, match="_foreach_norm"):
+        out = S.foreach_norm([torch.ones(4)])
+    assert float(out[0]) == 2.0
+
+
+def test_assemble_parameters_input_reference_and_pseudo_values():
+    slots = [
+        # row 1: two parameters with gradient norms 3 and 4 -> 5
+        (1, Key.GRAD_NORM, 3.0),
+        (1, Key.GRAD_NORM, 4.0),
+        (1, Key.GRAD_MISSING, 0),
+        (1, Key.WEIGHT_NORM, 6.0),
+        (1, Key.WEIGHT_NORM, 8.0),
+        (1, Key.UPD_NORM, 0.3),
+        (1, Key.UPD_NORM, 0.4),
+        (1, Key.UPD_BASE, 6.0),
+        (1, Key.UPD_BASE, 8.0),
+        # row 1's output, row 2's input is the same tensor
+        (1, Key.OUT_SUM, 4.0),
+        (1, Key.OUT_NZ, 2.0),
+        (1, Key.OUT_N, 8.0),
+        (1, Key.OUT_MIN, 0.0),
+        (1, Key.OUT_MAX, 2.0),
+        (2, Key.IN_REF, 1),
+        (3, Key.VALUE, 0.25),
+        (3, Key.SCALE, 1024.0),
+    ]
+    row = _assemble(slots, 4)
+    assert row[1, M["grad_norm"]] == pytest.approx(5.0)
+    assert row[1, M["grad_nonfinite"]] == 0
+    assert row[1, M["weight_norm"]] == pytest.approx(10.0)
+    assert row[1, M["update_ratio"]] == pytest.approx(0.05)
+    assert row[2, M["in_zero_frac"]] == pytest.approx(0.75)
+    assert row[2, M["in_nonfinite"]] == 0
+    assert row[3, M["value"]] == pytest.approx(0.25) and row[3, M["scale"]] == 1024
+    assert np.isnan(row[0]).all()  # nothing measured for row 0
+    assert np.isnan(row[2, M["grad_norm"]]) and np.isnan(row[2, M["grad_nonfinite"]])
+
+
+def test_assemble_flags_a_nonfinite_gradient_norm():
+    row = _assemble([(0, Key.GRAD_NORM, 1.0), (0, Key.GRAD_NORM, math.inf)], 1)[0]
+    assert row[M["grad_norm"]] == math.inf and row[M["grad_nonfinite"]] == 1
+    exact = _assemble([(0, Key.GRAD_NORM, math.nan), (0, Key.GRAD_NF, 2), (0, Key.GRAD_NF, 3)], 1)[0]
+    assert exact[M["grad_nonfinite"]] == 5

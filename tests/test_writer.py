@@ -1,0 +1,344 @@
+"""DebugWriter end to end: event files that TensorBoard reads, the write
+schedule and ring around events, online diagnosis plumbing (events, flush,
+on_error="raise", saved batches), closing paths, and the byte budget."""
+
+import glob
+import json
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.util import tensor_util
+from torch import nn
+
+import tb_neuraldbg.diagnosis as diagnosis
+from tb_neuraldbg import DebugWriter, metadata
+from tb_neuraldbg.diagnosis.events import Event
+from tb_neuraldbg.instrument import WatchConfig
+from tb_neuraldbg.writer import TrainingFailure
+
+torch.set_num_threads(1)
+M = metadata.METRIC_INDEX
+
+
+# -- helpers ----------------------------------------------------------------
+
+
+class PlannedEngine:
+    """Stand-in for the diagnosis Engine (the interface of common.md): emits
+    the events planned for given steps, records every update it gets."""
+
+    plan: dict = {}
+    last = None
+
+    def __init__(self, layers, thresholds=None):
+        self.layers = [dict(l) for l in layers]
+        self.thresholds = thresholds
+        self.states = np.zeros(len(self.layers), np.uint8)
+        self.events = []
+        self.root_cause = None
+        self.updates = []
+        PlannedEngine.last = self
+
+    @property
+    def status(self):
+        return "failing" if any(e.severity == "error" for e in self.events) else "healthy"
+
+    def add_layers(self, new):
+        self.layers += [dict(l) for l in new]
+        self.states = np.concatenate([self.states, np.zeros(len(new), np.uint8)])
+
+    def update(self, step, row):
+        assert row.shape == (len(self.layers), len(metadata.METRICS))
+        self.updates.append(step)
+        if step not in self.plan:
+            return []
+        onset, layer, kind, severity = self.plan[step]
+        e = Event(onset, layer, kind, "healthy", "nonfinite", 1.0, severity, f"{layer}: {kind}")
+        self.events.append(e)
+        if severity == "error" and self.root_cause is None:
+            self.root_cause = {"kind": kind, "layer": layer, "step": onset, "message": e.message}
+        self.states[[l["name"] for l in self.layers].index(layer)] = metadata.STATE_CODE["nonfinite"]
+        return [e]
+
+    def finish(self):
+        return []
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    PlannedEngine.plan = {}
+    monkeypatch.setattr(diagnosis, "Engine", PlannedEngine)
+    return PlannedEngine
+
+
+def tiny():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def fit(writer, model, steps, start=0, bad_step=None, **watch):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    handle = writer.watch(model, optimizer=opt, criterion=crit, **watch)
+    g = torch.Generator().manual_seed(0)
+    batches = {}
+    for step in range(start, start + steps):
+        x = torch.randn(8, 4, generator=g)
+        y = torch.randint(0, 2, (8,), generator=g)
+        batches[step] = (x, y)
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+    return handle, batches
+
+
+def load(logdir):
+    ea = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0})
+    ea.Reload()
+    return ea
+
+
+def tensor_steps(ea, tag):
+    return [e.step for e in ea.Tensors(tag)]
+
+
+def json_values(ea, tag):
+    return [json.loads(tensor_util.make_ndarray(e.tensor_proto).item()) for e in ea.Tensors(tag)]
+
+
+# -- the event file ---------------------------------------------------------
+
+
+def test_rows_layers_config_and_user_scalars_in_one_readable_file(tmp_path):
+    model = tiny()
+    with DebugWriter(str(tmp_path)) as w:
+        handle, _ = fit(w, model, 12)
+        w.add_scalar("user/loss", 1.0, 3)
+        layers = handle.layers
+    assert len(glob.glob(str(tmp_path / "events.out.tfevents.*"))) == 1
+    ea = load(tmp_path)
+    tags = ea.Tags()["tensors"]
+    for metric in metadata.METRICS:
+        assert tensor_steps(ea, metadata.stats_tag(metric)) == list(range(12))
+    assert ea.Scalars("user/loss")[0].value == 1.0
+    L = len(layers)
+    gn = tensor_util.make_ndarray(ea.Tensors(metadata.stats_tag("grad_norm"))[5].tensor_proto)
+    assert gn.dtype == np.float32 and gn.shape == (L,)
+    assert gn[1] > 0 and np.isnan(gn[0])  # Linear has a gradient, <input> has none
+    states = tensor_util.make_ndarray(ea.Tensors(metadata.TAG_STATES)[0].tensor_proto)
+    assert states.dtype == np.uint8 and states.shape == (L,)
+    assert json_values(ea, metadata.TAG_LAYERS) == [{"layers": layers}]
+    assert [l["name"] for l in layers] == ["<input>", "0", "1", "2", "<loss>", "<optimizer>"]
+    (config,) = json_values(ea, metadata.TAG_CONFIG)
+    assert config["format_version"] == metadata.FORMAT_VERSION and config["stats_every"] == 10
+    assert metadata.TAG_CONFIG in tags
+    meta = ea.SummaryMetadata(metadata.stats_tag("act_std"))
+    assert meta.plugin_data.plugin_name == metadata.PLUGIN_NAME
+    assert metadata.parse_plugin_metadata(meta.plugin_data.content)["metric"] == "act_std"
+
+
+def test_metadata_is_written_once_per_tag(tmp_path):
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 5)
+    (path,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
+    with_meta, values = {}, {}
+    for event in EventFileLoader(path).Load():
+        for v in event.summary.value:
+            values[v.tag] = values.get(v.tag, 0) + 1
+            with_meta[v.tag] = with_meta.get(v.tag, 0) + v.HasField("metadata")
+    assert values[metadata.stats_tag("grad_norm")] == 5
+    assert with_meta[metadata.stats_tag("grad_norm")] == 1
+    assert with_meta[metadata.TAG_STATES] == 1
+
+
+def test_histograms_and_plugin_visible_to_tensorboard(tmp_path):
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 3, hist_every=2)
+    mux = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={metadata.PLUGIN_NAME: 0})
+    mux.AddRunsFromDirectory(str(tmp_path))
+    mux.Reload()
+    provider = data_provider.MultiplexerDataProvider(mux, str(tmp_path))
+    ctx = context.RequestContext()
+    plugins = provider.list_plugins(ctx, experiment_id="")
+    assert "histograms" in plugins and metadata.PLUGIN_NAME in plugins
+    hists = provider.list_tensors(ctx, experiment_id="", plugin_name="histograms")
+    (run,) = hists.values()
+    tag = f"{metadata.PLUGIN_NAME}_hist/1/activation"
+    assert tag in run and run[tag].max_step == 2
+    data = provider.read_tensors(ctx, experiment_id="", plugin_name="histograms", downsample=100,
+                                 run_tag_filter=None)
+    (series,) = data.values()
+    buckets = series[tag][0].numpy  # [k, 3]: left edge, right edge, count
+    assert buckets[:, 2].sum() == 8 * 8  # every ReLU output value of the batch
+    assert np.isfinite(buckets).all()
+
+
+def test_record_without_optimizer(tmp_path):
+    model = tiny()
+    crit = nn.CrossEntropyLoss()
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model)
+        for step in (5, 6, 7):
+            model.zero_grad()
+            loss = crit(model(torch.randn(8, 4)), torch.randint(0, 2, (8,)))
+            loss.backward()
+            w.record(step, loss=loss)
+    ea = load(tmp_path)
+    assert tensor_steps(ea, metadata.stats_tag("value")) == [5, 6, 7]
+    last = tensor_util.make_ndarray(ea.Tensors(metadata.stats_tag("value"))[-1].tensor_proto)
+    assert last[-2] == pytest.approx(loss.item())  # <loss>, then <optimizer> (NaN)
+
+
+# -- schedule, ring and events ----------------------------------------------
+
+
+def test_write_schedule_with_full_resolution_around_an_event(tmp_path, planned):
+    planned.plan = {90: (88, "2", "exploding_gradient", "warning")}
+    cfg = dict(full_steps=20, stats_every=5, ring=4, hist_every=0)
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 130, **cfg)
+    assert planned.last.updates == list(range(130))  # every step analysed
+    written = tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm"))
+    schedule = WatchConfig(**cfg)
+    around = set(range(86, 95))  # 4 before the event step (the ring), 4 after
+    tail = set(range(126, 130))  # the ring at close
+    expected = sorted({s for s in range(130) if schedule.is_written(s)} | around | tail)
+    assert written == expected
+    assert written == sorted(set(written))  # never backwards
+    assert 21 not in written and 40 in written and 80 in written and 85 not in written
+
+
+def test_events_are_written_flushed_and_raise_on_error(tmp_path, planned):
+    planned.plan = {3: (2, "0", "nonfinite", "error")}
+    model = tiny()
+    w = DebugWriter(str(tmp_path))
+    with pytest.raises(TrainingFailure) as info:
+        fit(w, model, 200, on_error="raise")
+    assert info.value.diagnosis["root_cause"]["layer"] == "0"
+    assert info.value.events[0]["kind"] == "nonfinite"
+    # Already on disk before close(): flushed right after the event.
+    ea = load(tmp_path)
+    (events,) = json_values(ea, metadata.TAG_EVENTS)
+    assert events[0]["step"] == 2 and events[0]["layer"] == "0"
+    assert tensor_steps(ea, metadata.TAG_EVENTS) == [3]
+    diag = json_values(ea, metadata.TAG_DIAGNOSIS)
+    assert diag[-1]["status"] == "failing" and diag[-1]["root_cause"]["step"] == 2
+    w.close()
+
+
+def test_offending_batch_is_saved_as_npz(tmp_path, planned):
+    planned.plan = {6: (4, "<input>", "data_anomaly", "error")}
+    with DebugWriter(str(tmp_path)) as w:
+        _, batches = fit(w, tiny(), 8)
+    (path,) = glob.glob(str(tmp_path / "neuraldbg_batch_step*.npz"))
+    saved = np.load(path, allow_pickle=False)
+    x, y = batches[int(path.rsplit("step", 1)[1].split(".")[0])]
+    assert np.array_equal(saved["arg0"], x.numpy())
+    assert np.array_equal(saved["target"], y.numpy())
+    (events,) = json_values(load(tmp_path), metadata.TAG_EVENTS)
+    assert events[0]["batch_file"] == os.path.basename(path)
+
+
+def test_training_that_raises_still_writes_everything(tmp_path):
+    model = tiny()
+    with pytest.raises(KeyError):
+        with DebugWriter(str(tmp_path)) as w:
+            fit(w, model, 7)
+            raise KeyError("loop crashed")
+    assert tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm")) == list(range(7))
+    assert all(len(m._forward_hooks) == 0 for m in model.modules())
+
+
+def test_watch_twice_is_a_noop_and_close_removes_hooks(tmp_path):
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = DebugWriter(str(tmp_path / "a"))
+    h1 = w.watch(model, optimizer=opt)
+    assert w.watch(model, optimizer=opt) is h1
+    hooks = sum(len(m._forward_hooks) for m in model.modules())
+    other = DebugWriter(str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="already watched"):
+        other.watch(model)
+    other.close()
+    w.close()
+    assert sum(len(m._forward_hooks) for m in model.modules()) == 0 < hooks
+    assert len(opt._optimizer_step_post_hooks) == 0
+
+
+def test_writer_works_without_a_diagnosis_engine(tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("engine not ready")
+
+    monkeypatch.setattr(diagnosis, "Engine", broken)
+    with pytest.warns(RuntimeWarning, match="engine not ready"):
+        with DebugWriter(str(tmp_path)) as w:
+            fit(w, tiny(), 4)
+    states = load(tmp_path).Tensors(metadata.TAG_STATES)
+    assert len(states) == 4
+    assert (tensor_util.make_ndarray(states[0].tensor_proto) == metadata.STATE_UNKNOWN).all()
+
+
+def test_real_engine_gets_every_row(tmp_path):
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 3)
+        w.flush()
+        assert w.stats_info["steps_analysed"] == 3 and w.stats_info["engine"]
+
+
+# -- size ---------------------------------------------------------------------
+
+
+def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
+    """Bytes = (rows the default schedule writes for 100,000 steps) x (bytes of
+    one written row, measured in a real event file) + histograms likewise."""
+    cfg = WatchConfig()
+    n_steps, L = 100_000, 103  # 100 modules and the three pseudo-layers
+    rows = sum(cfg.is_written(s) for s in range(n_steps)) + cfg.ring  # + the ring at close
+    hists = sum(cfg.is_hist(s) for s in range(n_steps))
+    # Measure what one more row and one more histogram cost on disk.
+    from tb_neuraldbg import summary
+    from torch.utils.tensorboard.summary import histogram_raw
+    from tb_neuraldbg.writer import _Worker
+
+    class Fake:
+        def __init__(self, d):
+            self.fw = torch.utils.tensorboard.FileWriter(d)
+
+        def _get_file_writer(self):
+            return self.fw
+
+    fake = Fake(str(tmp_path))
+    worker = _Worker.__new__(_Worker)
+    worker.writer, worker._seen_fw, worker._seen_tags = fake, None, set()
+    worker.rows_written, worker.last_written = 0, -1
+    row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
+    states = np.zeros(L, np.uint8)
+    path = lambda: glob.glob(str(tmp_path / "events.out.tfevents.*"))[0]  # noqa: E731
+    worker._write_row(0, row, states)
+    fake.fw.flush()
+    size0 = os.path.getsize(path())
+    for s in range(1, 101):
+        worker._write_row(s, row, states)
+    fake.fw.flush()
+    per_row = (os.path.getsize(path()) - size0) / 100
+    counts = list(range(30))
+    for s in range(100):
+        h = histogram_raw("neuraldbg_hist/encoder.layers.10.linear1/activation", -1.0, 1.0, 4096.0,
+                          1.0, 100.0, [float(i) for i in range(30)], counts)
+        fake.fw.add_summary(h, s)
+    fake.fw.flush()
+    per_hist = (os.path.getsize(path()) - size0 - 100 * per_row) / 100
+    fake.fw.close()
+    total = rows * per_row + hists * (L - 3) * per_hist
+    assert per_row < 20 * (4 * L + 64)  # no metadata after the first row
+    print(f"budget: {rows} rows x {per_row:.0f} B + {hists} x {L - 3} histograms x {per_hist:.0f} B = {total / 2**20:.1f} MB")
+    assert total < 64 * 2**20, f"{rows} rows x {per_row:.0f} B + {hists} histograms: {total / 2**20:.1f} MB"
+    assert rows < n_steps / 10  # the stride does thin the run out
