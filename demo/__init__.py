@@ -11,6 +11,11 @@ own run directory LOGDIR/<NAME>. Every module has:
     run(logdir, steps=STEPS, seed=0, progress=None) -> str  (the run directory)
 
 and runs as a script: ``python demo/<name>.py --logdir DIR``.
+
+Every scenario spells out its whole training loop, on purpose: each file is
+a complete example to read or copy. Only plumbing that says nothing about
+the writer (synthetic data, run directories, the command line) is shared, in
+_common.py.
 """
 
 import importlib

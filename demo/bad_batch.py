@@ -5,8 +5,7 @@ which some records have NaN features (think of a CSV with empty cells). One
 step with NaN inputs makes the loss and every gradient NaN, and the optimizer
 writes NaN into every weight, so the run never recovers. The first
 non-finite value is in the batch itself: the report names <input>, where the
-fix goes (validate or clean the data; the writer saves the offending batch
-into the logdir so it can be inspected).
+fix goes (validate or clean the data).
 """
 
 import sys

@@ -6,7 +6,8 @@ edits). Runs ``npm ci`` only when node_modules is missing or older than the
 lock file, and ``npm run build`` only when a frontend source is newer than the
 bundle, so it is a quick no-op when nothing changed. Standard library only.
 
-    python scripts/build_frontend.py [--force]
+    python scripts/build_frontend.py [--force]   # the bundle, when stale (always with --force)
+    python scripts/build_frontend.py --deps      # only node_modules (for `npm test`)
 """
 
 import os
@@ -57,6 +58,27 @@ def _npm(npm, *args):
         ) from None
 
 
+def _require_npm():
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise FrontendBuildError(
+            "building tb_neuraldbg from source needs Node.js and npm on PATH, to build "
+            "the TensorBoard tab (frontend/ -> tb_neuraldbg/static/index.js). Install "
+            "them (e.g. `apt-get install nodejs npm`), or install a built wheel instead"
+        )
+    return npm
+
+
+def install_deps(npm=None):
+    """``npm ci`` when node_modules is missing or older than the lock file."""
+    lock = os.path.join(FRONTEND, "package-lock.json")
+    installed = os.path.join(FRONTEND, "node_modules", ".package-lock.json")
+    if not os.path.isfile(installed) or (
+        os.path.isfile(lock) and os.path.getmtime(lock) > os.path.getmtime(installed)
+    ):
+        _npm(npm or _require_npm(), "ci", "--no-audit", "--no-fund")
+
+
 def build_frontend(force=False):
     """Build the bundle when it is missing or stale; raises FrontendBuildError."""
     if not os.path.isfile(os.path.join(FRONTEND, "package.json")):
@@ -68,19 +90,8 @@ def build_frontend(force=False):
         )
     if not force and not is_stale():
         return
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise FrontendBuildError(
-            "building tb_neuraldbg from source needs Node.js and npm on PATH, to build "
-            "the TensorBoard tab (frontend/ -> tb_neuraldbg/static/index.js). Install "
-            "them (e.g. `apt-get install nodejs npm`), or install a built wheel instead"
-        )
-    lock = os.path.join(FRONTEND, "package-lock.json")
-    installed = os.path.join(FRONTEND, "node_modules", ".package-lock.json")
-    if not os.path.isfile(installed) or (
-        os.path.isfile(lock) and os.path.getmtime(lock) > os.path.getmtime(installed)
-    ):
-        _npm(npm, "ci", "--no-audit", "--no-fund")
+    npm = _require_npm()
+    install_deps(npm)
     _npm(npm, "run", "build")
     if not os.path.isfile(BUNDLE):
         raise FrontendBuildError("`npm run build` finished but wrote no tb_neuraldbg/static/index.js")
@@ -91,6 +102,9 @@ def build_frontend(force=False):
 
 if __name__ == "__main__":
     try:
-        build_frontend(force="--force" in sys.argv[1:])
+        if "--deps" in sys.argv[1:]:
+            install_deps()
+        else:
+            build_frontend(force="--force" in sys.argv[1:])
     except FrontendBuildError as e:
         sys.exit(f"error: {e}")

@@ -5,5 +5,5 @@
 # Arguments go to `neuraldbg demo` (e.g. --no-serve, --logdir DIR).
 set -euo pipefail
 # shellcheck source=scripts/setup_env.sh
-source "$(dirname "$0")/setup_env.sh"
+source "$(dirname "$0")/setup_env.sh" demo
 exec neuraldbg demo "$@"

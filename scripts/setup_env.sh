@@ -3,12 +3,18 @@
 # Needs Python 3.11 (or another >= 3.9 as $PYTHON), node and npm. Idempotent:
 # a second run only checks, rebuilds the frontend bundle when a TypeScript
 # source changed, and reinstalls the package when setup.py changed.
-# Usage: source scripts/setup_env.sh [test]   ("test" adds the test extras)
+# Usage: source scripts/setup_env.sh demo|test   ("test" adds the test extras;
+# the argument is required: a sourced script without one would see the
+# caller's arguments instead).
 
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-EXTRAS="${1:-}"
+case "${1:-}" in
+  demo) EXTRAS="" ;;
+  test) EXTRAS="test" ;;
+  *) echo "usage: source scripts/setup_env.sh demo|test" >&2; exit 2 ;;
+esac
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -20,6 +20,7 @@ if ! command -v chromium >/dev/null; then
 fi
 
 say "frontend unit tests (npm test)"
+python scripts/build_frontend.py --deps   # node_modules, if missing or out of date
 npm_rc=0
 (cd frontend && npm test) || npm_rc=$?
 if [ "$npm_rc" != 0 ]; then

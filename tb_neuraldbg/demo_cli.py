@@ -38,10 +38,11 @@ class _ProgressBar:
         self._index = 0
         self._name = ""
         self._shown = -1
+        self._done = 0
         self._started = 0.0
 
     def start(self, index: int, name: str) -> None:
-        self._index, self._name, self._shown = index, name, -1
+        self._index, self._name, self._shown, self._done = index, name, -1, 0
         self._started = time.monotonic()
 
     def _line(self, done: int, total: int, tail: str) -> str:
@@ -51,6 +52,8 @@ class _ProgressBar:
         return f"{head} [{bar}] {tail}"
 
     def update(self, done: int, total: int) -> None:
+        """A scenario's ``progress`` callback: ``done`` of ``total`` steps."""
+        self._done = done
         # Redraw only when the bar moves: a print per step would cost more
         # than the tiny training steps themselves.
         filled = _BAR_WIDTH * done // max(total, 1)
@@ -60,8 +63,9 @@ class _ProgressBar:
         self._stream.write("\r" + self._line(done, total, f"{done}/{total}"))
         self._stream.flush()
 
-    def finish(self, done: int, total: int, note: str = "") -> None:
+    def finish(self, total: int, note: str = "") -> None:
         seconds = time.monotonic() - self._started
+        done = self._done
         tail = f"{done}/{total} steps in {seconds:.1f} s" + (f"  {note}" if note else "")
         self._stream.write(("\r" if self._tty else "") + self._line(done, total, tail) + "\n")
         self._stream.flush()
@@ -113,8 +117,8 @@ def _train_all(logdir: str, err: TextIO) -> list:
 
     # Tiny models: one thread beats paying for thread wake-ups on every op.
     torch.set_num_threads(1)
-    width = max(len(name) for name in SCENARIOS)
-    bar = _ProgressBar(err, len(SCENARIOS), width)
+    scenarios = [load(name) for name in SCENARIOS]
+    bar = _ProgressBar(err, len(scenarios), max(len(s.NAME) for s in scenarios))
     # The writer logs one line per error event; the report below tells the same
     # story in order, so keep those lines from breaking the progress bars.
     quiet = logging.getLogger("tb_neuraldbg")
@@ -122,22 +126,15 @@ def _train_all(logdir: str, err: TextIO) -> list:
     quiet.setLevel(logging.CRITICAL)  # setLevel, not .level=: it clears logging's cache
     results = []
     try:
-        for index, name in enumerate(SCENARIOS, start=1):
-            scenario = load(name)
-            bar.start(index, name)
-            done = [0]
-
-            def progress(step, total, done=done):
-                done[0] = step
-                bar.update(step, total)
-
+        for index, scenario in enumerate(scenarios, start=1):
+            bar.start(index, scenario.NAME)
             try:
-                scenario.run(logdir, progress=progress)
+                scenario.run(logdir, progress=bar.update)
             except Exception as e:  # report it, go on with the other scenarios
-                bar.finish(done[0], scenario.STEPS, f"FAILED: {type(e).__name__}: {e}")
+                bar.finish(scenario.STEPS, f"FAILED: {type(e).__name__}: {e}")
                 results.append((scenario, e))
                 continue
-            bar.finish(done[0], scenario.STEPS)
+            bar.finish(scenario.STEPS)
             results.append((scenario, None))
     finally:
         quiet.setLevel(saved_level)
@@ -146,24 +143,28 @@ def _train_all(logdir: str, err: TextIO) -> list:
 
 def _report(logdir: str, results: list, out: TextIO) -> None:
     """Print the report of the demo runs, then planted versus found."""
-    from .reader import read_logdir
+    from .reader import read_run
     from .report import format_report, logdir_report, run_report
 
-    names = [scenario.NAME for scenario, error in results if error is None]
-    runs = {run.name: run for run in read_logdir(logdir)}
-    reports = {
-        name: run_report(name, runs[name].diagnosis, runs[name].events)
-        for name in names
-        if name in runs
-    }
+    # Only the runs this demo wrote: a logdir may hold other runs too.
+    reports, unreadable = {}, {}
+    for scenario, error in results:
+        if error is None:
+            try:
+                run = read_run(os.path.join(logdir, scenario.NAME))
+            except ValueError as e:  # FormatError too: no or unreadable neuraldbg data
+                unreadable[scenario.NAME] = str(e)
+                continue
+            reports[scenario.NAME] = run_report(run.name, run.diagnosis, run.events)
+    names = [scenario.NAME for scenario, _ in results if scenario.NAME in reports]
     width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 100))
-    out.write(format_report(logdir_report([reports[n] for n in names if n in reports]), width))
+    out.write(format_report(logdir_report([reports[n] for n in names]), width))
     out.write("\nPlanted versus found:\n")
     for scenario, error in results:
         if error is not None:
             verdict = "did not run"
         elif scenario.NAME not in reports:
-            verdict = "no neuraldbg data written"
+            verdict = f"unreadable: {unreadable[scenario.NAME]}"
         else:
             problems = planted_cause_problems(scenario.EXPECTED, reports[scenario.NAME])
             verdict = "ok" if not problems else "MISSED: " + "; ".join(problems)
@@ -184,7 +185,11 @@ def _serve(logdir: str, out: TextIO, wait=_wait_for_ctrl_c) -> int:
     board = program.TensorBoard()
     # No --port: TensorBoard takes 6006, or the next free port after it.
     board.configure(argv=[None, "--logdir", logdir, "--host", "127.0.0.1"])
-    url = board.launch()  # serves from a background thread
+    try:
+        url = board.launch()  # serves from a background thread
+    except program.TensorBoardServerException as e:
+        out.write(f"\nTensorBoard could not start: {e}\nRun: tensorboard --logdir {logdir}\n")
+        return 1
     out.write(f"\nTensorBoard is serving {logdir} at {url}#neuraldbg  (Ctrl-C stops it)\n")
     out.flush()
     try:

@@ -20,7 +20,7 @@ import math
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -60,12 +60,17 @@ class Behaviour:
     dead: the dead-unit fraction of the output is meaningful (exact zeros).
     saturation: ``module -> (lo, hi)``: outputs ``<= lo`` or ``>= hi`` are in
         the flat part of a bounded activation.
+    pointwise: an elementwise activation without parameters that maps finite
+        values to finite values. On cheap steps, when its input is the
+        previous row's output, it is not measured again: its non-finite flag
+        is its input's.
     """
 
     watch: bool = True
     atomic: bool = False
     dead: bool = False
     saturation: Callable[[nn.Module], tuple[float, float]] | None = None
+    pointwise: bool = False
 
 
 _SKIP = Behaviour(watch=False)
@@ -84,15 +89,22 @@ MODULE_TABLE: dict[type, Behaviour] = {
     nn.Unflatten: _SKIP,
     nn.MultiheadAttention: Behaviour(atomic=True),
     nn.RNNBase: Behaviour(atomic=True),
-    nn.ReLU: Behaviour(dead=True),
-    nn.Threshold: Behaviour(dead=True),
-    nn.Hardswish: Behaviour(dead=True),
-    nn.Tanh: Behaviour(saturation=lambda m: (-0.99, 0.99)),
-    nn.Softsign: Behaviour(saturation=lambda m: (-0.99, 0.99)),
-    nn.Sigmoid: Behaviour(saturation=lambda m: (0.01, 0.99)),
-    nn.Hardsigmoid: Behaviour(saturation=lambda m: (0.0, 1.0)),
-    nn.Hardtanh: Behaviour(saturation=lambda m: (float(m.min_val), float(m.max_val))),
-    nn.ReLU6: Behaviour(dead=True, saturation=lambda m: (0.0, 6.0)),
+    nn.ReLU: Behaviour(dead=True, pointwise=True),
+    nn.Threshold: Behaviour(dead=True, pointwise=True),
+    nn.Hardswish: Behaviour(dead=True, pointwise=True),
+    nn.Tanh: Behaviour(saturation=lambda m: (-0.99, 0.99), pointwise=True),
+    nn.Softsign: Behaviour(saturation=lambda m: (-0.99, 0.99), pointwise=True),
+    nn.Sigmoid: Behaviour(saturation=lambda m: (0.01, 0.99), pointwise=True),
+    nn.Hardsigmoid: Behaviour(saturation=lambda m: (0.0, 1.0), pointwise=True),
+    nn.Hardtanh: Behaviour(saturation=lambda m: (float(m.min_val), float(m.max_val)), pointwise=True),
+    nn.ReLU6: Behaviour(dead=True, saturation=lambda m: (0.0, 6.0), pointwise=True),
+    **{
+        cls: Behaviour(pointwise=True)
+        for cls in (
+            nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Softplus,
+            nn.LogSigmoid, nn.Tanhshrink, nn.Softshrink, nn.Hardshrink,
+        )
+    },
 }
 
 
@@ -210,6 +222,17 @@ def _owned_params(m: nn.Module) -> list[nn.Parameter]:
     return [p for p in m.parameters(recurse=recurse) if p.requires_grad]
 
 
+def _tensors(*objs, depth: int = 0):
+    """Every tensor in (nested) argument structures."""
+    for obj in objs:
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif depth < 4 and isinstance(obj, (list, tuple)):
+            yield from _tensors(*obj, depth=depth + 1)
+        elif depth < 4 and isinstance(obj, dict):
+            yield from _tensors(*obj.values(), depth=depth + 1)
+
+
 def _first_tensor(obj, depth: int = 0):
     """First tensor in a (nested) output/argument structure, depth first."""
     if isinstance(obj, torch.Tensor):
@@ -246,7 +269,8 @@ class WatchConfig:
         at every step.
     update_every: update ratios ||w_t - w_{t-1}|| / ||w_{t-1}|| every this
         many steps and at every step below ``stats_every``: each one costs a
-        copy of the weights, so it is rarer than the other statistics.
+        transient copy of the weights, so it is rarer than the other
+        statistics (0 = never, e.g. for a model that barely fits in memory).
     hist_every: activation histograms every this many steps (0 = never),
         thinned with the write stride (see ``hist_interval``).
     full_steps: every step is written below this step; above it the write
@@ -269,12 +293,14 @@ class WatchConfig:
     save_batches: bool = True
 
     def __post_init__(self):
-        for name in ("stats_every", "update_every", "full_steps", "ring"):
+        for name in ("stats_every", "full_steps", "ring"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if not isinstance(self.hist_every, int) or self.hist_every < 0:
-            raise ValueError(f"hist_every must be an int >= 0, got {self.hist_every!r}")
+        for name in ("update_every", "hist_every"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0 (0 = never), got {v!r}")
         if self.on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {self.on_error!r}")
         if self.max_layers is not None and self.max_layers < 1:
@@ -284,7 +310,7 @@ class WatchConfig:
         return step < self.stats_every or step % self.stats_every == 0
 
     def is_update(self, step: int) -> bool:
-        return step < self.stats_every or step % self.update_every == 0
+        return self.update_every > 0 and (step < self.stats_every or step % self.update_every == 0)
 
     def _octave(self, step: int) -> int:
         return 0 if step < 2 * self.full_steps else int(math.log2(step / self.full_steps))
@@ -363,9 +389,25 @@ class _Collector:
         rs.extend([row] * n)
         ks.extend([key] * n)
 
-    def add_many(self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int) -> None:
+    def add_many(
+        self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
+    ) -> None:
+        """0-d tensors (e.g. per-parameter norms), stacked per device: one
+        kernel per device instead of one entry each; ``divisor`` (a 0-d
+        tensor, e.g. the GradScaler scale) divides them all at once."""
+        groups: dict[torch.device, tuple[list, list]] = {}
         for t, r in zip(tensors, rows):
-            self.add(t, r, key)
+            ts, rs = groups.setdefault(t.device, ([], []))
+            ts.append(t)
+            rs.append(r)
+        for dev, (ts, rs) in groups.items():
+            v = torch.stack(ts) if len(ts) > 1 else ts[0].reshape(1)
+            if divisor is not None:
+                v = v / divisor.to(dev)
+            a, b, c = self.by_device.setdefault(dev, ([], [], []))
+            a.append(v.reshape(-1))
+            b.extend(rs)
+            c.extend([key] * len(rs))
 
     def const(self, row: int, key: int, value: float) -> None:
         self.c_rows.append(row)
@@ -444,12 +486,21 @@ class Instrument:
         self.config = config
         self.optimizer = optimizer
         self.criterion = criterion if isinstance(criterion, nn.Module) else None
+        if criterion is not None and self.criterion is None:
+            warnings.warn(
+                "tb_neuraldbg: criterion is not an nn.Module and cannot be hooked; "
+                "pass the loss with writer.record(loss=loss) for the <loss> row",
+                stacklevel=3,
+            )
         self.scaler = scaler
         self.step = int(config.start_step)
         # Set by the worker (another thread) when it sees non-finite values:
         # from then on non-finite values are counted exactly at every step.
         self.exact_nonfinite = False
         self.pending_failure: BaseException | None = None
+        # K of a K-class cross-entropy criterion (the logits' class dim), for
+        # the diagnosis' initial-loss check (ln K); None when unknown.
+        self.num_classes: int | None = None
         self._handles: list = []
         self._broken: set[str] = set()
         self._removed = False
@@ -457,10 +508,15 @@ class Instrument:
         self.layers: list[dict] = [{"name": metadata.PSEUDO_INPUT, "type": "input"}]
         self._loss_row: int | None = None
         self._opt_row: int | None = None
-        self._row_of: dict[int, int] = {}  # id(module) -> row
+        # Keyed by the watched module's name: DataParallel calls replicas
+        # (new module objects every step) that carry the same hooks.
+        self._row_of: dict[str, int] = {}
         self._params_of_row: dict[int, list[nn.Parameter]] = {}
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
-        self._batches: collections.deque = collections.deque(maxlen=4)
+        # (step, args, kwargs) of recent batches, by reference (see _keep_batch)
+        self._batches: collections.deque = collections.deque()
+        self._batch_bytes: collections.deque = collections.deque()
+        self._suspect_batch: tuple | None = None
         self._reset_iteration()
 
         self._install()
@@ -475,7 +531,8 @@ class Instrument:
         self._grad_col: _Collector | None = None
         self._loss: torch.Tensor | None = None
         self._backward_queued = False
-        self._upd_snapshot: tuple[list, list, list] | None = getattr(self, "_next_upd_snapshot", None)
+        # (params, rows, copies, norms) taken before an update; see _commit.
+        self._upd_snapshot: tuple | None = getattr(self, "_next_upd_snapshot", None)
         self._next_upd_snapshot = None
 
     # -- installation -----------------------------------------------------
@@ -498,16 +555,15 @@ class Instrument:
             h.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             h.append(self.optimizer.register_step_post_hook(self._on_step_post))
         if self.scaler is not None:
-            self._orig_update = self.scaler.update
+            original = self.scaler.update
             instrument = weakref.ref(self)
 
             def update(*args, **kwargs):
                 inst = instrument()
                 if inst is not None:
-                    inst._guard("scaler", inst._commit)
-                return inst._orig_update(*args, **kwargs) if inst else None
+                    inst._guard("scaler", inst._commit)  # before the scale changes
+                return original(*args, **kwargs)
 
-            update._tb_neuraldbg = True  # type: ignore[attr-defined]
             self._scaler_update = update
             # GradScaler has no hook API: shadow the bound method on this
             # instance only, and restore it in remove().
@@ -531,6 +587,8 @@ class Instrument:
         """Drop the references to recent batches (after the worker is done
         with the steps that might need them)."""
         self._batches.clear()
+        self._batch_bytes.clear()
+        self._suspect_batch = None
 
     @property
     def removed(self) -> bool:
@@ -564,11 +622,11 @@ class Instrument:
     # -- rows -------------------------------------------------------------
 
     def _row_for(self, name: str, m: nn.Module) -> int:
-        row = self._row_of.get(id(m))
+        row = self._row_of.get(name)
         if row is None:
             row = len(self.layers)
             self.layers.append({"name": name, "type": type(m).__name__})
-            self._row_of[id(m)] = row
+            self._row_of[name] = row
             self._params_of_row[row] = self._params_pending.get(id(m), [])
         return row
 
@@ -591,9 +649,7 @@ class Instrument:
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
-            # References, not copies: the batch exists anyway; kept for the
-            # last few steps so the worker can save an offending one.
-            self._batches.append((self.step, args, kwargs))
+            self._keep_batch(args, kwargs)
         x = _first_tensor(args) if args else None
         if x is None:
             x = _first_tensor(kwargs)
@@ -616,6 +672,23 @@ class Instrument:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
 
+    # Batches are kept by reference (no copy) so the worker can save the one
+    # an event points at. The worker may lag behind training by a few steps
+    # (small models step faster than it analyses): keep up to _KEEP_MAX
+    # batches while they hold under _KEEP_BYTES together, and at least 2.
+    _KEEP_MAX = 32
+    _KEEP_BYTES = 64 * 2**20
+
+    def _keep_batch(self, args, kwargs) -> None:
+        size = sum(t.numel() * t.element_size() for t in _tensors(args, kwargs))
+        self._batches.append((self.step, args, kwargs))
+        self._batch_bytes.append(size)
+        while len(self._batches) > 2 and (
+            len(self._batches) > self._KEEP_MAX or sum(self._batch_bytes) > self._KEEP_BYTES
+        ):
+            self._batches.popleft()
+            self._batch_bytes.popleft()
+
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
         instrument = weakref.ref(self)
@@ -624,7 +697,8 @@ class Instrument:
             inst = instrument()
             if inst is None or not torch.is_grad_enabled():
                 return None
-            inst._guard("forward", inst._measure_module, name, module, behaviour, args, kwargs, output)
+            # The watched module itself (not a DataParallel replica) names the row.
+            inst._guard("forward", inst._measure_module, name, m, behaviour, args, kwargs, output)
             return None
 
         return hook
@@ -643,9 +717,11 @@ class Instrument:
         x = _first_tensor(args) if args else None
         if x is None and kwargs:
             x = _first_tensor(kwargs)
+        same_as_prev = False
         if x is not None and x.is_floating_point() and x.numel() > 0:
             prev = self._prev_out
             if prev is not None and prev[0]() is x:
+                same_as_prev = True
                 col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
             else:
                 x = x.detach()
@@ -669,7 +745,10 @@ class Instrument:
         y = y.detach()
         col.const(row, Key.OUT_N, y.numel())
         if not full:
-            col.add(S.flag_moment(y), row, Key.OUT_SUM)
+            if behaviour.pointwise and same_as_prev and not exact:
+                col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
+            else:
+                col.add(S.flag_moment(y), row, Key.OUT_SUM)
         else:
             dead = behaviour.dead and y.dim() >= 2
             vals = S.moments(y, dead=dead)
@@ -687,18 +766,23 @@ class Instrument:
             col.add_run(S.histogram(y), row, Key.HIST)
 
     def _on_loss(self, module, args, kwargs, output):
-        if not torch.is_grad_enabled():
-            return None
-        if self._loss is None:
-            t = _first_tensor(output)
-            if t is not None:
-                self._loss = t.detach()
-                if self.config.save_batches and len(args) > 1 and self._batches:
-                    target = _first_tensor(args[1])
-                    if target is not None and self._batches[-1][0] == self.step:
-                        s, a, k = self._batches[-1]
-                        self._batches[-1] = (s, a, dict(k, target=target))
+        if torch.is_grad_enabled() and self._loss is None:
+            self._guard("loss", self._measure_loss, module, args, output)
         return None
+
+    def _measure_loss(self, module, args, output) -> None:
+        if self.num_classes is None and isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss)):
+            logits = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if logits is not None and logits.dim() >= 1:
+                self.num_classes = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+        t = _first_tensor(output)
+        if t is None:
+            return
+        self._loss = t.detach()
+        target = _first_tensor(args[1]) if len(args) > 1 else None
+        if target is not None and self._batches and self._batches[-1][0] == self.step:
+            s, a, k = self._batches[-1]
+            self._batches[-1] = (s, a, dict(k, target=target))
 
     # -- backward ---------------------------------------------------------
 
@@ -748,11 +832,9 @@ class Instrument:
                 col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
         if not grads:
             return col
-        norms = S.foreach_norm(grads)
-        if self._grads_scaled():
-            scale = self.scaler._scale
-            norms = [n / scale.to(n.device) for n in norms]  # unscaled, without a sync
-        col.add_many(norms, grows, Key.GRAD_NORM)
+        # Divided on the device by the scale (unscaled norms, no sync).
+        divisor = self.scaler._scale.detach() if self._grads_scaled() else None
+        col.add_many(S.foreach_norm(grads), grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact_nonfinite:
             col.add_many([S.nonfinite_count(g) for g in grads], grows, Key.GRAD_NF)
         return col
@@ -789,11 +871,16 @@ class Instrument:
         that the next ``optimizer.step()`` records.
         """
         self._raise_pending()
+        if self.optimizer is not None and step is not None:
+            raise ValueError(
+                "with an optimizer watched, each optimizer.step() records a step; "
+                "record(loss=...) only attaches the loss (pass no step)"
+            )
         if loss is not None and isinstance(loss, torch.Tensor):
             self._loss = loss.detach()
         elif loss is not None:
             self._loss = torch.tensor(float(loss))
-        if self.optimizer is not None and step is None:
+        if self.optimizer is not None:
             return
         if step is not None:
             self.step = int(step)
@@ -845,6 +932,11 @@ class Instrument:
                 # Concatenated before scaler.update() changes it in place.
                 col.add(self.scaler._scale.detach().float(), self._opt_row, Key.SCALE)
         host, rows, keys = col.finish()
+        if self._suspect_batch is None and self._batches and self._batches[-1][0] == step:
+            # Where the values are already on the host (CPU), the first step
+            # with a non-finite value keeps its batch whatever the worker's lag.
+            if any(isinstance(h, np.ndarray) and not np.isfinite(h).all() for h in host):
+                self._suspect_batch = self._batches[-1]
         packet = StepPacket(step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, _host=host)
         self._reset_iteration()
         self.step = step + 1
@@ -856,7 +948,8 @@ class Instrument:
         """The batch (args, kwargs with the criterion's target) of ``step``,
         or the nearest earlier one still held; None if none is held."""
         best = None
-        for s, args, kwargs in list(self._batches):
+        held = list(self._batches) + ([self._suspect_batch] if self._suspect_batch else [])
+        for s, args, kwargs in held:
             if s <= step and (best is None or s > best[0]):
                 best = (s, args, kwargs)
         return best

@@ -27,6 +27,7 @@ __all__ = [
     "metric_of_tag",
     "STATES",
     "STATE_CODE",
+    "STATE_SEVERITY",
     "STATE_UNKNOWN",
     "state_rank",
     "worst_state",

@@ -80,7 +80,7 @@ class Key:
     IN_UNITS = 23
     IN_REF = 24  # the input is the output of this row: copy its statistics
     GRAD_MISSING = 25
-    OUT_SAT_APPLIES = 26  # 1 when saturation is defined for this module type
+    OUT_INHERIT = 26  # not measured: the output's non-finite flag is the input's
     COUNT = 27
 
 
@@ -177,7 +177,7 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS) -> torch.Tensor:
     """
     x = _float_view(x).detach().reshape(-1).to(torch.float32)
     finite = torch.isfinite(x)
-    inf = torch.tensor(math.inf, device=x.device)
+    inf = x.new_full((), math.inf)  # made on the device: no host-to-device copy
     mn = torch.where(finite, x, inf).amin()
     mx = torch.where(finite, x, -inf).amax()
     width = torch.clamp(mx - mn, min=1e-30)
@@ -324,6 +324,9 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
                 ("in_nonfinite", "act_nonfinite"),
             ):
                 row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
+        inherit = ~np.isnan(pick(Key.OUT_INHERIT))
+        if inherit.any():
+            row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
 
         # Parameters.
         gn = _norm(values, rows, keys, Key.GRAD_NORM, L)

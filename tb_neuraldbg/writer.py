@@ -21,6 +21,7 @@ and writes summaries into the writer's own event file:
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import logging
 import math
@@ -133,7 +134,7 @@ class _Worker:
         self.layers: list[dict] = []
         self.engine = None
         self.engine_broken = False
-        self.ring: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+        self.ring: collections.deque = collections.deque()  # (step, row, states)
         self.last_written = -1
         self.last_event_step: int | None = None
         self.diagnosis: dict | None = None
@@ -176,12 +177,15 @@ class _Worker:
         try:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- the worker must not die
-            if what not in self.warned:
-                self.warned.add(what)
-                msg = f"tb_neuraldbg: writer {what} failed: {type(e).__name__}: {e}"
-                warnings.warn(msg, RuntimeWarning)
-                log.warning(msg)
+            self._warn_once(what, e)
             return None
+
+    def _warn_once(self, what: str, e: BaseException) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            msg = f"tb_neuraldbg: writer {what} failed: {type(e).__name__}: {e}"
+            warnings.warn(msg, RuntimeWarning)
+            log.warning(msg)
 
     # -- writing ----------------------------------------------------------
 
@@ -214,7 +218,7 @@ class _Worker:
     def _drain_ring(self, now: int) -> None:
         K = self.config.ring
         while self.ring and self.ring[0][0] <= now - K:
-            step, row, states = self.ring.pop(0)
+            step, row, states = self.ring.popleft()
             near_event = self.last_event_step is not None and 0 < step - self.last_event_step <= K
             if self.config.is_written(step) or near_event:
                 self._write_row(step, row, states)
@@ -241,7 +245,7 @@ class _Worker:
                 self.engine.add_layers(new)
         except Exception as e:  # noqa: BLE001
             self.engine_broken = True
-            self._safe("diagnosis", _reraise, e)
+            self._warn_once("diagnosis", e)
 
     def _config_json(self) -> dict:
         c = self.config
@@ -260,6 +264,7 @@ class _Worker:
             "start_step": c.start_step,
             "optimizer": type(self.instrument.optimizer).__name__ if self.instrument.optimizer else None,
             "scaler": self.instrument.scaler is not None,
+            "num_classes": self.instrument.num_classes,
             "thresholds": _jsonable(c.thresholds),
         }
 
@@ -277,19 +282,22 @@ class _Worker:
         states = np.full(L, metadata.STATE_UNKNOWN, dtype=np.uint8)
         if self.engine is not None and not self.engine_broken:
             try:
+                k = self.instrument.num_classes
+                if k is not None and getattr(self.engine, "num_classes", k) is None:
+                    self.engine.num_classes = k
                 events = list(self.engine.update(step, row))
                 states = np.asarray(self.engine.states, dtype=np.uint8).copy()
             except Exception as e:  # noqa: BLE001
                 self.engine_broken = True
-                self._safe("diagnosis", _reraise, e)
+                self._warn_once("diagnosis", e)
         self.steps_analysed += 1
         if step <= self.last_written or (self.ring and step <= self.ring[-1][0]):
             # A step that goes backwards (a restart without start_step): keep
             # the file monotonic per tag; the row was still analysed.
-            self._safe("order", _reraise, ValueError(f"step {step} is not after the last one; not written"))
+            self._warn_once("order", ValueError(f"step {step} is not after the last one; not written"))
         else:
             self.ring.append((step, row, states))
-        self._write_histograms(packet, values, step)
+            self._write_histograms(packet, values, step)
         if events:
             self._on_events(step, events)
         else:
@@ -402,16 +410,12 @@ class _Worker:
                 events = list(self.engine.finish())
             except Exception as e:  # noqa: BLE001
                 events = []
-                self._safe("diagnosis", _reraise, e)
+                self._warn_once("diagnosis", e)
             if events:
                 dicts = [e.to_dict() for e in events]
                 self._add(summary.events_summary(dicts), last)
             self._write_diagnosis(last)
         self.writer._get_file_writer().flush()
-
-
-def _reraise(e: BaseException):
-    raise e
 
 
 class DebugWriter(SummaryWriter):
@@ -483,8 +487,13 @@ class DebugWriter(SummaryWriter):
             if existing._writer() is self:
                 return existing
             raise ValueError("this model is already watched by another DebugWriter; remove() that first")
-        if self._handle is not None and not self._handle.instrument.removed:
-            raise ValueError("this DebugWriter already watches a model; call handle.remove() first")
+        if self._handle is not None:
+            # One run per event file: a second model (or a second watch of the
+            # same one) would restart steps and change the row list mid-file.
+            raise ValueError(
+                "this DebugWriter already watched a model; use a new DebugWriter "
+                "(another run directory) to watch again"
+            )
         config = WatchConfig(
             include=include,
             exclude=exclude,
@@ -499,7 +508,6 @@ class DebugWriter(SummaryWriter):
             start_step=start_step,
             save_batches=save_batches,
         )
-        self._stop_worker()  # a previous watch: finish its rows first
         sink_box: list = []
         instrument = Instrument(
             model, lambda p: sink_box[0](p), config, optimizer=optimizer, criterion=criterion, scaler=scaler

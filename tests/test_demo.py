@@ -162,7 +162,7 @@ def test_progress_bar_redraws_in_place_on_a_terminal():
     bar.start(1, "healthy")
     for step in range(1, 101):
         bar.update(step, 100)
-    bar.finish(100, 100)
+    bar.finish(100)
     text = stream.getvalue()
     # The empty bar, one redraw per cell that fills (not one per step), the
     # finished line.
@@ -196,3 +196,30 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
             proc.wait()
     assert proc.returncode == 0
     assert rest.rstrip().endswith("TensorBoard stopped.")
+
+
+def test_a_crashing_scenario_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    import types
+
+    import tb_neuraldbg._demo as demo_pkg
+
+    healthy = load("healthy")
+
+    def crash(logdir, progress=None):
+        progress(1, 5)
+        raise RuntimeError("boom")
+
+    fakes = {
+        "short": types.SimpleNamespace(
+            NAME="healthy", STEPS=3, EXPECTED=None,
+            run=lambda logdir, progress=None: healthy.run(logdir, steps=3, progress=progress)),
+        "crash": types.SimpleNamespace(NAME="crash", STEPS=5, EXPECTED=None, run=crash),
+    }
+    monkeypatch.setattr(demo_pkg, "SCENARIOS", ("crash", "short"))
+    monkeypatch.setattr(demo_pkg, "load", fakes.__getitem__)
+    assert demo_cli.run(str(tmp_path), serve=False) == 1
+    out, err = capsys.readouterr()
+    assert "[1/2] crash" in err and "1/5 steps" in err and "FAILED: RuntimeError: boom" in err
+    assert "[2/2] healthy" in err and "3/3 steps" in err
+    assert "crash        nothing (healthy)                    did not run" in out
+    assert "healthy      nothing (healthy)                    ok" in out

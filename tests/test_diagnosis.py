@@ -302,18 +302,36 @@ def test_dead_measured_every_tenth_step_confirms_on_measurements():
     assert ev.value == pytest.approx(0.9) and ev.extra["value_before"] < 0.2
 
 
-def test_dead_input_of_a_module_after_a_functional_relu():
+def test_functional_relu_dead_units_belong_to_the_module_before():
+    """fc0 -> torch.relu (no module) -> fc1: fc1 sees dead inputs; the units
+    are fc0's (its pre-activations went negative)."""
+    run = Run()
+    layers = [l for l in run.layers if l["name"] != "relu0"]
+    keep = [i for i, l in enumerate(run.layers) if l["name"] != "relu0"]
+    eng = Engine(layers)
+    fc1 = [l["name"] for l in layers].index("fc1")
+    for s in range(60):
+        r = run.row(s)[keep]
+        if run.full(s):
+            r[fc1, M["in_dead_frac"]] = 0.95 if s >= 20 else 0.1
+        eng.update(s, r)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.step) == ("dead_activation", "fc0", 20)
+    assert ev.value == pytest.approx(0.95) and ev.extra["value_before"] == pytest.approx(0.1)
+    assert ev.extra["via"] == "functional_activation" and "functional ReLU" in ev.message
+
+
+def test_dead_input_after_a_relu_module_is_not_counted_twice():
     run = Run()
     eng = Engine(run.layers)
 
     def plant(s, r):
         if run.full(s):
-            r[run.i("fc1"), M["in_dead_frac"]] = 0.95  # torch.relu inside forward
+            r[run.i("relu0"), M["act_dead_frac"]] = 0.9
+            r[run.i("fc1"), M["in_dead_frac"]] = 0.9
 
-    feed(eng, run, range(40), plant)
-    (ev,) = failures(eng)
-    assert (ev.kind, ev.layer, ev.step) == ("dead_activation", "fc1", 0)
-    assert ev.extra.get("via_input") and "feeding" in ev.message
+    feed(eng, run, range(30), plant)
+    assert [(e.layer, e.kind) for e in failures(eng)] == [("relu0", "dead_activation")]
 
 
 def test_single_step_blip_is_not_an_event_and_recovery_is_info():
@@ -506,23 +524,42 @@ def test_unnormalised_inputs_blame_input_when_first_layer_fails_at_once():
 # ---------------------------------------------------------------- <loss>
 
 
-def test_loss_spike_and_nonfinite_loss():
+def test_loss_spike_persists_and_an_outlier_batch_does_not():
+    run = Run()
+    eng = Engine(run.layers)
+    li = run.i("<loss>")
+
+    def plant(s, r):
+        if s == 100 or 150 <= s < 156:  # one outlier batch; then a divergence
+            r[li, M["value"]] = 40.0
+        if s >= 180:
+            r[li, M["value"]] = np.inf
+            r[li, M["act_nonfinite"]] = 1
+
+    feed(eng, run, range(200), plant)
+    got = [(e.kind, e.to_state, e.step) for e in eng.events]
+    assert got[0] == ("loss_spike", "loss_spike", 150)
+    assert ("nonfinite", "nonfinite", 180) in got and all(step != 100 for _, _, step in got)
+    # the spike (a warning) came first; the non-finite loss (error) is not before it
+    assert eng.root_cause["kind"] == "loss_spike" and eng.status == "failing"
+
+
+def test_unconfirmed_spike_overtaken_by_nonfinite_is_reported_first():
     run = Run()
     eng = Engine(run.layers)
     li = run.i("<loss>")
 
     def plant(s, r):
         if s == 150:
-            r[li, M["value"]] = 40.0
-        if s == 180:
-            r[li, M["value"]] = np.inf
+            r[li, M["value"]] = 400.0
+        if s >= 151:
+            r[li, M["value"]] = np.nan
             r[li, M["act_nonfinite"]] = 1
 
-    feed(eng, run, range(200), plant)
-    got = [(e.kind, e.to_state, e.step) for e in eng.events]
-    assert ("loss_spike", "loss_spike", 150) in got and ("nonfinite", "nonfinite", 180) in got
-    # the spike (a warning) came first; the non-finite loss (error) is not before it
-    assert eng.root_cause["kind"] == "loss_spike" and eng.status == "failing"
+    feed(eng, run, range(160), plant)
+    got = [(e.kind, e.from_state, e.to_state, e.step) for e in failures(eng)]
+    assert got == [("loss_spike", "healthy", "loss_spike", 150), ("nonfinite", "loss_spike", "nonfinite", 151)]
+    assert eng.root_cause["step"] == 150
 
 
 def test_loss_plateau_when_the_loss_never_falls():
@@ -536,6 +573,20 @@ def test_loss_plateau_when_the_loss_never_falls():
     assert ev.extra["confirmed_step"] >= Thresholds().plateau_min_steps - 1
 
 
+def test_resumed_run_is_not_judged_from_its_start():
+    """A run resumed at step 1000 (start_step) may start converged: no
+    plateau and no initial-loss check, unless it sits at chance level."""
+    run = Run()
+    li = run.i("<loss>")
+    n = Thresholds().plateau_min_steps + 20
+    eng = Engine(run.layers, num_classes=4)
+    feed(eng, run, range(1000, 1000 + n), lambda s, r: r.__setitem__((li, M["value"]), 0.05 + 0.01 * run.rng.random()))
+    assert eng.events == []
+    eng = Engine(run.layers, num_classes=4)
+    feed(eng, run, range(1000, 1000 + n), lambda s, r: r.__setitem__((li, M["value"]), 1.39 + 0.05 * run.rng.random()))
+    assert [e.kind for e in eng.events] == ["loss_plateau"]
+
+
 def test_short_flat_run_gets_its_plateau_at_finish_only():
     run = Run()
     eng = Engine(run.layers)
@@ -547,7 +598,11 @@ def test_short_flat_run_gets_its_plateau_at_finish_only():
     assert ev.kind == "loss_plateau" and eng.finish() == []
 
 
-@pytest.mark.parametrize("k,loss0,expect", [(10, 2.35, False), (10, 35.0, True), (10, 0.2, True), (2, 0.72, False)])
+@pytest.mark.parametrize("k,loss0,expect", [
+    (10, 2.35, False), (10, 35.0, True), (2, 0.72, False), (2, 3.5, True),
+    (10, 0.2, False),  # below chance: a pretrained model, not a failure
+    (10, -0.3, True),  # impossible for cross-entropy: e.g. NLLLoss on raw logits
+])
 def test_initial_loss_against_ln_k(k, loss0, expect):
     run = Run()
     eng = Engine(run.layers)

@@ -2,7 +2,6 @@
 (``p.grad`` before clipping, hand-computed activation statistics), module
 selection, removal, and training left bit-for-bit unchanged."""
 
-import copy
 import math
 import warnings
 
@@ -333,7 +332,6 @@ def test_nonfinite_activation_is_flagged_then_counted_exactly():
     assert rec.value("fc1", "act_nonfinite", 11) >= 1
     assert rec.value("<input>", "act_nonfinite", 11) == 0
     rec.inst.exact_nonfinite = True  # what the worker sets after seeing it
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
     x, y = batches((8, 10), 3)()
     # fc1's first output column is +-inf or NaN for every sample: 8 values.
     out = model.fc1(x)
@@ -489,3 +487,47 @@ def test_a_failing_statistic_warns_once_and_training_goes_on(monkeypatch):
     assert rec.value("0", "grad_norm") > 0
     assert rec.value("<input>", "act_absmax") > 0
     assert np.isnan(rec.value("0", "act_mean"))
+
+
+def test_cheap_steps_skip_pointwise_modules_and_inherit_their_flag():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    rec, _ = train(model, batches((4, 6), 2), steps=12, lr=0.0, recorder_kwargs={})
+    assert not np.isnan(rec.value("1", "act_mean", 10))  # a full step
+    assert np.isnan(rec.value("1", "act_mean", 11))  # cheap: not measured again
+    assert rec.value("1", "act_nonfinite", 11) == 0
+    with torch.no_grad():
+        model[0].bias[0] = math.nan
+    opt = rec.inst.optimizer
+    x, y = batches((4, 6), 2)()
+    opt.zero_grad()
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    opt.step()  # step 12: cheap
+    assert rec.value("0", "act_nonfinite") == 1 and rec.value("1", "act_nonfinite") == 1
+
+
+def test_update_ratio_and_weight_norm_follow_their_cadence():
+    model = mlp()
+    rec, _ = train(model, batches((8, 12), 4), steps=12, recorder_kwargs=dict(stats_every=5, update_every=10))
+    measured = [not np.isnan(rec.value("0", "update_ratio", s)) for s in range(12)]
+    assert measured == [True] * 5 + [False] * 5 + [True, False]  # warm-up, then every 10th
+    weights = [not np.isnan(rec.value("0", "weight_norm", s)) for s in range(12)]
+    assert weights == [True] * 6 + [False] * 4 + [True, False]  # full steps: < 5, 5, 10
+    assert not np.isnan(rec.value("0", "grad_norm", 11))  # every step
+
+
+def test_num_classes_of_a_cross_entropy_criterion():
+    rec, _ = train(mlp(), batches((8, 12), 4), steps=1, recorder_kwargs={})
+    assert rec.inst.num_classes == 4
+
+
+@pytest.mark.parametrize("bad", [dict(stats_every=0), dict(hist_every=-1), dict(on_error="ignore"),
+                                 dict(max_layers=0), dict(update_every=1.5)])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        WatchConfig(**bad)
+
+
+def test_update_every_zero_never_copies_weights():
+    rec, _ = train(mlp(), batches((8, 12), 4), steps=2, recorder_kwargs=dict(update_every=0))
+    assert np.isnan(rec.value("0", "update_ratio", 0)) and not np.isnan(rec.value("0", "weight_norm", 0))

@@ -80,6 +80,33 @@ def test_up_to_date_bundle_needs_no_node(fake_tree, monkeypatch):
     assert bundle.read_text() == "built"
 
 
+def test_a_stale_bundle_runs_npm_ci_when_needed_then_the_build(fake_tree, monkeypatch):
+    bf, frontend, bundle = fake_tree
+    (frontend / "package-lock.json").write_text("{}")
+    calls = []
+
+    def fake_npm(npm, *args):
+        calls.append(args)
+        if args == ("ci", "--no-audit", "--no-fund"):
+            (frontend / "node_modules").mkdir(exist_ok=True)
+            (frontend / "node_modules" / ".package-lock.json").write_text("{}")
+        if args == ("run", "build"):
+            bundle.parent.mkdir(exist_ok=True)
+            bundle.write_text("built")
+
+    monkeypatch.setattr(bf, "_npm", fake_npm)
+    monkeypatch.setattr(bf.shutil, "which", lambda name: "/usr/bin/" + name)
+    bf.build_frontend()
+    assert calls == [("ci", "--no-audit", "--no-fund"), ("run", "build")]
+    calls.clear()
+    bf.build_frontend()  # up to date: nothing runs
+    assert calls == []
+    (frontend / "src" / "index.ts").write_text("export const x = 1")
+    os.utime(frontend / "src" / "index.ts", (2e9, 2e9))
+    bf.build_frontend()  # a TypeScript edit: rebuild, node_modules still current
+    assert calls == [("run", "build")]
+
+
 def test_a_tree_without_frontend_sources_uses_its_bundle(fake_tree):
     bf, frontend, bundle = fake_tree
     shutil.rmtree(frontend)

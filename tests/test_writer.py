@@ -4,9 +4,7 @@ on_error="raise", saved batches), closing paths, and the byte budget."""
 
 import glob
 import json
-import math
 import os
-import time
 
 import numpy as np
 import pytest
@@ -268,6 +266,9 @@ def test_watch_twice_is_a_noop_and_close_removes_hooks(tmp_path):
     with pytest.raises(ValueError, match="already watched"):
         other.watch(model)
     other.close()
+    h1.remove()
+    with pytest.raises(ValueError, match="new DebugWriter"):
+        w.watch(model, optimizer=opt)  # one run per event file
     w.close()
     assert sum(len(m._forward_hooks) for m in model.modules()) == 0 < hooks
     assert len(opt._optimizer_step_post_hooks) == 0
@@ -291,6 +292,7 @@ def test_real_engine_gets_every_row(tmp_path):
         fit(w, tiny(), 3)
         w.flush()
         assert w.stats_info["steps_analysed"] == 3 and w.stats_info["engine"]
+        assert w._worker.engine.num_classes == 2  # from the CrossEntropyLoss logits
 
 
 # -- size ---------------------------------------------------------------------
@@ -304,7 +306,6 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     rows = sum(cfg.is_written(s) for s in range(n_steps)) + cfg.ring  # + the ring at close
     hists = sum(cfg.is_hist(s) for s in range(n_steps))
     # Measure what one more row and one more histogram cost on disk.
-    from tb_neuraldbg import summary
     from torch.utils.tensorboard.summary import histogram_raw
     from tb_neuraldbg.writer import _Worker
 
@@ -342,3 +343,70 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     print(f"budget: {rows} rows x {per_row:.0f} B + {hists} x {L - 3} histograms x {per_hist:.0f} B = {total / 2**20:.1f} MB")
     assert total < 64 * 2**20, f"{rows} rows x {per_row:.0f} B + {hists} histograms: {total / 2**20:.1f} MB"
     assert rows < n_steps / 10  # the stride does thin the run out
+
+
+def test_a_module_first_seen_later_is_appended(tmp_path, planned):
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 2)
+            self.b = nn.Linear(4, 2)
+            self.use_b = False
+
+        def forward(self, x):
+            return self.b(x) if self.use_b else self.a(x)
+
+    model = Late()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    with DebugWriter(str(tmp_path)) as w:
+        handle = w.watch(model, optimizer=opt, criterion=crit)
+        for step in range(4):
+            model.use_b = step >= 2
+            opt.zero_grad()
+            crit(model(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward()
+            opt.step()
+    names = [l["name"] for l in handle.layers]
+    assert names == ["<input>", "a", "<loss>", "<optimizer>", "b"]
+    assert [l["name"] for l in planned.last.layers] == names  # the engine grew too
+    ea = load(tmp_path)
+    lists = json_values(ea, metadata.TAG_LAYERS)
+    assert [len(x["layers"]) for x in lists] == [4, 5]
+    assert tensor_steps(ea, metadata.TAG_LAYERS) == [0, 2]
+    gn = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("grad_norm"))]
+    assert [len(g) for g in gn] == [4, 4, 5, 5]
+    assert gn[3][4] > 0 and np.isnan(gn[1][1]) is np.False_
+
+
+def test_interpreter_exit_flushes_everything(tmp_path):
+    # What the atexit handler runs (a subprocess would cost seconds of import).
+    from tb_neuraldbg.writer import _close_all_at_exit
+
+    model = tiny()
+    w = DebugWriter(str(tmp_path), flush_secs=3600)
+    fit(w, model, 5)  # no close(): the ring still holds these rows
+    _close_all_at_exit()
+    assert tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm")) == list(range(5))
+    assert all(len(m._forward_hooks) == 0 for m in model.modules())
+
+
+def test_thresholds_and_num_classes_reach_the_engine(tmp_path, planned):
+    marker = object()
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 2, thresholds=marker)
+    assert planned.last.thresholds is marker
+    (config,) = json_values(load(tmp_path), metadata.TAG_CONFIG)
+    assert config["num_classes"] == 2
+
+
+def test_a_step_that_goes_backwards_is_analysed_not_written(tmp_path, planned):
+    model = tiny()
+    with pytest.warns(RuntimeWarning, match="step 3 is not after"):
+        with DebugWriter(str(tmp_path)) as w:
+            w.watch(model)
+            for step in (5, 6, 3, 7):
+                model.zero_grad()
+                model(torch.randn(2, 4)).sum().backward()
+                w.record(step)
+    assert planned.last.updates == [5, 6, 3, 7]
+    assert tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm")) == [5, 6, 7]

@@ -4,15 +4,15 @@
  * and batches redraws into one animation frame.
  */
 import { Api, HttpError, isAbort, Latest } from "./api";
-import { buildPalette, computeScale, metricInfo, METRIC_MENU } from "./colormap";
+import { buildPalette, computeScale, metricInfo } from "./colormap";
 import { el, setChildren } from "./dom";
 import { rowHeightFor } from "./layout";
 import { StateTable, STATE_HEALTHY, STATE_UNKNOWN } from "./states";
 import { CSS } from "./styles";
-import type { EventList, Heatmap, Meta, NdEvent, RunInfo, StepRange } from "./types";
+import type { EventList, Heatmap, LayerSeries, Meta, NdEvent, RunInfo, StepRange } from "./types";
 import { clampRange, isFull, panRange, unionRange, windowAround, zoomRange } from "./viewport";
 import { Toolbar, RunList } from "./views/controls";
-import { DetailView } from "./views/detail";
+import { detailSeriesOrder, DetailView, seriesChoices } from "./views/detail";
 import { EventListView } from "./views/eventList";
 import { HeatmapPanel, type CellRef } from "./views/heatmapPanel";
 import { Legend } from "./views/legend";
@@ -49,6 +49,8 @@ export class App {
   private readonly panels = new Map<string, HeatmapPanel>();
   private cursor: { run: string; cell: CellRef } | null = null;
   private detailRef: { run: string; layer: string; step: number } | null = null;
+  /** The step range the open layer detail was fetched for (series added later use it too). */
+  private detailRange: StepRange | null = null;
   private readonly slots = new Map<string, Latest>();
   private frame = 0;
   private requeryTimer: ReturnType<typeof setTimeout> | undefined;
@@ -76,6 +78,7 @@ export class App {
     this.detail = new DetailView({
       onClose: () => this.closeDetail(),
       onEvent: (ev) => this.goToEvent(ev),
+      onNeedSeries: (m) => void this.loadDetailSeries(m),
     });
     this.banner.style.display = "none";
     this.body = el("div", { class: "nd-body" }, [
@@ -228,7 +231,9 @@ export class App {
 
   private closeDetail(): void {
     this.detailRef = null;
+    this.detailRange = null;
     this.slot("detail").cancel();
+    this.slot("detail-series").cancel();
     this.detail.hide();
     this.eventList.sync(this.viewRange(), this.selectedLayer());
   }
@@ -271,6 +276,8 @@ export class App {
         return;
       }
     }
+    panel.setRows(meta.layers.map((l) => l.name));
+    panel.setBusy(true);
     try {
       const hm = await this.api.heatmap(run, this.metric, range, panel.plotWidth(), signal);
       if (!slot.isCurrent(token)) return;
@@ -278,6 +285,8 @@ export class App {
       this.invalidate();
     } catch (e) {
       if (!isAbort(e) && slot.isCurrent(token)) this.fail(e);
+    } finally {
+      if (slot.isCurrent(token)) panel.setBusy(false);
     }
   }
 
@@ -288,6 +297,7 @@ export class App {
     this.eventList.sync(this.viewRange(), layer);
     const slot = this.slot("detail");
     const { token, signal } = slot.start();
+    this.slot("detail-series").cancel();
     if (this.detail.element.getAttribute("data-layer") !== layer || this.detail.element.style.display === "none") {
       this.detail.loading(run, layer);
     }
@@ -295,13 +305,41 @@ export class App {
     let r: StepRange = this.viewRange() ?? { start: meta.first_step, end: meta.last_step };
     r = { start: Math.max(r.start, meta.first_step), end: Math.min(r.end, meta.last_step) };
     if (r.end - r.start + 1 > LAYER_MAX_POINTS) r = windowAround(step, LAYER_MAX_POINTS - 1, r);
+    this.detailRange = r;
+    // Only the series shown: each metric asked costs a read of the whole run.
+    const type = meta.layers.find((l) => l.name === layer)?.type ?? "";
+    const order = detailSeriesOrder(type, this.metric, meta.metrics);
+    if (order.length === 0) order.push(...meta.metrics.slice(0, 1));
+    const hasData = (s: LayerSeries, m: string) => s.metrics[m]?.some((v) => Number.isFinite(v)) ?? false;
     try {
-      const series = await this.api.layer(run, layer, r, signal);
+      let series = await this.api.layer(run, layer, r, order.slice(0, 1), signal);
+      // A row without the first choice (a ReLU has no gradient norm): up to two fallbacks.
+      for (let k = 1; k < Math.min(3, order.length) && slot.isCurrent(token) && !hasData(series, order[k - 1]); k++) {
+        const more = await this.api.layer(run, layer, r, [order[k]], signal);
+        const same = more.steps.length === series.steps.length && more.steps.every((v, i) => v === series.steps[i]);
+        series = same ? { ...series, metrics: { ...series.metrics, ...more.metrics } } : more;
+      }
       if (!slot.isCurrent(token)) return;
-      this.detail.show(series, this.metric, new StateTable(meta.states));
+      this.detail.show(series, this.metric, new StateTable(meta.states), seriesChoices(type, meta.metrics));
     } catch (e) {
       if (isAbort(e) || !slot.isCurrent(token)) return;
       this.detail.error(layer, e instanceof Error ? e.message : String(e));
+    }
+  }
+
+  /** The user picked a detail series that was not fetched: fetch just that one. */
+  private async loadDetailSeries(metric: string): Promise<void> {
+    const ref = this.detailRef;
+    const r = this.detailRange;
+    if (!ref || !r) return;
+    const slot = this.slot("detail-series");
+    const { token, signal } = slot.start();
+    try {
+      const part = await this.api.layer(ref.run, ref.layer, r, [metric], signal);
+      if (slot.isCurrent(token)) this.detail.addSeries(part);
+    } catch (e) {
+      if (isAbort(e) || !slot.isCurrent(token)) this.detail.seriesDropped(metric);
+      else this.detail.seriesDropped(metric, e instanceof Error ? e.message : String(e));
     }
   }
 
@@ -453,6 +491,3 @@ function emptyHeatmap(run: string, metric: string, meta: Meta): Heatmap {
   const layers = meta.layers.map((l) => l.name);
   return { run, metric, rows: layers.length, cols: 0, layers, colStart: [], colEnd: [], values: new Float32Array(0), states: new Uint8Array(0) };
 }
-
-/** Metric ids of the selector, for tests. */
-export const METRIC_IDS = METRIC_MENU.map((m) => m.id);

@@ -95,23 +95,81 @@ export function decodeMeta(raw: unknown): Meta {
   };
 }
 
+/** Bytes of a base64 string (standard alphabet, padding optional). */
+export function decodeBase64(b64: string): Uint8Array {
+  const fromBase64 = (Uint8Array as unknown as { fromBase64?: (s: string) => Uint8Array }).fromBase64;
+  if (typeof fromBase64 === "function") {
+    try {
+      return fromBase64(b64);
+    } catch {
+      fail("invalid base64");
+    }
+  }
+  let bin: string;
+  try {
+    bin = atob(b64);
+  } catch {
+    fail("invalid base64");
+  }
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * `n` little-endian float32 from base64 (NaN and +-Infinity are plain IEEE
+ * values). A Float32Array view on the decoded bytes when the platform is
+ * little-endian and the buffer aligned (a copy otherwise), else a DataView.
+ */
+export function decodeFloat32B64(b64: string, n: number, what = "values_b64"): Float32Array {
+  let bytes = decodeBase64(b64);
+  if (bytes.length !== n * 4) fail(`${what} holds ${bytes.length} bytes, expected ${n * 4}`);
+  if (LITTLE_ENDIAN) {
+    if (bytes.byteOffset % 4 !== 0) bytes = bytes.slice();
+    return new Float32Array(bytes.buffer, bytes.byteOffset, n);
+  }
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = dv.getFloat32(i * 4, true);
+  return out;
+}
+
+/** `n` uint8 from base64. */
+export function decodeUint8B64(b64: string, n: number, what = "states_b64"): Uint8Array {
+  const bytes = decodeBase64(b64);
+  if (bytes.length !== n) fail(`${what} holds ${bytes.length} bytes, expected ${n}`);
+  return bytes;
+}
+
+/** A heatmap answer, `format=b64` (values_b64/states_b64) or JSON (values/states). */
 export function decodeHeatmap(raw: unknown): Heatmap {
   const o = obj(raw, "heatmap");
   const rows = int(o.rows, "rows");
   const cols = int(o.cols, "cols");
-  const vals = arr(o.values, "values");
-  const sts = arr(o.states, "states");
+  if (rows < 0 || cols < 0) fail("negative rows/cols");
+  const n = rows * cols;
   const colStart = arr(o.col_start, "col_start").map((v) => int(v, "col_start"));
   const colEnd = arr(o.col_end, "col_end").map((v) => int(v, "col_end"));
   const layers = arr(o.layers, "layers").map((v) => str(v, "layer"));
-  if (vals.length !== rows * cols || sts.length !== rows * cols) fail("values/states size != rows*cols");
   if (colStart.length !== cols || colEnd.length !== cols || layers.length !== rows) fail("axis sizes");
-  const values = new Float32Array(rows * cols);
-  const states = new Uint8Array(rows * cols);
-  for (let i = 0; i < values.length; i++) {
-    values[i] = decodeFloat(vals[i]);
-    const s = sts[i];
-    states[i] = typeof s === "number" && s >= 0 && s <= 255 ? s : 255;
+  let values: Float32Array;
+  let states: Uint8Array;
+  if (typeof o.values_b64 === "string" || typeof o.states_b64 === "string") {
+    values = decodeFloat32B64(str(o.values_b64, "values_b64"), n);
+    states = decodeUint8B64(str(o.states_b64, "states_b64"), n);
+  } else {
+    const vals = arr(o.values, "values");
+    const sts = arr(o.states, "states");
+    if (vals.length !== n || sts.length !== n) fail("values/states size != rows*cols");
+    values = new Float32Array(n);
+    states = new Uint8Array(n);
+    for (let i = 0; i < n; i++) {
+      values[i] = decodeFloat(vals[i]);
+      const s = sts[i];
+      states[i] = typeof s === "number" && s >= 0 && s <= 255 ? s : 255;
+    }
   }
   return { run: str(o.run, "run"), metric: str(o.metric, "metric"), rows, cols, layers, colStart, colEnd, values, states };
 }

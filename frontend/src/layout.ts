@@ -86,8 +86,3 @@ export function colForStep(colStart: readonly number[], colEnd: readonly number[
   if (step > colEnd[lo] && lo + 1 < n && colStart[lo + 1] - step < step - colEnd[lo]) return lo + 1;
   return lo;
 }
-
-/** x position (css px) of a step on a continuous step axis [start, end] of width w. */
-export function stepToX(step: number, start: number, end: number, w: number): number {
-  return end > start ? ((step - start) / (end - start)) * w : w / 2;
-}

@@ -4,6 +4,8 @@
  */
 export const CSS = `
 :root { color-scheme: light; }
+/* Reserve the scrollbar: opening the layer detail must not narrow the heatmap (a re-query). */
+html { scrollbar-gutter: stable; }
 body { margin: 0; }
 .nd-root { font: 13px/1.4 Roboto, "Segoe UI", system-ui, -apple-system, sans-serif; color: #1f2937;
   background: #f6f7f9; min-height: 100vh; box-sizing: border-box; }
@@ -69,7 +71,8 @@ body { margin: 0; }
 .nd-labels { position: relative; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 11px; }
 .nd-label { position: absolute; right: 0; left: 0; text-align: right; white-space: nowrap; overflow: hidden;
   text-overflow: ellipsis; color: #374151; padding-right: 2px; }
-.nd-labels.nd-compact .nd-label:not([data-root-cause]):not(.nd-label-active) { visibility: hidden; }
+.nd-labels.nd-compact .nd-label:not([data-root-cause]):not(.nd-label-active):not(.nd-label-tick) { visibility: hidden; }
+.nd-labels.nd-compact .nd-label-tick { color: #9ca3af; }
 .nd-label.nd-label-active { color: #1d4ed8; font-weight: 600; }
 .nd-label[data-root-cause] { color: #b91c1c; font-weight: 700; overflow: visible; z-index: 2; }
 .nd-label[data-root-cause]::before { content: "▶ "; font-size: 9px; }
@@ -77,6 +80,8 @@ body { margin: 0; }
 .nd-canvas-wrap { position: relative; overflow: hidden; cursor: crosshair; user-select: none; background: #f3f4f6; border-radius: 3px; }
 .nd-canvas-wrap.nd-dragging { cursor: grabbing; }
 .nd-canvas { display: block; }
+/* Out-of-date image while a re-query runs; the delay keeps fast answers from flickering. */
+.nd-panel[data-busy] .nd-canvas-wrap { opacity: .5; transition: opacity .15s .2s; }
 .nd-canvas:focus-visible { outline: none; }
 .nd-canvas-wrap:focus-within { box-shadow: 0 0 0 2px #93c5fd; }
 .nd-ov { position: absolute; left: 0; top: 0; pointer-events: none; will-change: transform; }

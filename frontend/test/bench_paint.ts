@@ -4,21 +4,14 @@
  * and states to pixels (colour scale, colour indices, layout, paint, and a
  * 1-pixel readback that forces the deferred canvas work to finish).
  */
-import { buildPalette, colorIndices, computeScale } from "../src/colormap";
+import { colorIndices, computeScale } from "../src/colormap";
 import { computeLayout } from "../src/layout";
 import { paintHeatmap } from "../src/paint";
+import { testPalette, worstCaseMatrix } from "./fixtures";
 
 export function benchPaint(rows: number, cols: number, widthCss: number, rowHeightCss: number, repeats: number): number[] {
-  const n = rows * cols;
-  const values = new Float32Array(n);
-  const states = new Uint8Array(n);
-  let seed = 7;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-  for (let i = 0; i < n; i++) {
-    values[i] = 10 ** (-6 + 6 * rand());
-    states[i] = rand() < 0.02 ? 1 + Math.floor(rand() * 14) : 0;
-  }
-  const palette = buildPalette(Array.from({ length: 15 }, (_, code) => ({ code, name: `s${code}`, severity: "error" as const })));
+  const { values, states } = worstCaseMatrix(rows, cols, 7);
+  const palette = testPalette();
   const canvas = document.createElement("canvas");
   document.body.append(canvas);
   const times: number[] = [];
@@ -31,15 +24,10 @@ export function benchPaint(rows: number, cols: number, widthCss: number, rowHeig
     if (canvas.height !== layout.yEdges[rows]) canvas.height = layout.yEdges[rows];
     const ctx = canvas.getContext("2d")!;
     const scale = computeScale("log", [{ values, states }]);
-    const t1 = performance.now();
     const idx = colorIndices(scale, values, states);
-    const t2 = performance.now();
     paintHeatmap(ctx, layout, idx, palette);
-    const t3 = performance.now();
     ctx.getImageData(0, 0, 1, 1);
     times.push(performance.now() - t0);
-    (globalThis as unknown as { phases: number[][] }).phases ??= [];
-    (globalThis as unknown as { phases: number[][] }).phases.push([t1 - t0, t2 - t1, t3 - t2, performance.now() - t3]);
   }
   canvas.remove();
   return times;

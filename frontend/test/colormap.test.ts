@@ -5,6 +5,7 @@ import {
   rampColor, scalePosition, scaleValue, STATE_START,
 } from "../src/colormap";
 import { STATE_COLORS } from "../src/states";
+import { lcg } from "./fixtures";
 
 const STATES = [
   ["healthy", "info"], ["vanishing", "warning"], ["exploding", "error"], ["nonfinite", "error"], ["no_gradient", "error"],
@@ -63,8 +64,7 @@ test("colorIndices reuses the output buffer of the same size", () => {
 });
 
 test("the fast colorIndices agrees with cellColor on every cell", () => {
-  let seed = 3;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rand = lcg(3);
   const n = 20000;
   const values = new Float32Array(n);
   const states = new Uint8Array(n);

@@ -2,7 +2,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { computeLayout } from "../src/layout";
 import { bucketRects, paintHeatmap, type PaintContext } from "../src/paint";
-import { buildPalette, colorIndices, computeScale, NO_DATA } from "../src/colormap";
+import { colorIndices, computeScale, NO_DATA } from "../src/colormap";
+import { testPalette, worstCaseMatrix } from "./fixtures";
 
 /** A fake 2D context: records fills and ImageData writes, rasterises both. */
 class Recorder implements PaintContext {
@@ -96,16 +97,8 @@ test("equal neighbours in a row merge into one rect", () => {
 test("1000 rows x 2000 columns: scale + colour indices + pixels under budget (node, fake canvas)", () => {
   const rows = 1000;
   const cols = 2000;
-  const n = rows * cols;
-  const values = new Float32Array(n);
-  const states = new Uint8Array(n);
-  let seed = 1;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-  for (let i = 0; i < n; i++) {
-    values[i] = 10 ** (-6 + 6 * rand()); // worst case: neighbours rarely share a colour
-    states[i] = rand() < 0.02 ? 1 + Math.floor(rand() * 14) : 0;
-  }
-  const palette = buildPalette(Array.from({ length: 15 }, (_, code) => ({ code, name: `s${code}`, severity: "error" as const })));
+  const { values, states } = worstCaseMatrix(rows, cols);
+  const palette = testPalette();
   const noop = new Recorder();
   const layout = computeLayout(2000, rows, cols, 1, 1);
   let best = Infinity;

@@ -4,7 +4,7 @@ import { formatSteps, formatValue, humanize, niceTicks } from "../src/format";
 import { tooltipLines } from "../src/tooltip";
 import { metricInfo } from "../src/colormap";
 import { StateTable } from "../src/states";
-import { pickSeries, seriesLabel, seriesWithData } from "../src/views/detail";
+import { detailSeriesOrder, pickSeries, seriesChoices, seriesLabel, seriesWithData } from "../src/views/detail";
 
 test("formatValue is compact and honest about non-finite values", () => {
   assert.equal(formatValue(0.012345), "0.0123");
@@ -69,4 +69,22 @@ test("series names of pseudo-layers", () => {
   assert.equal(seriesLabel("loss", "value"), "Loss");
   assert.equal(seriesLabel("Linear", "grad_norm"), "Gradient norm");
   assert.equal(seriesLabel("Linear", "weight_norm"), "weight norm");
+});
+
+test("the layer detail asks for the shown series only, with fallbacks in order", () => {
+  const all = ["grad_norm", "grad_nonfinite", "grad_missing", "weight_norm", "update_ratio", "act_mean", "act_std",
+    "act_absmax", "act_zero_frac", "act_dead_frac", "act_sat_frac", "act_nonfinite", "in_zero_frac", "in_dead_frac",
+    "in_nonfinite", "value", "scale"];
+  assert.deepEqual(seriesChoices("loss", all), ["value"]);
+  assert.deepEqual(seriesChoices("optimizer", all), ["value", "scale"]);
+  const mod = seriesChoices("Linear", all);
+  assert.equal(mod.length, 15);
+  assert.deepEqual(mod.slice(0, 5), ["grad_norm", "update_ratio", "act_std", "act_dead_frac", "act_sat_frac"]);
+  assert.ok(!mod.includes("value") && !mod.includes("scale") && !mod.includes("state"));
+  assert.deepEqual(detailSeriesOrder("Linear", "update_ratio", all).slice(0, 3), ["update_ratio", "grad_norm", "act_std"]);
+  assert.deepEqual(detailSeriesOrder("ReLU", "grad_norm", all).slice(0, 2), ["grad_norm", "act_std"]);
+  assert.deepEqual(detailSeriesOrder("Linear", "state", all).slice(0, 2), ["grad_norm", "act_std"]);
+  assert.deepEqual(detailSeriesOrder("input", "state", all)[0], "act_std");
+  assert.deepEqual(detailSeriesOrder("loss", "grad_norm", all), ["value"]);
+  assert.deepEqual(detailSeriesOrder("optimizer", "state", all), ["value", "scale"]);
 });

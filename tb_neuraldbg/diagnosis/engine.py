@@ -87,11 +87,12 @@ class Engine:
         persist[_S["nonfinite"]] = t.persist_nonfinite
         persist[_S["vanishing"]] = t.persist_vanishing
         persist[_S["frozen"]] = t.frozen_steps
-        for s in ("data_anomaly", "loss_spike", "initial_loss", "loss_plateau", "scaler_collapse"):
+        for s in ("data_anomaly", "initial_loss", "loss_plateau", "scaler_collapse"):
             persist[_S[s]] = 1  # their classifiers already judge over many steps or batches
         self._hyst = {a: Hysteresis(n, persist) for a in ASPECTS}
         self._cols = {a: _evidence_cols(a) for a in ASPECTS}
         self._last = np.full((n, _NUM_METRICS), np.nan)  # last measured value of each stat
+        self._dead_last = np.full(n, np.nan)  # last effective dead fraction (see states.py)
         self._failures: list[Failure] = []
         self.events: list[Event] = []
         self.root_cause: dict | None = None
@@ -127,6 +128,7 @@ class Engine:
         for h in self._hyst.values():
             h.grow(n)
         self._last = np.concatenate([self._last, np.full((len(new), _NUM_METRICS), np.nan)])
+        self._dead_last = np.concatenate([self._dead_last, np.full(len(new), np.nan)])
         self.states = np.concatenate([self.states, np.full(len(new), metadata.STATE_UNKNOWN, np.uint8)])
         self._worst = None
 
@@ -154,15 +156,22 @@ class Engine:
                 c = cols[code]
                 idx = np.arange(n)
                 value, before = row[idx, c], last[idx, c]
-                if aspect == "act":  # a dead input (functional ReLU) instead of a dead output
-                    dead = (code == _S["dead"]) & np.isnan(value)
-                    value = np.where(dead, row[:, _M["in_dead_frac"]], value)
-                    before = np.where(dead, last[:, _M["in_dead_frac"]], before)
+                if aspect == "act":  # dead units after a functional activation
+                    dead = code == _S["dead"]
+                    value = np.where(dead, self._clf.dead_eff, value)
+                    before = np.where(dead, self._dead_last, before)
                 return value, before
 
             for tr in self._hyst[aspect].update(step, raw, evidence, onset):
+                if aspect == "fwd" and tr.to_code == _S["nonfinite"]:
+                    # an explosion of this output, not yet confirmed, led here
+                    pre = self._hyst["act"].take_pending(tr.index, (_S["act_exploding"],))
+                    if pre is not None:
+                        new.append(self._event(step, "act", pre, row))
                 new.append(self._event(step, aspect, tr, row))
         self._last = np.where(np.isnan(row), last, row)
+        eff = self._clf.dead_eff
+        self._dead_last = np.where(np.isnan(eff), self._dead_last, eff)
         self._update_states(raws, row, bool(new))
         return self._record(new) if new else []
 
@@ -208,8 +217,8 @@ class Engine:
             extra["side"] = {"grad": "backward", "loss": "loss"}.get(aspect, "forward")
             if aspect == "fwd":
                 extra["input_nonfinite"] = bool(row[tr.index, _M["in_nonfinite"]] > 0)
-        if kind == "dead_activation" and failing and np.isnan(row[tr.index, _M["act_dead_frac"]]):
-            extra["via_input"] = True
+        if kind == "dead_activation" and failing and bool(clf.dead_via[tr.index]):
+            extra["via"] = "functional_activation"
         if aspect == "input" and failing:
             extra["reason"] = clf.input_reason
             extra["std"] = float(row[tr.index, _M["act_std"]])

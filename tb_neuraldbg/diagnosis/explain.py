@@ -57,8 +57,8 @@ _CAUSE = {
         "collapsed to zero. Try: checking the layers before it and the input pipeline."
     ),
     "activation_explosion": (
-        "Likely cause: a large initialisation of this layer, unnormalised inputs, or a learning "
-        "rate too high. Try: a standard initialisation (Kaiming/Xavier), normalisation layers, "
+        "Likely cause: a large initialisation (of this layer or the ones before it), "
+        "unnormalised inputs, or a learning rate too high. Try: a standard initialisation (Kaiming/Xavier), normalisation layers, "
         "a lower learning rate."
     ),
     "no_gradient": (
@@ -109,7 +109,7 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "vanishing_gradient":
         return (f"{where}: gradient vanishing from step {step} (grad norm {fmt(before)} -> "
-                f"{fmt(value)}, under 1/1000 of the layers after it).")
+                f"{fmt(value)}, orders of magnitude below the layers after it).")
     if kind == "exploding_gradient":
         return f"{where}: gradient exploding from step {step} (grad norm {fmt(before)} -> {fmt(value)})."
     if kind == "nonfinite":
@@ -130,9 +130,10 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 "value is born inside this module. Check its ops and their inputs (log/sqrt of "
                 "non-positive values, division by ~0, exp or fp16 overflow).")
     if kind == "dead_activation":
-        src = "units feeding it" if extra.get("via_input") else "units"
-        return (f"{where}: {_pct(value)} of its {src} are zero for every sample from step {step} "
-                f"(was {_pct(before)}).")
+        after = (" after the activation applied to its output in forward (a functional ReLU)"
+                 if extra.get("via") == "functional_activation" else "")
+        return (f"{where}: {_pct(value)} of its units are zero for every sample{after} from step "
+                f"{step} (was {_pct(before)}).")
     if kind == "saturated_activation":
         return f"{where}: {_pct(value)} of its outputs saturated from step {step} (was {_pct(before)})."
     if kind == "activation_collapse":

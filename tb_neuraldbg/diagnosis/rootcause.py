@@ -74,7 +74,13 @@ def find_root_cause(failures, ctx, t: Thresholds) -> dict | None:
     # the incident starts with the earliest onset of its tie group (e.g. the
     # vanishing gradients a saturated layer causes, seen before its
     # saturation is measured again)
-    root = {"kind": ev.kind, "layer": ev.layer, "step": int(first), "message": ev.message}
+    message = ev.message
+    upstream = sorted({f.event.layer for f in group if f.event.kind == "vanishing_gradient"
+                       and f.index < pick.index and f is not pick})
+    if upstream and ev.kind in ("dead_activation", "saturated_activation"):
+        message = (f"{message} It blocks the gradient: {len(upstream)} layer(s) before it have "
+                   f"vanishing gradients.")
+    root = {"kind": ev.kind, "layer": ev.layer, "step": int(first), "message": message}
     if ev.kind in _LR_KINDS and not ev.layer.startswith("<input"):
         jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
         high = [] if pick.born else [h for h in ctx.high_update_steps if 0 <= pick.onset - h <= t.lr_window]

@@ -107,6 +107,7 @@ class Classifier:
         self.a_max = np.zeros(0)
         self.a_cnt = np.zeros(0, np.int64)
         self.ur_seen = np.zeros(0, bool)  # update_ratio ever measured
+        self.has_param = np.zeros(0, bool)  # rows with parameters (grad_missing reported)
         self.last_w = np.zeros(0)
         self.last_wn = np.zeros(0)
         self.last_w_step = np.zeros(0, np.int64)
@@ -123,6 +124,7 @@ class Classifier:
         self.plateau_first_step = None
         self.plateau_recent = _Window(self.t.plateau_window)
         self.plateau_code = None
+        self.plateau_left = False
         self.plateau_steps = 0
         self.first_loss = None  # (step, value)
         self.init_done = False
@@ -151,6 +153,7 @@ class Classifier:
         self.a_max = _grow(self.a_max, n, 0.0)
         self.a_cnt = _grow(self.a_cnt, n, 0)
         self.ur_seen = _grow(self.ur_seen, n, False)
+        self.has_param = _grow(self.has_param, n, False)
         self.last_w = _grow(self.last_w, n, np.nan)
         self.last_wn = _grow(self.last_wn, n, np.nan)
         self.last_w_step = _grow(self.last_w_step, n, -10)
@@ -208,7 +211,14 @@ class Classifier:
         mod = k.is_mod
         # a NaN norm of gradients that all arrived is a NaN gradient, not a gap
         nonfinite = mod & ((nonfin_n > 0) | np.isinf(g) | (np.isnan(g) & (missing == 0)))
-        no_grad = mod & (missing > 0) & ~nonfinite
+        self.has_param |= mod & np.isfinite(missing)
+        # no gradient although the module ran in this forward pass (a module
+        # skipped by conditional computation, e.g. an unrouted expert, is not
+        # expected to get one)
+        ran = np.isfinite(row[:, _M["act_nonfinite"]]) | np.isfinite(row[:, _M["act_mean"]])
+        # ... and none of its parameters got one (an unused extra parameter
+        # of a module that otherwise learns is a DDP nuisance, not a failure)
+        no_grad = mod & (missing > 0) & np.isnan(g) & ran & ~nonfinite
         fin = mod & np.isfinite(g) & ~no_grad & ~nonfinite
         raw = np.full(self.n, UNMEASURED, np.int16)
         raw[fin] = HEALTHY
@@ -304,20 +314,40 @@ class Classifier:
             # collapsed: one constant value (not all zeros: that is dead)
             collapsed = measured & (absmax > 0) & (std <= t.collapse_rel * absmax)
             sat_thr = np.where(conf == _S["saturated"], t.sat_exit_frac, t.sat_frac)
-            saturated = measured & (sat_f >= sat_thr)
+            # a rectifier's zeros (ReLU6's lower end) are its dead side, judged
+            # by the dead fraction; only the top end counts as saturation
+            zero_f = row[:, _M["act_zero_frac"]]
+            sat_eff = np.where(np.isfinite(dead_f) & np.isfinite(zero_f), sat_f - zero_f, sat_f)
+            saturated = measured & (sat_eff >= sat_thr)
             dead_thr = np.where(conf == _S["dead"], t.dead_exit_frac, t.dead_frac)
-            prev_dead = np.zeros(self.n)
-            prev_dead[1:] = dead_f[:-1]
-            # a functional ReLU shows as the next module's dead input; skip it
-            # when the previous row (an nn.ReLU) already shows the same units
-            dead_in = k.prev_is_mod & (in_dead >= dead_thr) & ~(prev_dead >= t.dead_exit_frac)
-            dead = measured & ((dead_f >= dead_thr) | (absmax == 0) | dead_in)
+            # a functional activation (torch.relu in forward) shows as the next
+            # module's dead input; the units belong to the previous module (the
+            # one whose pre-activations went negative) when that module is not
+            # an activation module itself (those report their own dead units)
+            eff = dead_f.copy()
+            via = np.zeros(self.n, dtype=bool)
+            via[:-1] = k.prev_is_mod[1:] & np.isnan(dead_f[:-1]) & np.isfinite(in_dead[1:])
+            eff[:-1] = np.where(via[:-1], in_dead[1:], eff[:-1])
+            self.dead_eff, self.dead_via = eff, via
+            dead = measured & ((eff >= dead_thr) | (absmax == 0))
+            # the output activation (no layer with parameters after it) of a
+            # model that learns becomes confident: sigmoid outputs near 0/1 for
+            # BCE are success, not failure. There only a layer born saturated
+            # or dead (never once healthy) counts.
+            out_ok = self._output_rows() & (self.a_cnt > 0)
+            saturated &= ~out_ok
+            dead &= ~out_ok
             # exploding: amplifies its input (the previous row) a hundredfold,
             # or grew a hundredfold over its own history, beyond a floor
             rms_prev = np.full(self.n, np.nan)
             rms_prev[1:] = rms[:-1]
             big = measured & (rms > t.act_explode_floor)
             amp = big & (rms_prev > 0) & (rms > t.act_explode_ratio * rms_prev)
+            # ... or the network amplified the batch a thousandfold by here
+            # (a large initialisation everywhere compounds layer by layer)
+            if k.input_index >= 0:
+                rms_in = rms[k.input_index]
+                amp |= big & (rms_in > 0) & (rms > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
             hist = big & (self.a_cnt >= t.history_min)
             growth = hist & (rms > t.act_explode_ratio * 10.0 ** self.a_ema) & (rms > t.act_explode_vs_max * self.a_max)
         raw[collapsed] = _S["collapsed"]
@@ -333,6 +363,17 @@ class Classifier:
             self.a_cnt[ok] += 1
         self.act_rms = rms
         return raw
+
+    def _output_rows(self):
+        """Module rows after the last module with parameters (before <loss>)."""
+        k = self.kinds
+        idx = np.flatnonzero(self.has_param & k.is_mod)
+        out = np.zeros(self.n, dtype=bool)
+        if len(idx) and k.loss_index >= 0:
+            last = idx[idx < k.loss_index]
+            if len(last):
+                out[last[-1] + 1:k.loss_index] = True
+        return out & k.is_mod
 
     # --------------------------------------------------------------- weights
     def _weight(self, step, row, grad_raw, opt):
@@ -411,15 +452,19 @@ class Classifier:
             return
         if math.isnan(v):
             return
-        # initial loss of K-class cross-entropy (one check, at the first loss)
+        # initial loss of K-class cross-entropy (one check, at the first loss
+        # of a run that starts at step 0: a resumed run is not at its init)
         if not self.init_done:
             self.init_done = True
             self.first_loss = (step, v)
             k = self.num_classes
-            if k is not None and k >= 2:
+            if k is not None and k >= 2 and step == 0:
                 lnk = math.log(k)
                 tol = max(t.initial_loss_abs, t.initial_loss_rel * lnk)
-                out["init"][0][i] = _S["initial_loss"] if abs(v - lnk) > tol else HEALTHY
+                # far above: confident wrong logits. Below ln K is what a
+                # pretrained model gives; only a negative value is impossible
+                bad = v > lnk + tol or v < 0
+                out["init"][0][i] = _S["initial_loss"] if bad else HEALTHY
         # spike: far above both the maximum and the median of recent losses
         hist = self.loss_hist
         spike = False
@@ -442,9 +487,11 @@ class Classifier:
         if self.plateau_steps % 10 == 0:
             self.plateau_code = self._plateau_code(confirmed["plateau"][i] == _S["loss_plateau"], final=False)
         code = self.plateau_code
+        if code == HEALTHY and confirmed["plateau"][i] == _S["loss_plateau"]:
+            self.plateau_left = True  # a later plateau starts when it is seen
         if code is not None:
             out["plateau"][0][i] = code
-            if code == _S["loss_plateau"]:
+            if code == _S["loss_plateau"] and not self.plateau_left:
                 # it never fell: the plateau started with the run
                 onset = np.full(self.n, -1, np.int64)
                 onset[i] = self.plateau_first_step
@@ -458,13 +505,19 @@ class Classifier:
             return None
         first = float(np.median(self.plateau_first))
         recent = float(np.median(self.plateau_recent.values()))
-        # hysteresis on values: leaving takes twice the drop; a short run
+        # hysteresis on values: leaving takes three times the drop; a short run
         # (decided at its end) must be twice as flat
-        drop = t.plateau_min_drop * (2.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
-        stuck = recent > first - drop * abs(first)
+        drop = t.plateau_min_drop * (3.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
         k = self.num_classes
         if k is not None and k >= 2:
-            stuck |= recent > (1.0 - drop) * math.log(k)
+            # K known: stuck at (or above) the chance level ln K
+            stuck = recent > (1.0 - drop) * math.log(k)
+            if self.first_step == 0:
+                stuck |= recent > first - drop * abs(first)
+        else:
+            # never fell from where it started; a resumed run (first step > 0)
+            # may start converged, so it is not judged this way
+            stuck = self.first_step == 0 and recent > first - drop * abs(first)
         return _S["loss_plateau"] if stuck else HEALTHY
 
     # ------------------------------------------------------------ <optimizer>

@@ -106,7 +106,8 @@ class Thresholds:
     # --- <loss> ----------------------------------------------------------------
     #: spike: the loss exceeds spike_ratio x the maximum of the recent window
     #: and spike_median x its median (both, so heavy-tailed batch losses are
-    #: not spikes).
+    #: not spikes), for ``persist_steps`` steps (one outlier batch is not a
+    #: divergence).
     spike_ratio: float = 2.0
     spike_median: float = 5.0
     loss_window: int = 64

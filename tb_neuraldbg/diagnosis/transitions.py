@@ -10,9 +10,9 @@ every Nth step work unchanged. A layer that is failing from its first
 measurement (born failing, e.g. a bad initialisation) gets a transition from
 "healthy" with its onset at that first step.
 
-Escalation: an explosion still waiting for confirmation when the same layer
-turns non-finite is confirmed by the non-finite value (the explosion is what
-produced it), so both transitions are reported, in order.
+Escalation: an explosion (or a loss spike) still waiting for confirmation
+when the same layer turns non-finite is confirmed by the non-finite value (the
+explosion is what produced it), so both transitions are reported, in order.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ __all__ = ["Hysteresis", "Transition", "UNMEASURED"]
 
 UNMEASURED = -1
 HEALTHY = metadata.STATE_CODE["healthy"]
-_ESCALATES_TO_NONFINITE = (metadata.STATE_CODE["exploding"], metadata.STATE_CODE["act_exploding"])
+_ESCALATES_TO_NONFINITE = (metadata.STATE_CODE["exploding"], metadata.STATE_CODE["act_exploding"],
+                           metadata.STATE_CODE["loss_spike"])
 _NONFINITE = metadata.STATE_CODE["nonfinite"]
 
 
@@ -170,3 +171,21 @@ class Hysteresis:
             self._count[i] = 0
             self._pre_code[i] = UNMEASURED
         return out
+
+    def take_pending(self, i: int, codes) -> Transition | None:
+        """Confirm layer ``i``'s unconfirmed run if its state is in ``codes``.
+
+        For escalation across aspects: an activation explosion still waiting
+        for confirmation when the same layer's output turns non-finite.
+        """
+        cand = int(self._cand[i])
+        if cand == UNMEASURED or cand not in codes or self._count[i] < 1:
+            return None
+        frm = int(self.confirmed[i])
+        tr = Transition(int(i), frm, cand, int(self._start[i]), float(self._value[i]),
+                        float(self._before[i]), bool(self._start[i] == self._first[i]),
+                        int(self._earliest[i]))
+        self.confirmed[i] = cand
+        self._cand[i] = UNMEASURED
+        self._count[i] = 0
+        return tr

@@ -59,6 +59,22 @@ try {
   const range = await page.textContent(".nd-range");
   check(range.includes("zoomed") && !head.startsWith("steps 0–299"), `a superseded slow answer is dropped (toolbar: ${range}; drawn: ${head})`);
 
+  // Device pixel ratio 2: a sharp canvas (2 device px per css px) and hit
+  // testing in css px still finds the row under the mouse.
+  const hidpi = await browser.newPage({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 2 });
+  await hidpi.goto(base);
+  await hidpi.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  const ratio = await hidpi.$eval(".nd-canvas", (c) => c.width / c.getBoundingClientRect().width);
+  check(Math.abs(ratio - 2) < 0.01, `devicePixelRatio 2: canvas has 2 device px per css px (${ratio.toFixed(3)})`);
+  const label = hidpi.locator(".nd-panel .nd-label").nth(3);
+  const lb = await label.boundingBox();
+  const cb = await hidpi.locator(".nd-panel .nd-canvas").boundingBox();
+  await hidpi.mouse.move(cb.x + cb.width * 0.4, lb.y + lb.height / 2, { steps: 3 });
+  const title = await hidpi.locator(".nd-tooltip div").first().textContent();
+  const name = await label.getAttribute("data-layer");
+  check(title.startsWith(name), `devicePixelRatio 2: hover finds the row under the mouse (${title})`);
+  await hidpi.close();
+
   await page.goto(`${base}?mode=empty`);
   await page.waitForSelector(".nd-root[data-state=empty]", { timeout: 10000 });
   check((await page.textContent(".nd-state-screen")).includes("No NeuralDbg data"), "empty state explains how to record data");

@@ -118,7 +118,7 @@ try {
     check(JSON.stringify(roots) === JSON.stringify(want), `${r.run}: highlighted root-cause row = ${want[0] ?? "none"}`, `got ${JSON.stringify(roots)}`);
     if (r.root_cause) {
       const label = await panel.$eval("[data-root-cause]", (e) => e.textContent);
-      check(label.includes(r.root_cause.layer), `${r.run}: root-cause label text is the layer name`);
+      check(r.root_cause.layer.endsWith(label.replace(/^…/, "")) && label.length > 0, `${r.run}: root-cause label shows the layer name (${label})`);
       const panelText = await frame.$eval(".nd-rootcause", (e) => e.textContent);
       check(panelText.includes(r.root_cause.layer) && panelText.includes(`step ${r.root_cause.step}`), `${r.run}: root-cause panel names layer and step`);
       const onset = await panel.$eval(".nd-onset", (e) => e.style.display !== "none");
@@ -156,10 +156,17 @@ try {
   const rc = focus.root_cause;
   let panel = await showRun(focus.run);
   const [fullA, fullB] = parseRange(await frame.$eval(".nd-range", (e) => e.textContent));
-  const labels = await panel.$$eval(".nd-label", (els) => els.map((e) => e.textContent));
+  const labels = await panel.$$eval(".nd-label", (els) => els.map((e) => e.getAttribute("data-layer")));
 
   // Hover: tooltip with layer and state; no repaint on mouse move.
-  const paintBefore = await frame.locator(".nd-panel").getAttribute("data-paint-count");
+  const paintCount = () => frame.locator(".nd-panel").getAttribute("data-paint-count");
+  let paintBefore = await paintCount();
+  for (let stable = 0; stable < 3; ) {
+    await page.waitForTimeout(200);
+    const now = await paintCount();
+    stable = now === paintBefore ? stable + 1 : 0;
+    paintBefore = now;
+  }
   // Locators re-resolve: panels re-render while the app refetches.
   const cbox = await frame.locator(".nd-panel .nd-canvas").boundingBox();
   const labelBox = (i) => frame.locator(".nd-panel .nd-label").nth(i).boundingBox();
@@ -168,6 +175,8 @@ try {
   await page.mouse.move(cbox.x + cbox.width * 0.9, lb.y + lb.height / 2, { steps: 3 });
   await frame.waitForSelector(".nd-tooltip", { state: "visible" });
   const tip = await frame.$eval(".nd-tooltip", (e) => [...e.children].map((c) => c.textContent));
+  for (const f of [0.1, 0.3, 0.5, 0.7]) await page.mouse.move(cbox.x + cbox.width * f, cbox.y + cbox.height * f, { steps: 4 });
+  check((await paintCount()) === paintBefore, `moving the mouse over the heatmap does not repaint it (paints: ${paintBefore})`);
   check(tip[0].startsWith(rc.layer) && /^steps? \d/.test(tip[1]) && tip.some((t) => t.startsWith("state: ")), `tooltip shows layer, steps, state: ${JSON.stringify(tip)}`);
 
   // Click a cell -> layer detail of that row.
@@ -184,7 +193,13 @@ try {
     return n;
   });
   check(chartPx > 500, `detail chart drawn (${chartPx} px)`);
-  check((await frame.locator(".nd-panel").getAttribute("data-paint-count")) === paintBefore, `hover and click did not repaint the heatmap (paints: ${paintBefore})`);
+  check((await paintCount()) === paintBefore, `opening a layer did not repaint the heatmap (paints: ${paintBefore})`);
+
+  // Big runs: heatmaps come as base64 float32, the layer route reads only the series shown.
+  const heatmapUrls = requests.filter((u) => u.includes("/heatmap?"));
+  check(heatmapUrls.length > 0 && heatmapUrls.every((u) => new URL(u).searchParams.get("format") === "b64"), `heatmaps asked with format=b64 (${heatmapUrls.length})`);
+  const layerMetrics = () => requests.filter((u) => u.includes("/layer?")).map((u) => new URL(u).searchParams.getAll("metric"));
+  check(layerMetrics().length > 0 && layerMetrics().every((ms) => ms.length === 1), `layer detail asks for one metric at a time: ${JSON.stringify(layerMetrics())}`);
 
   // Keyboard: the cursor moves with the arrows, Enter opens the layer.
   await frame.focus(".nd-canvas");
@@ -195,6 +210,28 @@ try {
     return d.getAttribute("data-layer") === want && d.getAttribute("data-state") === "ready";
   }, labels[otherRow + 1], { timeout: READY_TIMEOUT });
   check(true, `keyboard: ArrowDown + Enter -> detail of ${labels[otherRow + 1]}`);
+
+  // A module row's detail: the series menu fetches a series on demand, just that one.
+  const modRow = labels.findIndex((n, i) => i > 0 && !n.startsWith("<"));
+  if (modRow > 0) {
+    const mb = await labelBox(modRow);
+    await page.mouse.click(cbox.x + cbox.width * 0.5, mb.y + mb.height / 2);
+    await frame.waitForFunction((want) => {
+      const d = document.querySelector("[data-testid=layer-detail]");
+      return d.getAttribute("data-layer") === want && d.getAttribute("data-state") === "ready";
+    }, labels[modRow], { timeout: READY_TIMEOUT });
+    check(layerMetrics().every((ms) => ms.length === 1), `detail of ${labels[modRow]} asks for one metric at a time: ${JSON.stringify(layerMetrics())}`);
+    const options = await frame.$$eval("[data-testid=layer-detail] select option", (os) => os.map((o) => [o.value, o.selected]));
+    const pick = options.map(([v]) => v).filter((v) => !layerMetrics().flat().includes(v)).pop();
+    if (pick) {
+      const before = layerMetrics().length;
+      await frame.selectOption("[data-testid=layer-detail] select", pick);
+      await frame.waitForFunction(() => document.querySelector("[data-testid=layer-detail]").getAttribute("data-state") === "ready", null, { timeout: READY_TIMEOUT });
+      const asked = layerMetrics().slice(before);
+      check(asked.length === 1 && asked[0][0] === pick, `picking the detail series ${pick} fetches just that one (${JSON.stringify(asked)})`);
+      check((await frame.$eval("[data-testid=layer-detail] select", (e) => e.value)) === pick, `detail shows ${pick}`);
+    }
+  }
 
   // Event list hover points the heatmap at the event's cell.
   if (focus.events.length) {
@@ -268,7 +305,10 @@ try {
       const item = [...document.querySelectorAll(".nd-runitem")].find((e) => e.getAttribute("data-run") === run);
       item.querySelector("input[type=checkbox]").click();
     }, second.run);
-    await frame.waitForFunction(() => [...document.querySelectorAll(".nd-panel")].filter((p) => p.hasAttribute("data-paint-ms")).length === 2, null, { timeout: READY_TIMEOUT });
+    await frame.waitForFunction(() => {
+      const panels = [...document.querySelectorAll(".nd-panel")];
+      return panels.length === 2 && panels.every((p) => p.getAttribute("data-metric") === "grad_norm" && !p.hasAttribute("data-busy"));
+    }, null, { timeout: READY_TIMEOUT });
     check(true, `compare: ${focus.run} and ${second.run} side by side`);
     await page.screenshot({ path: path.join(shots, "compare.png"), fullPage: true });
     await showRun(focus.run);

@@ -144,7 +144,15 @@ const server = http.createServer((req, res) => {
   }
   if (route === "heatmap") {
     const delay = mode === "stale" && !q.has("start") ? 900 : 20;
-    return json(res, bin(run, q.get("metric"), start, end, +(q.get("max_cols") ?? 1000)), delay);
+    const hm = bin(run, q.get("metric"), start, end, +(q.get("max_cols") ?? 1000));
+    if (q.get("format") === "b64") {
+      // docs/API.md: little-endian float32 and uint8, base64, instead of values/states.
+      const { values, states, ...rest } = hm;
+      const f = Buffer.alloc(values.length * 4);
+      values.forEach((v, i) => f.writeFloatLE(v, i * 4));
+      return json(res, { ...rest, values_b64: f.toString("base64"), states_b64: Buffer.from(states).toString("base64") }, delay);
+    }
+    return json(res, hm, delay);
   }
   if (route === "events") return json(res, { run: run.name, total: run.events.length, truncated: false, events: run.events });
   if (route === "layer") {
@@ -153,7 +161,10 @@ const server = http.createServer((req, res) => {
     const L = run.layers.length;
     const steps = [];
     for (let s = start; s <= end; s++) steps.push(s);
-    const metrics = Object.fromEntries(METRICS.map((m) => [m, steps.map((s) => run.stats[m][s * L + l])]));
+    const asked = q.getAll("metric");
+    const bad = asked.find((m) => !METRICS.includes(m));
+    if (bad) { res.writeHead(400, { "content-type": "text/plain" }); res.end(`unknown metric ${bad}`); return; }
+    const metrics = Object.fromEntries((asked.length ? [...new Set(asked)] : METRICS).map((m) => [m, steps.map((s) => run.stats[m][s * L + l])]));
     return json(res, { run: run.name, layer: run.layers[l].name, type: run.layers[l].type, steps, metrics,
       states: steps.map((s) => run.states[s * L + l]), events: run.events.filter((e) => e.layer === run.layers[l].name) });
   }

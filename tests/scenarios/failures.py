@@ -192,6 +192,29 @@ def dead_negative_bias():
     return Case(Spec("dead_negative_bias", build, _teacher(), steps=40), ("dead_activation",), "3", 0)
 
 
+class _FunctionalNet(nn.Module):
+    """ReLUs applied with torch.relu inside forward: no activation modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 32)
+        self.fc3 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def dead_functional_relu():
+    def build():
+        model = _FunctionalNet()
+        with torch.no_grad():
+            model.fc2.bias.fill_(-10.0)
+        return model, _sgd(model, 0.05), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("dead_functional_relu", build, _teacher(), steps=40), ("dead_activation",), "fc2", 0)
+
+
 def dead_lr_jump(at=63):
     def build():
         model = _mlp(nn.ReLU, depth=4, width=64)
@@ -299,10 +322,190 @@ def logits_x50():
                 ("initial_loss",), "<loss>", 0, replay={"num_classes": 10})
 
 
+# --- more: born failures, the learning rate from the start, the loss itself,
+# convolutions, attention, recurrent nets
+
+
+class _ExplodingRNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(8, 32, batch_first=True, nonlinearity="relu")
+        self.head = nn.Linear(32, 4)
+        with torch.no_grad():
+            self.rnn.weight_hh_l0.mul_(4.0)  # spectral radius >> 1
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+def rnn_large_recurrent_init():
+    def batch_fn(step):
+        x = torch.randn(16, 20, 8, generator=torch.Generator().manual_seed(step))
+        return x, x[:, -1, :4].argmax(1)
+
+    def build():
+        model = _ExplodingRNN()
+        return model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("rnn_large_recurrent_init", build, batch_fn, steps=30),
+                ("activation_explosion", "exploding_gradient"), "rnn", 0)
+
+
+def lr_too_high_from_start():
+    """No jump: the learning rate is too high from the first update."""
+    def build():
+        model = _mlp(nn.ReLU, depth=4, width=64)
+        return model, torch.optim.Adam(model.parameters(), lr=1.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("lr_too_high_from_start", build, _teacher(), steps=60),
+                ("dead_activation", "exploding_gradient", "activation_explosion", "nonfinite", "loss_spike"),
+                "<optimizer>", 0, tolerance=5)
+
+
+class _LogLoss(nn.Module):
+    """-log p(y), with p forced to 0 from the ``at``-th call on."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.calls, self.at = 0, at
+
+    def forward(self, logits, y):
+        p = torch.softmax(logits, 1).gather(1, y[:, None])
+        if self.calls >= self.at:
+            p = p * 0
+        self.calls += 1
+        return -torch.log(p).mean()
+
+
+def log_zero_in_loss(at=31):
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        return model, _sgd(model, 0.05, 0.0), _LogLoss(at), None
+
+    return Case(Spec("log_zero_in_loss", build, _teacher(), steps=45), ("nonfinite",), "<loss>", at)
+
+
+def tiny_init_tanh():
+    """Weights N(0, 0.01) in an 8-layer tanh net: signals and gradients shrink."""
+    def build():
+        model = _mlp(nn.Tanh, depth=8, width=64)
+        for m in model:
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.01)
+        return model, _sgd(model, 0.05, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("tiny_init_tanh", build, _teacher(), steps=40), ("vanishing_gradient",), "*", 0)
+
+
+def sigmoid_output_born_saturated():
+    """The output sigmoid saturated at initialisation (logits x100)."""
+    def batch_fn(step):
+        x = torch.randn(32, 16, generator=torch.Generator().manual_seed(step))
+        return x, (x[:, 0] > 0).float()[:, None]
+
+    def build():
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid())
+        with torch.no_grad():
+            model[2].weight.mul_(100.0)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.BCELoss(), None
+
+    return Case(Spec("sigmoid_output_born_saturated", build, batch_fn, steps=30),
+                ("saturated_activation",), "3", 0)
+
+
+def large_init_everywhere():
+    """Every Linear initialised N(0, 1): activations compound layer by layer."""
+    def build():
+        model = _mlp(nn.ReLU, depth=6, width=64)
+        for m in model:
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=1.0)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("large_init_everywhere", build, _teacher(), steps=20),
+                ("activation_explosion", "exploding_gradient"), "*", 0)
+
+
+def unnormalised_pixels():
+    """Raw 0..255 pixels into a tanh MLP: the first tanh saturates at once."""
+    def batch_fn(step):
+        x = torch.randint(0, 256, (32, 64), generator=torch.Generator().manual_seed(step)).float()
+        return x, (x[:, 0] > 128).long()
+
+    def build():
+        model = _mlp(nn.Tanh, depth=3, d_in=64)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("unnormalised_pixels", build, batch_fn, steps=30), ("saturated_activation",), "<input>", 0)
+
+
+def random_regression_targets():
+    """MSE on targets unrelated to the inputs."""
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        return torch.randn(32, 16, generator=gs), torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = _mlp(nn.ReLU, depth=3, k=1)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    return Case(Spec("random_regression_targets", build, batch_fn, steps=340), ("loss_plateau",), "<loss>", 0)
+
+
+def conv_dead_bias():
+    def batch_fn(step):
+        x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(step))
+        return x, (x.mean((1, 2, 3)) > 0).long()
+
+    def build():
+        model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                              nn.Flatten(), nn.Linear(8 * 64, 2))
+        with torch.no_grad():
+            model[2].bias.fill_(-20.0)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("conv_dead_bias", build, batch_fn, steps=30), ("dead_activation",), "3", 0)
+
+
+class _MaskedAttention(nn.Module):
+    """From the ``at``-th forward on, every position is masked: softmax of
+    all -inf inside nn.MultiheadAttention gives NaN."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = nn.Linear(16, 4)
+        self.calls, self.at = 0, at
+
+    def forward(self, x):
+        h = self.emb(x)
+        mask = torch.zeros(x.shape[1], x.shape[1], dtype=torch.bool)
+        if self.calls >= self.at:
+            mask[:] = True
+        self.calls += 1
+        return self.head(self.attn(h, h, h, attn_mask=mask)[0][:, 0])
+
+
+def attention_all_masked(at=21):
+    def batch_fn(step):
+        x = torch.randint(0, 50, (8, 6), generator=torch.Generator().manual_seed(step))
+        return x, x[:, 0] % 4
+
+    def build():
+        model = _MaskedAttention(at)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("attention_all_masked", build, batch_fn, steps=30), ("nonfinite",), "attn", at)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
-        backward_inf(), dead_negative_bias(), dead_lr_jump(), saturated_tanh(), detached_subgraph(),
+        backward_inf(), dead_negative_bias(), dead_functional_relu(), dead_lr_jump(), saturated_tanh(), detached_subgraph(),
         missing_from_optimizer(), bad_batch("nan"), bad_batch("scale"), bad_batch("constant"),
         unlearnable_labels(), logits_x50(), backward_inf(amp=True, steps=90),
+        rnn_large_recurrent_init(), lr_too_high_from_start(), log_zero_in_loss(), tiny_init_tanh(),
+        sigmoid_output_born_saturated(), large_init_everywhere(), unnormalised_pixels(),
+        random_regression_targets(), conv_dead_bias(), attention_all_masked(),
     ]

@@ -326,6 +326,160 @@ def plain_cnn(steps=200):
     return Spec("plain_cnn", build, _images(16, size=16), steps=steps, num_classes=4)
 
 
+# --- more variety: output saturation, ReLU6, frozen parameters, outlier
+# batches, GRU, BatchNorm with tiny batches, LSTM language model, autoencoder
+
+
+def binary_sigmoid_bce(steps=400):
+    """nn.Sigmoid + BCELoss: confident outputs saturate the last sigmoid."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(10, generator=g)
+
+    def batch_fn(step):
+        x = torch.randn(64, 10, generator=torch.Generator().manual_seed(step))
+        return x, (x @ w > 0).float()[:, None]
+
+    def build():
+        model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid())
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.BCELoss(), None
+
+    return Spec("binary_sigmoid_bce", build, batch_fn, steps=steps)
+
+
+class _GRUNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 32, batch_first=True)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[0][:, -1])
+
+
+def gru_sgd(steps=300):
+    g = torch.Generator().manual_seed(3)
+    teacher = torch.randn(8, 3, generator=g)
+
+    def batch_fn(step):
+        x = torch.randn(16, 12, 8, generator=torch.Generator().manual_seed(step))
+        return x, (x.mean(1) @ teacher).argmax(1)
+
+    def build():
+        model = _GRUNet()
+        return model, torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9), nn.CrossEntropyLoss(), None
+
+    return Spec("gru_sgd", build, batch_fn, steps=steps, clip=1.0, num_classes=3)
+
+
+def bn_mlp_tiny_batch(steps=400):
+    """BatchNorm in train mode with batches of 4: noisy statistics."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 64),
+                              nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("bn_mlp_tiny_batch", build, _teacher_data(20, 5, 4), steps=steps, num_classes=5)
+
+
+def autoencoder_sigmoid_mse(steps=400):
+    """Binary patterns reconstructed through a bottleneck, sigmoid output, MSE."""
+    g = torch.Generator().manual_seed(0)
+    protos = (torch.rand(6, 64, generator=g) > 0.5).float()
+
+    def batch_fn(step):
+        idx = torch.randint(0, 6, (32,), generator=torch.Generator().manual_seed(step))
+        return protos[idx], protos[idx]
+
+    def build():
+        model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8), nn.ReLU(), nn.Linear(8, 32),
+                              nn.ReLU(), nn.Linear(32, 64), nn.Sigmoid())
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.MSELoss(), None
+
+    return Spec("autoencoder_sigmoid_mse", build, batch_fn, steps=steps)
+
+
+def mobilenetish(steps=250):
+    """Depthwise-separable convolutions, BatchNorm, ReLU6 (its zeros are not saturation)."""
+    def separable(c_in, c_out, stride):
+        return [nn.Conv2d(c_in, c_in, 3, stride, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in),
+                nn.ReLU6(), nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU6()]
+
+    def build():
+        model = nn.Sequential(nn.Conv2d(1, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+                              *separable(8, 16, 2), *separable(16, 32, 2), nn.AdaptiveAvgPool2d(1),
+                              nn.Flatten(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=4e-5)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("mobilenetish", build, _images(16, size=12), steps=steps, num_classes=4)
+
+
+def frozen_first_layer(steps=250):
+    """A first layer frozen on purpose (requires_grad=False): not a failure."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        for p in model[0].parameters():
+            p.requires_grad_(False)
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=2e-3)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("frozen_first_layer", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
+def heavy_tail_regression(steps=500):
+    """MSE with Student-t noise: single outlier batches spike the loss."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 1, generator=g)
+    noise = torch.distributions.StudentT(2.0)
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        x = torch.randn(16, 8, generator=gs)
+        torch.manual_seed(50000 + step)
+        return x, x @ w + 0.3 * noise.sample((16, 1))
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 32), nn.SiLU(), nn.Linear(32, 32), nn.SiLU(), nn.Linear(32, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.MSELoss(), None
+
+    return Spec("heavy_tail_regression", build, batch_fn, steps=steps)
+
+
+def leaky_elu_cnn(steps=250):
+    def build():
+        model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(8, 8, 3, padding=1),
+                              nn.ELU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 36, 4))
+        return model, torch.optim.RMSprop(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Spec("leaky_elu_cnn", build, _images(16, size=12), steps=steps, num_classes=4)
+
+
+class _LSTMLM(nn.Module):
+    def __init__(self, vocab=50):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 16)
+        self.lstm = nn.LSTM(16, 64, num_layers=2, batch_first=True, dropout=0.2)
+        self.head = nn.Linear(64, vocab)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.emb(x))[0]).transpose(1, 2)
+
+
+def lstm_lm(steps=300):
+    """Next-token prediction of arithmetic sequences (logits [B, V, T])."""
+    def batch_fn(step):
+        start = torch.randint(0, 50, (16, 1), generator=torch.Generator().manual_seed(step))
+        seq = (start + 3 * torch.arange(13)) % 50
+        return seq[:, :12], seq[:, 1:]
+
+    def build():
+        model = _LSTMLM()
+        return model, torch.optim.Adam(model.parameters(), lr=5e-3), nn.CrossEntropyLoss(), None
+
+    return Spec("lstm_lm", build, batch_fn, steps=steps, num_classes=50)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -334,4 +488,6 @@ def all_specs():
         cnn_bn("sgd"), cnn_bn("adam"), resnet("sgd"), resnet("adam"),
         transformer("adam"), transformer("sgd"), lstm("adam"), lstm("sgd"), embedding_bag(),
         zero_init_head(), warmup_from_zero(), amp_mlp(), overfit_small_dataset(), plain_cnn(),
+        binary_sigmoid_bce(), gru_sgd(), bn_mlp_tiny_batch(), autoencoder_sigmoid_mse(), mobilenetish(),
+        frozen_first_layer(), heavy_tail_regression(), leaky_elu_cnn(), lstm_lm(),
     ]

@@ -31,9 +31,35 @@ export function pickSeries(s: LayerSeries, metric: string): string {
   return avail.includes(metric) ? metric : (avail[0] ?? metric);
 }
 
+/** Metrics that only the <loss>/<optimizer> rows have. */
+const PSEUDO_SERIES = ["value", "scale"];
+
+/** The series a row of this type can have (the detail's menu), menu metrics first. */
+export function seriesChoices(layerType: string, metrics: readonly string[]): string[] {
+  if (layerType === "loss") return metrics.filter((m) => m === "value");
+  if (layerType === "optimizer") return metrics.filter((m) => PSEUDO_SERIES.includes(m));
+  const menu = METRIC_MENU.map((m) => m.id).filter((m) => metrics.includes(m));
+  return [...menu, ...metrics.filter((m) => !menu.includes(m) && !PSEUDO_SERIES.includes(m))];
+}
+
+/**
+ * What the detail asks the layer route for, in order: the heatmap's metric
+ * when the row can have it (the heatmap route already cached it, so it costs
+ * nothing), else the row's usual series; then fallbacks, asked one at a time
+ * only while the answer has no data (a ReLU has no gradient norm). Each metric
+ * costs a read of the whole run at scale, so never all of them.
+ */
+export function detailSeriesOrder(layerType: string, heatmapMetric: string, metrics: readonly string[]): string[] {
+  const choices = seriesChoices(layerType, metrics);
+  const wanted = [heatmapMetric, layerType === "input" ? "act_std" : "grad_norm", "act_std", ...choices];
+  return wanted.filter((m, i) => choices.includes(m) && wanted.indexOf(m) === i);
+}
+
 export interface DetailCallbacks {
   onClose(): void;
   onEvent(ev: NdEvent): void;
+  /** The user picked a series that is not loaded yet: fetch it and call addSeries(). */
+  onNeedSeries(metric: string): void;
 }
 
 export class DetailView {
@@ -42,9 +68,14 @@ export class DetailView {
   private readonly body = el("div");
   private readonly canvas = el("canvas", { class: "nd-chart", attrs: { role: "img" } });
   private readonly events = el("ul", { class: "nd-detail-events" });
+  private readonly note = el("div", { class: "nd-note", attrs: { role: "status" } });
   private series: LayerSeries | null = null;
   private states: StateTable | null = null;
   private metric = "grad_norm";
+  /** Menu of the open layer (seriesChoices); loaded ones without data are left out. */
+  private choices: string[] = [];
+  /** Series asked for (loaded or on their way) for the open layer. */
+  private readonly requested = new Set<string>();
 
   constructor(private readonly cb: DetailCallbacks) {
     this.element = el("section", { class: "nd-card", attrs: { "data-testid": "layer-detail", "aria-label": "Layer detail" } }, [
@@ -60,6 +91,7 @@ export class DetailView {
   }
 
   loading(run: string, layer: string): void {
+    this.series = null;
     this.element.style.display = "";
     this.element.setAttribute("data-layer", layer);
     this.element.setAttribute("data-state", "loading");
@@ -73,24 +105,80 @@ export class DetailView {
     setChildren(this.body, [el("div", { class: "nd-note", text: message })]);
   }
 
-  show(series: LayerSeries, metric: string, states: StateTable): void {
+  /**
+   * Show a layer. `metric` is the series to draw when it has data; `choices`
+   * the series the menu offers (fetched on demand through onNeedSeries).
+   */
+  show(series: LayerSeries, metric: string, states: StateTable, choices: readonly string[] = Object.keys(series.metrics)): void {
     this.series = series;
     this.states = states;
+    this.choices = [...choices];
+    this.requested.clear();
+    for (const m of Object.keys(series.metrics)) this.requested.add(m);
     this.metric = pickSeries(series, metric);
     this.element.style.display = "";
     this.element.setAttribute("data-layer", series.layer);
     this.element.setAttribute("data-state", "ready");
     this.renderHead(series.layer, series.type, series.run);
-    setChildren(this.body, [this.canvas, this.events]);
+    this.setNote("");
+    setChildren(this.body, [this.note, this.canvas, this.events]);
     this.renderEvents();
     this.draw();
   }
 
+  /** Series fetched after show() (same run, layer and steps): merged, drawn if shown. */
+  addSeries(part: LayerSeries): void {
+    const s = this.series;
+    if (!s || part.run !== s.run || part.layer !== s.layer || part.steps.length !== s.steps.length ||
+        part.steps.some((v, i) => v !== s.steps[i])) return;
+    for (const [m, v] of Object.entries(part.metrics)) {
+      s.metrics[m] = v;
+      this.requested.add(m);
+    }
+    this.element.setAttribute("data-state", "ready");
+    this.setNote("");
+    this.renderHead(s.layer, s.type, s.run);
+    this.draw();
+  }
+
+  /** The menu: loaded series with data, then those not loaded yet (the shown one always). */
+  private menu(): string[] {
+    const s = this.series;
+    if (!s) return [];
+    const withData = seriesWithData(s);
+    const rest = this.choices.filter((m) => !withData.includes(m) && (!(m in s.metrics) || m === this.metric));
+    return [...withData, ...rest];
+  }
+
+  private choose(metric: string): void {
+    this.metric = metric;
+    if (this.series && !this.requested.has(metric)) {
+      this.requested.add(metric);
+      this.element.setAttribute("data-state", "loading");
+      this.setNote("");
+      this.cb.onNeedSeries(metric);
+    }
+    this.draw();
+  }
+
+  /** A series fetch was aborted (message undefined) or failed: it may be asked again. */
+  seriesDropped(metric: string, message?: string): void {
+    this.requested.delete(metric);
+    if (message === undefined || !this.series) return;
+    this.element.setAttribute("data-state", "error");
+    this.setNote(`Could not load ${seriesLabel(this.series.type, metric)}: ${message}`);
+  }
+
+  private setNote(text: string): void {
+    this.note.textContent = text;
+    this.note.style.display = text ? "" : "none";
+  }
+
   private renderHead(layer: string, type: string, run: string): void {
-    const available = this.series ? seriesWithData(this.series).map((id) => ({ id, label: seriesLabel(type, id) })) : [];
+    const available = this.menu().map((id) => ({ id, label: seriesLabel(type, id) }));
     const select = el(
       "select",
-      { attrs: { "aria-label": "Detail metric" }, on: { change: () => ((this.metric = select.value), this.draw()) } },
+      { attrs: { "aria-label": "Detail metric" }, on: { change: () => this.choose(select.value) } },
       available.map((m) => el("option", { text: m.label, attrs: { value: m.id, selected: m.id === this.metric } })),
     );
     setChildren(this.head, [

@@ -12,6 +12,8 @@ import { paintHeatmap } from "../paint";
 import type { StateTable } from "../states";
 import { CLASS } from "../styles";
 import { tooltipLines } from "../tooltip";
+import { keyAction } from "../keys";
+import { fitLabel, labelWidth, LABEL_MAX } from "./labels";
 import type { Heatmap, Meta, NdEvent, RunInfo } from "../types";
 
 export interface PanelData {
@@ -41,19 +43,6 @@ export interface PanelCallbacks {
 }
 
 const DRAG_THRESHOLD = 3;
-const LABEL_FONT = "11px ui-monospace, SFMono-Regular, Menlo, monospace";
-let measurer: CanvasRenderingContext2D | null = null;
-
-/** Width (css px) of the label column: the longest name, within [48, 200]. */
-function labelWidth(names: readonly string[]): number {
-  measurer ??= document.createElement("canvas").getContext("2d");
-  if (!measurer) return 120;
-  measurer.font = LABEL_FONT;
-  let w = 0;
-  for (const n of names) w = Math.max(w, measurer.measureText(n).width);
-  return Math.round(Math.min(200, Math.max(48, w + 22)));
-}
-
 export class HeatmapPanel {
   readonly element: HTMLElement;
   private readonly head: HTMLElement;
@@ -136,9 +125,24 @@ export class HeatmapPanel {
     this.bindEvents();
   }
 
+  /**
+   * Size the label column for these rows. Call before plotWidth(): the canvas
+   * gets what the labels leave, and max_cols must not exceed it (a column
+   * narrower than a pixel could hide a failing cell).
+   */
+  setRows(names: readonly string[]): void {
+    const w = `${labelWidth(names)}px`;
+    if (this.labels.style.width !== w) this.labels.style.width = w;
+  }
+
   /** Width (css px) the canvas may use: what max_cols is asked for. */
   plotWidth(): number {
     return Math.max(50, Math.floor(this.wrap.clientWidth || this.element.clientWidth - 200));
+  }
+
+  /** A request for this panel is in flight: the image shown is out of date (dimmed after a moment). */
+  setBusy(busy: boolean): void {
+    this.element.toggleAttribute("data-busy", busy);
   }
 
   setPrimary(primary: boolean): void {
@@ -164,6 +168,7 @@ export class HeatmapPanel {
     }
     this.note.style.display = "none";
     this.wrap.style.display = "";
+    this.setRows(hm.layers);
     const width = this.plotWidth();
     const dpr = window.devicePixelRatio || 1;
     const prev = this.painted;
@@ -248,27 +253,31 @@ export class HeatmapPanel {
     this.labelsKey = key;
     const types = new Map(d.meta.layers.map((l) => [l.name, l.type]));
     const root = d.info.root_cause?.layer;
+    const rootRow = root === undefined ? -1 : d.heatmap.layers.indexOf(root);
+    // Rows too thin for a label each: label every k-th row (away from the
+    // root-cause label) so the eye can still find its way.
+    const k = Math.ceil(14 / layout.rowHeightCss);
     const els = d.heatmap.layers.map((name, r) => {
       const isRoot = name === root;
+      const tick = layout.rowHeightCss < LABEL_MIN_ROW && r % k === 0 && (rootRow < 0 || Math.abs(r - rootRow) >= k);
       const y = layout.yEdges[r] / layout.dpr;
       const lab = el(
         "div",
         {
-          class: "nd-label",
-          attrs: { "data-root-cause": isRoot ? name : undefined, title: `${name}${types.get(name) ? ` (${types.get(name)})` : ""}` },
+          class: tick ? "nd-label nd-label-tick" : "nd-label",
+          attrs: { "data-layer": name, "data-root-cause": isRoot ? name : undefined, title: `${name}${types.get(name) ? ` (${types.get(name)})` : ""}` },
           style: {
             top: `${y}px`,
-            height: `${layout.rowHeightCss}px`,
+            height: `${Math.max(layout.rowHeightCss, 12)}px`,
             lineHeight: `${Math.max(layout.rowHeightCss, 12)}px`,
             marginTop: layout.rowHeightCss < 12 ? `${(layout.rowHeightCss - 12) / 2}px` : "",
           },
         },
-        [isRoot ? el("span", { text: name }) : name],
+        [isRoot ? el("span", { text: fitLabel(name, LABEL_MAX - 34) }) : fitLabel(name, LABEL_MAX - 22)],
       );
       return lab;
     });
     this.labelEls = els;
-    this.labels.style.width = `${labelWidth(d.heatmap.layers)}px`;
     this.labels.classList.toggle(CLASS.compact, layout.rowHeightCss < LABEL_MIN_ROW);
     setChildren(this.labels, els);
   }
@@ -498,71 +507,40 @@ export class HeatmapPanel {
     const d = this.data;
     if (!d || !this.layout) return;
     const hm = d.heatmap;
-    let cur = this.cursor ?? { row: 0, col: 0 };
-    const moveTo = (row: number, col: number) => {
-      cur = { row: Math.max(0, Math.min(hm.rows - 1, row)), col: Math.max(0, Math.min(hm.cols - 1, col)) };
-      const ref = this.refAt(cur.row, cur.col);
-      this.cursorRef = ref;
-      this.resolveCursor();
-      this.showHover(cur.row, cur.col);
-      this.live.textContent = this.tooltipFor(cur.row, cur.col).join(", ");
-      this.cb.onCursor(this.run, ref);
-    };
-    const anchor = (hm.colStart[cur.col] + hm.colEnd[cur.col]) / 2;
-    const span = hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1;
-    switch (e.key) {
-      case "ArrowLeft":
-        if (e.shiftKey) this.cb.onPan(this.run, -Math.max(1, Math.round(span / 4)));
-        else moveTo(cur.row, cur.col - 1);
+    const cur = this.cursor ?? { row: 0, col: 0 };
+    const action = keyAction(e.key, e.shiftKey, cur.row, cur.col, hm.rows, hm.cols);
+    if (!action) return;
+    e.preventDefault();
+    switch (action.kind) {
+      case "move":
+        this.moveCursor(action.row, action.col);
         break;
-      case "ArrowRight":
-        if (e.shiftKey) this.cb.onPan(this.run, Math.max(1, Math.round(span / 4)));
-        else moveTo(cur.row, cur.col + 1);
-        break;
-      case "ArrowUp":
-        moveTo(cur.row - 1, cur.col);
-        break;
-      case "ArrowDown":
-        moveTo(cur.row + 1, cur.col);
-        break;
-      case "Home":
-        moveTo(cur.row, 0);
-        break;
-      case "End":
-        moveTo(cur.row, hm.cols - 1);
-        break;
-      case "PageUp":
-        moveTo(cur.row - 10, cur.col);
-        break;
-      case "PageDown":
-        moveTo(cur.row + 10, cur.col);
-        break;
-      case "Enter":
-      case " ":
-        if (!this.cursor) moveTo(cur.row, cur.col);
+      case "select":
+        if (!this.cursor) this.moveCursor(cur.row, cur.col);
         this.cb.onSelect(this.run, this.refAt(cur.row, cur.col));
         break;
-      case "+":
-      case "=":
-        this.cb.onZoom(this.run, 0.5, anchor);
+      case "zoom":
+        this.cb.onZoom(this.run, action.factor, (hm.colStart[cur.col] + hm.colEnd[cur.col]) / 2);
         break;
-      case "-":
-      case "_":
-        this.cb.onZoom(this.run, 2, anchor);
+      case "pan": {
+        const span = hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1;
+        this.cb.onPan(this.run, action.quarters * Math.max(1, Math.round(span / 4)));
         break;
-      case "[":
-        this.cb.onPan(this.run, -Math.max(1, Math.round(span / 4)));
-        break;
-      case "]":
-        this.cb.onPan(this.run, Math.max(1, Math.round(span / 4)));
-        break;
-      case "Escape":
+      }
+      case "escape":
         this.hideHover();
         this.cb.onEscape();
         break;
-      default:
-        return;
     }
-    e.preventDefault();
+  }
+
+  /** Keyboard cursor to a cell: overlay, tooltip, screen-reader text, app. */
+  private moveCursor(row: number, col: number): void {
+    const ref = this.refAt(row, col);
+    this.cursorRef = ref;
+    this.resolveCursor();
+    this.showHover(row, col);
+    this.live.textContent = this.tooltipFor(row, col).join(", ");
+    this.cb.onCursor(this.run, ref);
   }
 }

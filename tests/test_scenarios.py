@@ -1,0 +1,81 @@
+"""Scenario suite: tiny models trained on CPU under the real DebugWriter.
+
+Planted failures (tests/scenarios/failures.py) must give the right root cause
+(kind, layer, onset step within the case's tolerance); healthy controls
+(tests/scenarios/healthy.py) must give no warning and no error. The engine
+checked is the one the writer ran online; one test also reads the events back
+from the event file.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from scenarios import failures, healthy
+from scenarios.harness import read_events, train
+
+CASES = {c.spec.name: c for c in failures.all_cases()}
+HEALTHY = {s.name: s for s in healthy.all_specs()}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_writer_warnings():
+    # error events log one warning line each; expected here
+    logging.getLogger("tb_neuraldbg").setLevel(logging.ERROR)
+    yield
+    logging.getLogger("tb_neuraldbg").setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_planted_failure_gives_the_root_cause(name, tmp_path):
+    case = CASES[name]
+    result = train(case.spec, str(tmp_path))
+    engine = result.replay(**case.replay) if case.replay else result.engine
+    rc = engine.root_cause
+    summary = [(e.step, e.layer, e.kind, e.severity) for e in engine.events][:12]
+    assert rc is not None, f"no root cause; events: {summary}"
+    assert rc["kind"] in case.kinds, (rc, summary)
+    if case.layer == "*":
+        assert not rc["layer"].startswith("<"), rc
+    else:
+        assert rc["layer"] == case.layer, (rc, summary)
+    assert abs(rc["step"] - case.onset) <= case.tolerance, (rc, summary)
+    assert rc["message"]
+    # the run's status follows from the events' severities
+    assert engine.status == ("failing" if any(e.severity == "error" for e in engine.events) else "healthy")
+
+
+def test_deep_sigmoid_vanishing_spreads_to_the_input(tmp_path):
+    result = train(CASES["deep_sigmoid"].spec, str(tmp_path))
+    vanishing = {e.layer for e in result.engine.events if e.kind == "vanishing_gradient"}
+    # the first Linear and the root are vanishing, and so is everything between
+    linears = [l["name"] for l in result.layers if l["type"] == "Linear"]
+    root = result.engine.root_cause["layer"]
+    assert linears[0] in vanishing and root in vanishing
+    assert set(linears[: linears.index(root) + 1]) <= vanishing
+
+
+@pytest.mark.parametrize("name", list(HEALTHY))
+def test_healthy_control_is_silent(name, tmp_path):
+    spec = HEALTHY[name]
+    result = train(spec, str(tmp_path))
+    loud = [e for e in result.events if e["severity"] != "info"]
+    assert loud == [], loud
+    assert result.engine.status == "healthy" and result.engine.root_cause is None
+    # the loss fell: a control that learns nothing would not be a healthy one
+    assert sum(result.losses[-20:]) < 0.8 * sum(result.losses[:20])
+    # also with K known (the initial-loss check on)
+    replay = result.replay(num_classes=spec.num_classes)
+    assert [e for e in replay.events if e.severity != "info"] == []
+
+
+def test_events_and_diagnosis_reach_the_event_file(tmp_path):
+    result = train(CASES["forward_nan"].spec, str(tmp_path))
+    events, diagnosis = read_events(str(tmp_path))
+    # the writer may add keys of its own (e.g. the saved batch's file name)
+    assert [{k: e[k] for k in mine} for e, mine in zip(events, result.events)] == result.events
+    assert len(events) == len(result.events)
+    assert diagnosis == {"status": result.engine.status, "root_cause": result.engine.root_cause}
+    assert diagnosis["status"] == "failing" and diagnosis["root_cause"]["layer"] == "3"
