@@ -7,8 +7,8 @@ Two things here are not plain setuptools:
   source (``pip install .``, ``pip install -e .``, ``pip wheel .``) runs
   ``npm ci`` (only when node_modules is missing or older than the lock file)
   and ``npm run build`` (only when a frontend source is newer than the
-  bundle), so a stale bundle never ships (scripts/build_frontend.py). A wheel carries the built bundle,
-  so installing a wheel needs no node.
+  bundle), so a stale bundle never ships (scripts/build_frontend.py). A
+  wheel carries the built bundle, so installing a wheel needs no node.
 * The demo scenarios live in demo/ (readable, runnable as scripts) and are
   installed as the package ``tb_neuraldbg._demo`` so ``neuraldbg demo`` works
   from a wheel.
@@ -36,6 +36,14 @@ def build_frontend():
         raise SystemExit(f"tb_neuraldbg: {e}") from None
 
 
+def _readme():
+    path = os.path.join(HERE, "README.md")
+    if not os.path.isfile(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 class BuildPy(build_py):
     """build_py (wheels, plain and editable installs) builds the bundle first."""
 
@@ -57,11 +65,8 @@ setup(
     version="0.1.0",
     description="Training-failure debugger for PyTorch: per-layer statistics, "
     "transition events and a TensorBoard heatmap of the first failing layer",
-    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
-    if os.path.isfile(os.path.join(HERE, "README.md"))
-    else "",
+    long_description=_readme(),
     long_description_content_type="text/markdown",
-    license="Apache-2.0",
     packages=find_packages(include=["tb_neuraldbg", "tb_neuraldbg.*"]) + ["tb_neuraldbg._demo"],
     package_dir={"tb_neuraldbg._demo": "demo"},
     package_data={"tb_neuraldbg": ["static/*"]},
@@ -77,7 +82,8 @@ setup(
         # Pinned so that a test run means the same thing on every machine.
         "test": [
             "pytest==9.2.0",
-            "jsonschema==4.26.0",
+            "jsonschema==4.26.0",  # the report's JSON against docs/report.schema.json
+            "google-crc32c==1.9.0",  # the reader's fast CRC path
         ],
     },
     entry_points={

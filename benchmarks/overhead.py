@@ -10,10 +10,12 @@ median over blocks of (mode's mean step time / bare's in the same block),
 for wall time and for the process's CPU time (all threads, the writer's
 worker included), which other processes on a shared machine disturb less.
 A block covers a whole number of ``stats_every`` periods so the cheap and
-the full-statistics steps are weighted as in a real run.
+the full-statistics steps are weighted as in a real run; after a 10-step
+warm-up (the writer measures every one of the first ``stats_every`` steps in
+full), 10 blocks of 10 steps also include one update-ratio step (every 100).
 
 Usage: python benchmarks/overhead.py [--models mlp,resnet,transformer]
-           [--blocks 6] [--threads 2]
+           [--blocks 10] [--steps 10] [--threads 2]
 """
 
 from __future__ import annotations
@@ -156,8 +158,10 @@ def measure(name: str, blocks: int, steps_per_block: int) -> dict:
         "watched": Runner(copy.deepcopy(model), shape, classes, True, tmp),
     }
     order = list(runners)
-    for r in runners.values():  # warm-up (allocator, first-step discovery)
-        r.steps(2)
+    # Warm-up: the allocator, layer discovery, and the first stats_every
+    # steps that the writer measures in full (a one-off start-up cost).
+    for r in runners.values():
+        r.steps(10)
     wall = {k: [] for k in runners}
     cpu = {k: [] for k in runners}
     watched = runners["watched"]
@@ -193,7 +197,7 @@ def measure(name: str, blocks: int, steps_per_block: int) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="mlp,resnet,transformer")
-    p.add_argument("--blocks", type=int, default=6)
+    p.add_argument("--blocks", type=int, default=10)
     p.add_argument("--steps", type=int, default=10, help="steps per block (a multiple of stats_every)")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)

@@ -10,6 +10,9 @@ own run directory LOGDIR/<NAME>. Every module has:
               for the healthy control
     run(logdir, steps=STEPS, seed=0, progress=None) -> str  (the run directory)
 
+and may have ``unsupported() -> str | None``: why it cannot run with the
+installed torch (``neuraldbg demo`` then skips it).
+
 and runs as a script: ``python demo/<name>.py --logdir DIR``.
 
 Every scenario spells out its whole training loop, on purpose: each file is

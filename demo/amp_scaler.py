@@ -36,6 +36,13 @@ DEVICE = "cpu"
 EXPECTED = {"kind": "nonfinite", "layer": "softmax", "also": ["scaler_collapse"]}
 
 
+def unsupported():
+    """Why this scenario cannot run with this torch, or None."""
+    if not hasattr(torch.amp, "GradScaler"):
+        return "needs torch>=2.3 (torch.amp.GradScaler on CPU)"
+    return None
+
+
 class NaiveSoftmax(nn.Module):
     """The planted bug: softmax without subtracting the row maximum."""
 

@@ -5,7 +5,9 @@ which some records have NaN features (think of a CSV with empty cells). One
 step with NaN inputs makes the loss and every gradient NaN, and the optimizer
 writes NaN into every weight, so the run never recovers. The first
 non-finite value is in the batch itself: the report names <input>, where the
-fix goes (validate or clean the data).
+fix goes (validate or clean the data). The writer also saves that batch, as
+neuraldbg_batch_step100.npz in the run directory (numpy.load reads it, no
+pickle), so the bad records can be looked at.
 """
 
 import sys

@@ -62,7 +62,7 @@ def _require_npm():
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         raise FrontendBuildError(
-            "building tb_neuraldbg from source needs Node.js and npm on PATH, to build "
+            "building from source needs Node.js and npm on PATH, to build "
             "the TensorBoard tab (frontend/ -> tb_neuraldbg/static/index.js). Install "
             "them (e.g. `apt-get install nodejs npm`), or install a built wheel instead"
         )

@@ -110,7 +110,8 @@ def _describe(expected: Optional[dict]) -> str:
 
 
 def _train_all(logdir: str, err: TextIO) -> list:
-    """Run every scenario into logdir; returns [(module, error or None)]."""
+    """Run every scenario into logdir; returns [(module, outcome)], the outcome
+    None (it ran), an exception (it crashed) or a string (why it was skipped)."""
     import torch
 
     from ._demo import SCENARIOS, load
@@ -128,6 +129,12 @@ def _train_all(logdir: str, err: TextIO) -> list:
     try:
         for index, scenario in enumerate(scenarios, start=1):
             bar.start(index, scenario.NAME)
+            # A scenario may need more than this torch has (unsupported() says why).
+            reason = getattr(scenario, "unsupported", lambda: None)()
+            if reason:
+                bar.finish(scenario.STEPS, f"skipped: {reason}")
+                results.append((scenario, reason))
+                continue
             try:
                 scenario.run(logdir, progress=bar.update)
             except Exception as e:  # report it, go on with the other scenarios
@@ -136,6 +143,9 @@ def _train_all(logdir: str, err: TextIO) -> list:
                 continue
             bar.finish(scenario.STEPS)
             results.append((scenario, None))
+    except KeyboardInterrupt:
+        err.write("\n")  # end the half-drawn bar line; the CLI exits 130
+        raise
     finally:
         quiet.setLevel(saved_level)
     return results
@@ -148,8 +158,8 @@ def _report(logdir: str, results: list, out: TextIO) -> None:
 
     # Only the runs this demo wrote: a logdir may hold other runs too.
     reports, unreadable = {}, {}
-    for scenario, error in results:
-        if error is None:
+    for scenario, outcome in results:
+        if outcome is None:
             try:
                 run = read_run(os.path.join(logdir, scenario.NAME))
             except ValueError as e:  # FormatError too: no or unreadable neuraldbg data
@@ -160,8 +170,10 @@ def _report(logdir: str, results: list, out: TextIO) -> None:
     width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 100))
     out.write(format_report(logdir_report([reports[n] for n in names]), width))
     out.write("\nPlanted versus found:\n")
-    for scenario, error in results:
-        if error is not None:
+    for scenario, outcome in results:
+        if isinstance(outcome, str):
+            verdict = f"skipped: {outcome}"
+        elif outcome is not None:
             verdict = "did not run"
         elif scenario.NAME not in reports:
             verdict = f"unreadable: {unreadable[scenario.NAME]}"
@@ -206,7 +218,8 @@ def run(logdir: Optional[str], serve: bool) -> int:
     Trains every scenario into ``logdir`` (default ./neuraldbg_demo; a rerun
     replaces the runs it wrote before), prints the report, then serves
     TensorBoard (``serve``) or prints the command. Returns the exit code:
-    0, or 1 when a scenario crashed.
+    0, or 1 when a scenario crashed (a scenario this torch cannot run is
+    skipped, not a failure).
     """
     logdir = os.path.abspath(logdir or DEFAULT_LOGDIR)
     out, err = sys.stdout, sys.stderr
@@ -214,7 +227,7 @@ def run(logdir: Optional[str], serve: bool) -> int:
     err.flush()
     results = _train_all(logdir, err)
     _report(logdir, results, out)
-    code = 1 if any(error is not None for _, error in results) else 0
+    code = 1 if any(isinstance(outcome, Exception) for _, outcome in results) else 0
     if serve:
         return _serve(logdir, out) or code
     out.write(f"\nTo look at the runs:  tensorboard --logdir {logdir}\n")

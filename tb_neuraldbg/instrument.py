@@ -655,6 +655,10 @@ class Instrument:
             x = _first_tensor(kwargs)
         if x is None or x.is_complex() or x.numel() == 0:
             return
+        if x.is_floating_point():
+            # The first module usually gets this very tensor: it then reuses
+            # these statistics instead of reading the batch again.
+            self._prev_out = (weakref.ref(x), 0)
         x = x.detach()
         col = self._col
         # Every step: min/max/sum/norm (a bad batch is found at its step);

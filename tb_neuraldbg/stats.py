@@ -165,7 +165,10 @@ def nonfinite_count(x: torch.Tensor) -> torch.Tensor:
     return (x - x).bool().sum()
 
 
-def histogram(x: torch.Tensor, bins: int = HIST_BINS) -> torch.Tensor:
+HIST_MAX_VALUES = 1 << 20
+
+
+def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX_VALUES) -> torch.Tensor:
     """Histogram of the finite values of ``x`` without a host sync.
 
     Returns a float tensor of ``bins + 5`` values: the bin counts, the count
@@ -174,8 +177,15 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS) -> torch.Tensor:
     ``bincount`` sizes its output from the data (another sync), so the bins
     come from a scatter_add over indices computed on the device; non-finite
     values go to an extra bin that is reported as their count.
+
+    A picture, not a measurement: tensors above ``max_values`` elements are
+    subsampled with a fixed stride (the temporaries here are several times
+    the input's size), so counts are of the sample.
     """
-    x = _float_view(x).detach().reshape(-1).to(torch.float32)
+    x = _float_view(x).detach().reshape(-1)
+    if x.numel() > max_values:
+        x = x[:: -(-x.numel() // max_values)]
+    x = x.to(torch.float32)
     finite = torch.isfinite(x)
     inf = x.new_full((), math.inf)  # made on the device: no host-to-device copy
     mn = torch.where(finite, x, inf).amin()
@@ -232,32 +242,44 @@ def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 _M = metadata.METRIC_INDEX
 
 
-def _present(rows: np.ndarray, keys: np.ndarray, key: int, num_rows: int) -> np.ndarray:
-    return np.bincount(rows[keys == key], minlength=num_rows) > 0
+class _Slots:
+    """The step vector grouped by key (one sort), with per-row accessors."""
 
+    def __init__(self, values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: int):
+        order = np.argsort(keys, kind="stable")
+        self.values = values[order]
+        self.rows = rows[order]
+        self.bounds = np.searchsorted(keys[order], np.arange(Key.COUNT + 1))
+        self.L = num_rows
 
-def _pick(values, rows, keys, key, num_rows):
-    """Per-row value of a single-valued key (NaN where absent)."""
-    out = np.full(num_rows, np.nan)
-    m = keys == key
-    out[rows[m]] = values[m]
-    return out
+    def _span(self, key: int) -> slice:
+        return slice(self.bounds[key], self.bounds[key + 1])
 
+    def present(self, key: int) -> np.ndarray:
+        """Rows that have at least one slot of this key."""
+        out = np.zeros(self.L, dtype=bool)
+        out[self.rows[self._span(key)]] = True
+        return out
 
-def _sum(values, rows, keys, key, num_rows, square=False):
-    """Per-row sum (of squares) of a multi-valued key (NaN where absent)."""
-    m = keys == key
-    if not m.any():
-        return np.full(num_rows, np.nan)
-    v = values[m]
-    s = np.bincount(rows[m], weights=v * v if square else v, minlength=num_rows)
-    return np.where(_present(rows, keys, key, num_rows), s, np.nan)
+    def pick(self, key: int) -> np.ndarray:
+        """Per-row value of a single-valued key (NaN where absent)."""
+        out = np.full(self.L, np.nan)
+        sp = self._span(key)
+        out[self.rows[sp]] = self.values[sp]
+        return out
 
+    def sum(self, key: int, square: bool = False) -> np.ndarray:
+        """Per-row sum (of squares) of a multi-valued key (NaN where absent)."""
+        sp = self._span(key)
+        if sp.start == sp.stop:
+            return np.full(self.L, np.nan)
+        v = self.values[sp]
+        s = np.bincount(self.rows[sp], weights=v * v if square else v, minlength=self.L)
+        return np.where(self.present(key), s, np.nan)
 
-def _norm(values, rows, keys, key, num_rows):
-    """Per-row L2 norm from per-tensor norms: sqrt of the sum of squares."""
-    with np.errstate(invalid="ignore"):
-        return np.sqrt(_sum(values, rows, keys, key, num_rows, square=True))
+    def norm(self, key: int) -> np.ndarray:
+        """Per-row L2 norm from per-tensor norms: sqrt of the sum of squares."""
+        return np.sqrt(self.sum(key, square=True))
 
 
 def _flag(evidence: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -280,9 +302,8 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
     keys = np.asarray(keys, dtype=np.int64)
     L = num_rows
     row = np.full((L, len(metadata.METRICS)), np.nan)
-
-    def pick(k):
-        return _pick(values, rows, keys, k, L)
+    slots = _Slots(values, rows, keys, L)
+    pick = slots.pick
 
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         # Outputs (activations; the batch for <input>).
@@ -298,7 +319,7 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         row[:, _M["act_zero_frac"]] = 1.0 - nz / n
         row[:, _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
         row[:, _M["act_sat_frac"]] = pick(Key.OUT_SAT) / n
-        flag = _flag(s, _present(rows, keys, Key.OUT_SUM, L))
+        flag = _flag(s, slots.present(Key.OUT_SUM))
         # Where min/max were taken they decide: a float sum of finite values
         # can overflow to inf, and aminmax returns NaN when there is a NaN.
         mm_known = ~np.isnan(mn) | ~np.isnan(mx)
@@ -312,33 +333,38 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         row[:, _M["in_zero_frac"]] = 1.0 - pick(Key.IN_NZ) / in_n
         row[:, _M["in_dead_frac"]] = pick(Key.IN_DEAD) / pick(Key.IN_UNITS)
         in_nf = pick(Key.IN_NF)
-        in_flag = _flag(pick(Key.IN_SUM), _present(rows, keys, Key.IN_SUM, L))
+        in_flag = _flag(pick(Key.IN_SUM), slots.present(Key.IN_SUM))
         row[:, _M["in_nonfinite"]] = np.where(np.isnan(in_nf), in_flag, in_nf)
         ref = pick(Key.IN_REF)
         has_ref = ~np.isnan(ref)
+        inherit = ~np.isnan(pick(Key.OUT_INHERIT))
         if has_ref.any():
             src = ref[has_ref].astype(np.int64)
-            for dst_m, src_m in (
-                ("in_zero_frac", "act_zero_frac"),
-                ("in_dead_frac", "act_dead_frac"),
-                ("in_nonfinite", "act_nonfinite"),
-            ):
-                row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
-        inherit = ~np.isnan(pick(Key.OUT_INHERIT))
-        if inherit.any():
+            # A reference points to an earlier row, which may itself inherit
+            # (ReLU -> Tanh): repeat until the chain is resolved.
+            for _ in range(8):
+                before = row[:, _M["act_nonfinite"]].copy()
+                for dst_m, src_m in (
+                    ("in_zero_frac", "act_zero_frac"),
+                    ("in_dead_frac", "act_dead_frac"),
+                    ("in_nonfinite", "act_nonfinite"),
+                ):
+                    row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
+                row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
+                if np.array_equal(before, row[:, _M["act_nonfinite"]], equal_nan=True):
+                    break
+        elif inherit.any():
             row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
 
         # Parameters.
-        gn = _norm(values, rows, keys, Key.GRAD_NORM, L)
+        gn = slots.norm(Key.GRAD_NORM)
         row[:, _M["grad_norm"]] = gn
-        gnf = _sum(values, rows, keys, Key.GRAD_NF, L)
-        gflag = _flag(gn, _present(rows, keys, Key.GRAD_NORM, L))
+        gnf = slots.sum(Key.GRAD_NF)
+        gflag = _flag(gn, slots.present(Key.GRAD_NORM))
         row[:, _M["grad_nonfinite"]] = np.where(np.isnan(gnf), gflag, gnf)
         row[:, _M["grad_missing"]] = pick(Key.GRAD_MISSING)
-        row[:, _M["weight_norm"]] = _norm(values, rows, keys, Key.WEIGHT_NORM, L)
-        row[:, _M["update_ratio"]] = _norm(values, rows, keys, Key.UPD_NORM, L) / _norm(
-            values, rows, keys, Key.UPD_BASE, L
-        )
+        row[:, _M["weight_norm"]] = slots.norm(Key.WEIGHT_NORM)
+        row[:, _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
         row[:, _M["value"]] = pick(Key.VALUE)
         row[:, _M["scale"]] = pick(Key.SCALE)
     return row.astype(np.float32)

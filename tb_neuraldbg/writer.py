@@ -37,6 +37,8 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import histogram_raw
 
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
 from . import __version__, metadata, summary
 from . import stats as S
 from .instrument import Instrument, StepPacket, WatchConfig
@@ -99,6 +101,38 @@ class WatchHandle:
     def __exit__(self, *exc):
         self.remove()
         return False
+
+
+_ROW_TAGS = frozenset([metadata.stats_tag(m) for m in metadata.METRICS] + [metadata.TAG_STATES])
+_STATS_TAGS = [metadata.stats_tag(m) for m in metadata.METRICS]
+
+
+def row_summary_without_metadata(row: np.ndarray, states: np.ndarray) -> summary_pb2.Summary:
+    """``summary.stats_summary(row, states)`` without any metadata: what a
+    row is once its tags have been written to the file. Built from raw bytes
+    (the same TensorProto that ``make_tensor_proto`` gives for these dtypes):
+    the worker writes a row per step, and this is 5x faster."""
+    row = np.asarray(row, dtype=np.float32)
+    shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=row.shape[0])])
+    cols = np.ascontiguousarray(row.T)
+    values = [
+        summary_pb2.Summary.Value(
+            tag=tag,
+            tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, tensor_content=cols[j].tobytes()),
+        )
+        for j, tag in enumerate(_STATS_TAGS)
+    ]
+    values.append(
+        summary_pb2.Summary.Value(
+            tag=metadata.TAG_STATES,
+            tensor=tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_UINT8,
+                tensor_shape=shape,
+                tensor_content=np.asarray(states, dtype=np.uint8).tobytes(),
+            ),
+        )
+    )
+    return summary_pb2.Summary(value=values)
 
 
 def _jsonable(x):
@@ -206,7 +240,10 @@ class _Worker:
         fw.add_summary(summ, global_step=step)
 
     def _write_row(self, step: int, row: np.ndarray, states: np.ndarray) -> None:
-        self._add(summary.stats_summary(row, states), step)
+        if self._seen_fw is not None and self._seen_tags.issuperset(_ROW_TAGS):
+            self._file_writer().add_summary(row_summary_without_metadata(row, states), global_step=step)
+        else:
+            self._add(summary.stats_summary(row, states), step)
         self.last_written = step
         self.rows_written += 1
 

@@ -160,9 +160,11 @@ def event(
 
 
 def derive_diagnosis(events: Iterable[Mapping]) -> dict:
-    """{"status", "root_cause"} implied by events: failing iff an error event;
-    the root cause is the earliest error event (ties: first listed)."""
-    errors = [e for e in events if isinstance(e, Mapping) and e.get("severity") == "error"]
+    """{"status", "root_cause"} implied by events: failing iff a warning or
+    error event; the root cause is the earliest of them (ties: first listed)."""
+    errors = [
+        e for e in events if isinstance(e, Mapping) and e.get("severity") in ("warning", "error")
+    ]
     if not errors:
         return {"status": "healthy", "root_cause": None}
     first = min(errors, key=lambda e: e["step"])

@@ -34,7 +34,7 @@ def logdirs(tmp_path):
     "which, fail_on, expected",
     [
         ("healthy", None, 0), ("warn", None, 0), ("failing", None, 0),
-        ("healthy", "error", 0), ("warn", "error", 0), ("failing", "error", 1),
+        ("healthy", "error", 0), ("warn", "error", 1), ("failing", "error", 1),
         ("healthy", "warning", 0), ("warn", "warning", 1), ("failing", "warning", 1),
     ],
 )

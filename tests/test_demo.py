@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.request
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,13 +73,24 @@ def test_scenario_report_names_the_planted_cause(reports, name):
         assert report["status"] == "healthy"
 
 
-def test_planted_versus_found_table_says_ok_for_every_scenario(demo, reports):
+def test_planted_versus_found_table_matches_the_reports(demo, reports):
     out = demo[2]
     table = out[out.index("Planted versus found:"):].splitlines()[1 : 1 + len(SCENARIOS)]
     for name, line in zip(SCENARIOS, table):
         problems = demo_cli.planted_cause_problems(load(name).EXPECTED, reports[name])
         assert line.split()[0] == name
         assert line.endswith(" ok") == (not problems), line
+
+
+def test_bad_batch_run_keeps_the_offending_batch(demo):
+    from tb_neuraldbg._demo import bad_batch
+
+    path = os.path.join(demo[0], "bad_batch", f"neuraldbg_batch_step{bad_batch.BAD_STEP}.npz")
+    with np.load(path, allow_pickle=False) as saved:
+        x = saved["arg0"]
+    # Every 8th record of the 64 is NaN, as planted.
+    assert x.shape == (64, 32)
+    assert np.isnan(x).any(axis=1).tolist() == [i % 8 == 0 for i in range(64)]
 
 
 def _report(cause=None, events=()):
@@ -198,7 +210,7 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
     assert rest.rstrip().endswith("TensorBoard stopped.")
 
 
-def test_a_crashing_scenario_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+def test_crashing_and_unsupported_scenarios_are_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
     import types
 
     import tb_neuraldbg._demo as demo_pkg
@@ -214,12 +226,19 @@ def test_a_crashing_scenario_is_reported_and_the_others_still_run(tmp_path, monk
             NAME="healthy", STEPS=3, EXPECTED=None,
             run=lambda logdir, progress=None: healthy.run(logdir, steps=3, progress=progress)),
         "crash": types.SimpleNamespace(NAME="crash", STEPS=5, EXPECTED=None, run=crash),
+        "old": types.SimpleNamespace(NAME="old", STEPS=5, EXPECTED=None, run=crash,
+                                     unsupported=lambda: "needs a newer torch"),
     }
-    monkeypatch.setattr(demo_pkg, "SCENARIOS", ("crash", "short"))
+    monkeypatch.setattr(demo_pkg, "SCENARIOS", ("crash", "old", "short"))
     monkeypatch.setattr(demo_pkg, "load", fakes.__getitem__)
     assert demo_cli.run(str(tmp_path), serve=False) == 1
     out, err = capsys.readouterr()
-    assert "[1/2] crash" in err and "1/5 steps" in err and "FAILED: RuntimeError: boom" in err
-    assert "[2/2] healthy" in err and "3/3 steps" in err
+    assert "[1/3] crash" in err and "1/5 steps" in err and "FAILED: RuntimeError: boom" in err
+    assert "[2/3] old" in err and "0/5 steps" in err and "skipped: needs a newer torch" in err
+    assert "[3/3] healthy" in err and "3/3 steps" in err
     assert "crash        nothing (healthy)                    did not run" in out
+    assert "old          nothing (healthy)                    skipped: needs a newer torch" in out
     assert "healthy      nothing (healthy)                    ok" in out
+    # A skipped scenario alone is not a failure.
+    monkeypatch.setattr(demo_pkg, "SCENARIOS", ("old", "short"))
+    assert demo_cli.run(str(tmp_path), serve=False) == 0

@@ -181,3 +181,16 @@ def test_installed_wheel_runs_a_scenario_without_the_source_tree(wheel, tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(tmp_path / "logs" / "healthy")
+
+
+def test_readme_starts_with_the_two_commands_and_ci_runs_the_second():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in first_block.splitlines()]
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    for script in ("demo.sh", "test.sh"):
+        assert os.path.isfile(os.path.join(ROOT, "scripts", script))
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        ci = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    assert ci[-1] == "exec bash scripts/test.sh"

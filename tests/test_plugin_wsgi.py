@@ -155,7 +155,7 @@ def test_plugins_listing(app):
 
 def test_runs(app, truth):
     t = truth["failing"]
-    err = [e for e in t.events if e["severity"] == "error"]
+    err = [e for e in t.events if e["severity"] in ("warning", "error")]
     first = min(err, key=lambda e: e["step"])
     assert app.json(f"{BASE}/runs") == {
         "runs": [
@@ -434,7 +434,7 @@ def test_run_still_being_written_shows_new_steps(tmp_path):
     assert got["col_end"][-1] == 8 and got["rows"] == 6 and got["layers"][-1] == "late"
     assert a.json(f"{BASE}/events?run=live")["total"] == 1
     runs = a.json(f"{BASE}/runs")["runs"]
-    assert runs[0]["last_step"] == 8 and runs[0]["status"] == "healthy"  # dead = warning
+    assert runs[0]["last_step"] == 8 and runs[0]["status"] == "failing"  # dead = warning, still a failure
     w.close()
 
 

@@ -92,14 +92,21 @@ def test_run_report_has_exactly_the_contract_keys_sorted_by_step():
     json.dumps(r, allow_nan=False)
 
 
-def test_status_without_diagnosis_comes_from_error_events():
+def test_status_without_diagnosis_comes_from_warning_and_error_events():
     warn_only = [e for e in _events() if e["severity"] != "error"]
-    assert run_report("a", None, warn_only)["status"] == "healthy"
+    info_only = [e for e in _events() if e["severity"] == "info"]
+    assert info_only and len(warn_only) > len(info_only)
+    assert run_report("a", None, info_only)["status"] == "healthy"
+    assert run_report("a", None, warn_only)["status"] == "failing"
     assert run_report("a", None, _events())["status"] == "failing"
     assert run_report("a", None, _events())["root_cause"] is None
     # A stored diagnosis wins over the events (it is what the engine decided).
     healthy = {"status": "healthy", "root_cause": None}
     assert run_report("a", healthy, _events())["status"] == "healthy"
+    # ...but a root cause always means failing.
+    stale = {"status": "healthy", "root_cause": {"kind": "nonfinite", "layer": "fc1", "step": 3,
+                                                 "message": "m"}}
+    assert run_report("a", stale, [])["status"] == "failing"
 
 
 def test_bad_records_are_skipped_with_warnings():

@@ -201,3 +201,25 @@ def test_assemble_flags_a_nonfinite_gradient_norm():
     assert row[M["grad_norm"]] == math.inf and row[M["grad_nonfinite"]] == 1
     exact = _assemble([(0, Key.GRAD_NORM, math.nan), (0, Key.GRAD_NF, 2), (0, Key.GRAD_NF, 3)], 1)[0]
     assert exact[M["grad_nonfinite"]] == 5
+
+
+def test_histogram_of_a_large_tensor_is_a_strided_sample():
+    x = torch.arange(100, dtype=torch.float32)
+    parts = S.histogram_parts(S.histogram(x, max_values=10).numpy())
+    assert parts["num"] == 10 and parts["min"] == 0 and parts["max"] == 90
+
+
+def test_inherited_flags_follow_a_chain_of_pointwise_modules():
+    # row 1 measured (non-finite), rows 2 and 3 pointwise: input = previous row
+    slots = [
+        (1, Key.OUT_SUM, math.nan),
+        (1, Key.OUT_N, 4),
+        (2, Key.IN_REF, 1),
+        (2, Key.OUT_INHERIT, 1),
+        (3, Key.IN_REF, 2),
+        (3, Key.OUT_INHERIT, 1),
+    ]
+    row = _assemble(slots, 4)
+    assert row[2, M["act_nonfinite"]] == 1 and row[3, M["act_nonfinite"]] == 1
+    assert row[3, M["in_nonfinite"]] == 1
+    assert np.isnan(row[3, M["act_mean"]])

@@ -410,3 +410,16 @@ def test_a_step_that_goes_backwards_is_analysed_not_written(tmp_path, planned):
                 w.record(step)
     assert planned.last.updates == [5, 6, 3, 7]
     assert tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm")) == [5, 6, 7]
+
+
+def test_fast_row_summary_equals_the_builder_without_metadata():
+    from tb_neuraldbg import summary
+    from tb_neuraldbg.writer import row_summary_without_metadata
+
+    row = np.random.default_rng(1).random((5, len(metadata.METRICS)), dtype=np.float32)
+    row[2, 3] = np.nan
+    states = np.array([0, 1, 2, 255, 3], np.uint8)
+    ref = summary.stats_summary(row, states)
+    for v in ref.value:
+        v.ClearField("metadata")
+    assert row_summary_without_metadata(row, states) == ref

@@ -113,8 +113,13 @@ class Engine:
 
     @property
     def status(self) -> str:
-        """"failing" iff at least one error-severity event exists."""
-        return "failing" if any(e.severity == "error" for e in self.events) else "healthy"
+        """"failing" iff a root cause was found, i.e. a warning or error fired.
+
+        A healthy run is silent, so any warning-level failure (vanishing
+        gradients, dead units...) already makes the run failing; severity only
+        says how urgent it is (on_error="raise" and the log line act on errors).
+        """
+        return "healthy" if self.root_cause is None else "failing"
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:
@@ -139,10 +144,12 @@ class Engine:
         n = len(self.layers)
         if row.shape != (n, _NUM_METRICS):
             raise ValueError(f"row must have shape ({n}, {_NUM_METRICS}) for {n} layers, got {row.shape}")
+        # Steps normally increase; a repeated or earlier step (e.g. record()
+        # called per micro-batch with the same global step) is diagnosed as
+        # the next measurement rather than refused: the diagnosis must not
+        # stop over the numbering.
         step = int(step)
-        if self._last_step is not None and step <= self._last_step:
-            raise ValueError(f"steps must increase: got {step} after {self._last_step}")
-        self._last_step = step
+        self._last_step = step if self._last_step is None else max(step, self._last_step)
         confirmed = {a: h.confirmed for a, h in self._hyst.items()}
         raws = self._clf.classify(step, row, confirmed)
         new: list[Failure] = []
@@ -217,12 +224,17 @@ class Engine:
             extra["side"] = {"grad": "backward", "loss": "loss"}.get(aspect, "forward")
             if aspect == "fwd":
                 extra["input_nonfinite"] = bool(row[tr.index, _M["in_nonfinite"]] > 0)
+        if kind == "activation_explosion" and failing and bool(clf.act_cumulative[tr.index]):
+            extra["amplified"] = "cumulative"
         if kind == "dead_activation" and failing and bool(clf.dead_via[tr.index]):
             extra["via"] = "functional_activation"
         if aspect == "input" and failing:
             extra["reason"] = clf.input_reason
             extra["std"] = float(row[tr.index, _M["act_std"]])
         if aspect == "plateau":
+            if failing:
+                extra["reason"] = clf.plateau_reason
+                extra["num_classes"] = clf.num_classes
             before = float(np.median(clf.plateau_first)) if clf.plateau_first else math.nan
             value = float(np.median(clf.plateau_recent.values())) if len(clf.plateau_recent) else math.nan
         if aspect == "init":

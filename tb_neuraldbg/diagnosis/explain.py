@@ -139,7 +139,10 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "activation_collapse":
         return f"{where}: its output is constant from step {step} (std {fmt(value)})."
     if kind == "activation_explosion":
-        return f"{where}: activations explode from step {step} (max |x| {fmt(before)} -> {fmt(value)})."
+        head = f"{where}: activations explode from step {step} (max |x| {fmt(before)} -> {fmt(value)})."
+        if extra.get("amplified") == "cumulative":
+            head += " The layers up to here amplify the batch over a thousandfold together."
+        return head
     if kind == "no_gradient":
         return (f"{where}: no gradient reaches its parameters from step {step} "
                 f"({fmt(value)} parameter(s) without .grad).")
@@ -159,6 +162,10 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "loss_spike":
         return f"<loss>: the loss spiked to {fmt(value)} at step {step} (recent level {fmt(before)})."
     if kind == "loss_plateau":
+        k = extra.get("num_classes")
+        if extra.get("reason") == "chance" and k:
+            return (f"<loss>: the loss stays at chance level from step {step} ({fmt(value)}, "
+                    f"ln({k}) = {fmt(math.log(k))} for {k} classes; it started at {fmt(before)}).")
         return (f"<loss>: the loss has not fallen since step {step} ({fmt(before)} -> "
                 f"{fmt(value)}).")
     if kind == "initial_loss":

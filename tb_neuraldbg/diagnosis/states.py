@@ -24,6 +24,7 @@ non-finite values behind GradScaler back-offs).
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -125,6 +126,7 @@ class Classifier:
         self.plateau_recent = _Window(self.t.plateau_window)
         self.plateau_code = None
         self.plateau_left = False
+        self.plateau_reason = "flat"
         self.plateau_steps = 0
         self.first_loss = None  # (step, value)
         self.init_done = False
@@ -132,6 +134,7 @@ class Classifier:
         self.lr_prev = math.nan
         self.lr_max = 0.0
         self.lr_jumps = []  # (step, lr_before, lr_after)
+        self.lr_hist = deque(maxlen=4)  # the last learning rates
         self.scale_prev = math.nan
         self.scale_max = 0.0
         self.dec_run = 0
@@ -157,6 +160,10 @@ class Classifier:
         self.last_w = _grow(self.last_w, n, np.nan)
         self.last_wn = _grow(self.last_wn, n, np.nan)
         self.last_w_step = _grow(self.last_w_step, n, -10)
+        # per-step by-products of _act, read by the engine for its messages
+        self.dead_eff = np.full(n, np.nan)
+        self.dead_via = np.zeros(n, dtype=bool)
+        self.act_cumulative = np.zeros(n, dtype=bool)
         self.n = n
 
     # ------------------------------------------------------------------ main
@@ -345,9 +352,14 @@ class Classifier:
             amp = big & (rms_prev > 0) & (rms > t.act_explode_ratio * rms_prev)
             # ... or the network amplified the batch a thousandfold by here
             # (a large initialisation everywhere compounds layer by layer)
+            cum = np.zeros(self.n, dtype=bool)
             if k.input_index >= 0:
                 rms_in = rms[k.input_index]
-                amp |= big & (rms_in > 0) & (rms > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
+                cum = big & (rms_in > 0) & (rms > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
+            # compounded over layers, not this one alone (kept from the last
+            # measurement: an explosion may be confirmed once the output is NaN)
+            self.act_cumulative = np.where(measured, cum & ~amp, self.act_cumulative)
+            amp |= cum
             hist = big & (self.a_cnt >= t.history_min)
             growth = hist & (rms > t.act_explode_ratio * 10.0 ** self.a_ema) & (rms > t.act_explode_vs_max * self.a_max)
         raw[collapsed] = _S["collapsed"]
@@ -508,17 +520,14 @@ class Classifier:
         # hysteresis on values: leaving takes three times the drop; a short run
         # (decided at its end) must be twice as flat
         drop = t.plateau_min_drop * (3.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
+        # never fell from where it started; a resumed run (first step > 0)
+        # may start converged, so it is not judged this way
+        flat = self.first_step == 0 and recent > first - drop * abs(first)
         k = self.num_classes
-        if k is not None and k >= 2:
-            # K known: stuck at (or above) the chance level ln K
-            stuck = recent > (1.0 - drop) * math.log(k)
-            if self.first_step == 0:
-                stuck |= recent > first - drop * abs(first)
-        else:
-            # never fell from where it started; a resumed run (first step > 0)
-            # may start converged, so it is not judged this way
-            stuck = self.first_step == 0 and recent > first - drop * abs(first)
-        return _S["loss_plateau"] if stuck else HEALTHY
+        # K known: stuck at (or above) the chance level ln K
+        chance = k is not None and k >= 2 and recent > (1.0 - drop) * math.log(k)
+        self.plateau_reason = "chance" if chance else "flat"
+        return _S["loss_plateau"] if (flat or chance) else HEALTHY
 
     # ------------------------------------------------------------ <optimizer>
     def _optimizer(self, step, row):
@@ -531,8 +540,15 @@ class Classifier:
         scale = float(row[i, _M["scale"]])
         res["lr"] = lr
         if np.isfinite(lr):
-            if self.lr_prev > 0 and lr >= t.lr_jump_factor * self.lr_prev:
+            # a jump is a discontinuity in a schedule that was varying slowly
+            # (the first steps of a warmup from ~0 multiply the rate by large
+            # factors on purpose)
+            hist = self.lr_hist
+            steady = len(hist) == hist.maxlen and all(
+                0.5 * b <= a <= 2.0 * b for a, b in zip(list(hist)[1:], hist))
+            if steady and self.lr_prev > 0 and lr >= t.lr_jump_factor * self.lr_prev:
                 self.lr_jumps.append((step, self.lr_prev, lr))
+            hist.append(lr)
             self.lr_prev = lr
             self.lr_max = max(self.lr_max, lr)
         self.scaler_active = np.isfinite(scale)
@@ -614,9 +630,11 @@ class _Window:
             self._recompute()
 
     def _recompute(self) -> None:
-        vals = self._a[: len(self)]
-        self._med = float(np.median(vals))
-        self._max = float(vals.max())
+        # a sort of <= 64 values is several times cheaper than np.median
+        vals = np.sort(self._a[: len(self)])
+        n = len(vals)
+        self._med = float(vals[n // 2] if n % 2 else 0.5 * (vals[n // 2 - 1] + vals[n // 2]))
+        self._max = float(vals[-1])
         self._stale = 0
 
     def median(self) -> float:

@@ -78,9 +78,11 @@ class Thresholds:
     #: collapsed: std <= collapse_rel x max|x| (a constant output).
     collapse_rel: float = 1e-6
     #: activation explosion: RMS above this multiple of the previous row's
-    #: RMS (the layer amplifies its input) or of its own running average,
-    #: and above the absolute floor ``act_explode_floor`` (normalisation
-    #: layers legitimately amplify tiny inputs back to ~1).
+    #: RMS (the layer amplifies its input), or of its own running average and
+    #: ``act_explode_vs_max`` x its largest healthy RMS, or ratio x vs_max
+    #: (1000x) the batch's RMS (compounded amplification), and always above
+    #: the absolute floor ``act_explode_floor`` (normalisation layers
+    #: legitimately amplify tiny inputs back to ~1).
     act_explode_ratio: float = 100.0
     act_explode_floor: float = 100.0
     act_explode_vs_max: float = 10.0
@@ -114,12 +116,15 @@ class Thresholds:
     loss_history_min: int = 10
     #: plateau: after ``plateau_min_steps`` steps with a learning rate > 0,
     #: the median loss of the last ``plateau_window`` steps has not fallen by
-    #: ``plateau_min_drop`` (relative) below the median of the first ones.
+    #: ``plateau_min_drop`` (relative) below the median of the first ones (runs
+    #: that start at step 0 only: a resumed run may start converged), or, with
+    #: K classes known, it is still within that fraction of ln K (chance).
     plateau_min_steps: int = 300
     plateau_window: int = 50
     plateau_min_drop: float = 0.05
-    #: initial loss for K-class cross-entropy: |loss0 - ln K| above
-    #: max(initial_loss_abs, initial_loss_rel x ln K).
+    #: initial loss for K-class cross-entropy, at step 0: loss0 above ln K +
+    #: max(initial_loss_abs, initial_loss_rel x ln K), or negative. Below ln K
+    #: is what a pretrained model gives, so it is not flagged.
     initial_loss_abs: float = 1.0
     initial_loss_rel: float = 0.5
 
@@ -127,13 +132,15 @@ class Thresholds:
     #: GradScaler collapse: this many consecutive scale decreases (each one a
     #: skipped step with inf/NaN gradients; 2**12 = 4096x in all).
     scaler_backoffs: int = 12
-    #: a learning-rate change by at least this factor within ``lr_window``
-    #: steps before a failure makes ``<optimizer>`` the root cause.
+    #: a learning-rate rise by at least this factor (after a few steps of a
+    #: slowly varying rate: not the first steps of a warmup from ~0) within
+    #: ``lr_window`` steps before a failure makes ``<optimizer>`` the root cause.
     lr_jump_factor: float = 4.0
     lr_window: int = 30
-    #: update ratio ||dw||/||w|| (healthy ~1e-3) above which, in most layers at
-    #: once in the first steps, the learning rate is blamed.
-    update_ratio_high: float = 0.3
+    #: update ratio ||dw||/||w|| (healthy ~1e-3; Adam's first steps on a small
+    #: layer reach ~0.5) above which, in most layers at once, the learning rate
+    #: is blamed for a failure that starts within ``lr_window`` steps after.
+    update_ratio_high: float = 1.0
 
     # --- root cause --------------------------------------------------------------
     #: failures whose possible onset is within this many steps of the earliest
@@ -147,7 +154,8 @@ class Thresholds:
             v = getattr(self, f.name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or v < 0:
                 raise ValueError(f"Thresholds.{f.name} must be a number >= 0, got {v!r}")
-        if self.persist_steps < 1 or self.persist_nonfinite < 1 or self.persist_recover < 1:
+        if min(self.persist_steps, self.persist_nonfinite, self.persist_recover,
+               self.persist_vanishing, self.frozen_steps, self.scaler_backoffs) < 1:
             raise ValueError("Thresholds.persist_* must be >= 1")
 
     def to_dict(self) -> dict:

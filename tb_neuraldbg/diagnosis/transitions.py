@@ -50,26 +50,34 @@ class Hysteresis:
     """Confirmed states of one aspect for every layer.
 
     ``persist`` maps a state code to the number of consecutive measured steps
-    that confirm it (a callable or a sequence indexed by code).
+    that confirm it (a sequence indexed by code).
     """
+
+    # per-layer arrays: name -> (dtype, value of a new layer)
+    _ARRAYS = {
+        "confirmed": (np.int16, HEALTHY),  # the confirmed state
+        "_cand": (np.int16, UNMEASURED),  # state of the run waiting for confirmation
+        "_start": (np.int64, 0),  # its onset
+        "_count": (np.int64, 0),  # its length in measured steps
+        "_value": (np.float64, np.nan),  # its evidence at the onset
+        "_before": (np.float64, np.nan),  # ... and one measurement earlier
+        "_earliest": (np.int64, 0),  # its earliest possible onset
+        "_first": (np.int64, -1),  # first measured step (-1 = never)
+        "_seen": (np.int64, -1),  # last measured step (-1 = never)
+        # an explosion overtaken by a non-finite value (see the module doc)
+        "_pre_code": (np.int16, UNMEASURED),
+        "_pre_start": (np.int64, 0),
+        "_pre_value": (np.float64, np.nan),
+        "_pre_before": (np.float64, np.nan),
+        "_pre_earliest": (np.int64, 0),
+    }
 
     def __init__(self, n: int, persist):
         self._persist = np.asarray(persist, dtype=np.int64)
-        self.confirmed = np.zeros(0, np.int16)
-        self._cand = np.zeros(0, np.int16)
-        self._start = np.zeros(0, np.int64)
-        self._count = np.zeros(0, np.int64)
-        self._value = np.zeros(0, np.float64)
-        self._before = np.zeros(0, np.float64)
-        self._first = np.zeros(0, np.int64)  # first measured step (-1 = never)
-        self._seen = np.zeros(0, np.int64)  # last measured step (-1 = never)
-        self._earliest = np.zeros(0, np.int64)
-        self._pre_earliest = np.zeros(0, np.int64)
-        # pending explosion overtaken by a non-finite value (see module doc)
-        self._pre_code = np.zeros(0, np.int16)
-        self._pre_start = np.zeros(0, np.int64)
-        self._pre_value = np.zeros(0, np.float64)
-        self._pre_before = np.zeros(0, np.float64)
+        self._pending = False  # some layer has a run waiting for confirmation
+        self._all_seen = False  # every layer has been measured once
+        for name, (dtype, _) in self._ARRAYS.items():
+            setattr(self, name, np.zeros(0, dtype))
         self.grow(n)
 
     def grow(self, n: int) -> None:
@@ -77,24 +85,9 @@ class Hysteresis:
         k = n - len(self.confirmed)
         if k <= 0:
             return
-
-        def ext(a, fill):
-            return np.concatenate([a, np.full(k, fill, a.dtype)])
-
-        self.confirmed = ext(self.confirmed, HEALTHY)
-        self._cand = ext(self._cand, UNMEASURED)
-        self._start = ext(self._start, 0)
-        self._count = ext(self._count, 0)
-        self._value = ext(self._value, np.nan)
-        self._before = ext(self._before, np.nan)
-        self._first = ext(self._first, -1)
-        self._seen = ext(self._seen, -1)
-        self._earliest = ext(self._earliest, 0)
-        self._pre_earliest = ext(self._pre_earliest, 0)
-        self._pre_code = ext(self._pre_code, UNMEASURED)
-        self._pre_start = ext(self._pre_start, 0)
-        self._pre_value = ext(self._pre_value, np.nan)
-        self._pre_before = ext(self._pre_before, np.nan)
+        for name, (dtype, fill) in self._ARRAYS.items():
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(k, fill, dtype)]))
+        self._all_seen = False
 
     def update(self, step: int, raw: np.ndarray, evidence, onset: np.ndarray | None = None):
         """Feed one step's raw states; return the confirmed transitions.
@@ -111,18 +104,22 @@ class Hysteresis:
         known = raw != UNMEASURED
         if not known.any():
             return []
-        self._first[known & (self._first < 0)] = step
-        prev_seen = self._seen.copy()
-        self._seen[known] = step
+        if not self._all_seen:
+            self._first[known & (self._first < 0)] = step
+            self._all_seen = bool((self._first >= 0).all())
         differs = known & (raw != self.confirmed)
-        # back to the confirmed state: any pending run is broken
-        back = known & ~differs
-        if back.any():
+        if self._pending:
+            # back to the confirmed state: any pending run is broken
+            back = known & ~differs
             self._cand[back] = UNMEASURED
             self._count[back] = 0
             self._pre_code[back] = UNMEASURED
         if not differs.any():
+            self._pending = bool((self._cand != UNMEASURED).any()) if self._pending else False
+            self._seen[known] = step
             return []
+        prev_seen = self._seen.copy()
+        self._seen[known] = step
         cont = differs & (raw == self._cand)
         new = differs & ~cont
         self._count[cont] += 1
@@ -150,6 +147,7 @@ class Hysteresis:
             value, before = evidence()
             self._value[new] = value[new]
             self._before[new] = before[new]
+        self._pending = True
         need = self._persist[raw.clip(0, len(self._persist) - 1)]
         fire = np.flatnonzero(differs & (self._count >= need))
         out = []

@@ -318,8 +318,9 @@ def logits_x50():
             model[4].weight.mul_(50.0)
         return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
 
+    # the writer passes K (the logits' class dimension) to its engine
     return Case(Spec("logits_x50", build, _teacher(k=10), steps=20, num_classes=10),
-                ("initial_loss",), "<loss>", 0, replay={"num_classes": 10})
+                ("initial_loss",), "<loss>", 0)
 
 
 # --- more: born failures, the learning rate from the start, the loss itself,
