@@ -9,6 +9,8 @@ of ``DebugWriter.watch``). Blocks rotate their order; a ratio is the
 median over blocks of (mode's mean step time / bare's in the same block),
 for wall time and for the process's CPU time (all threads, the writer's
 worker included), which other processes on a shared machine disturb less.
+A third figure times the instrumentation itself: the hooks' wall time plus
+the worker thread's CPU time per step, over the bare step time.
 A block covers a whole number of ``stats_every`` periods so the cheap and
 the full-statistics steps are weighted as in a real run; after a 10-step
 warm-up (the writer measures every one of the first ``stats_every`` steps in
@@ -204,7 +206,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.blocks} blocks x {args.steps} steps")
     print("ratios to 'bare', median over blocks; wall = step time, cpu = process CPU time;")
-    print("inside = 1 + (hook time + worker CPU time) per step / bare step time")
+    print("inside = 1 + (hook time + worker CPU time) per step / bare step time (an upper bound:")
+    print("  hook time includes waits for the GIL while the worker holds it)")
     print(
         f"{'model':<12} {'bare ms':>8} {'A/A wall':>9} {'wall':>7} {'A/A cpu':>8} {'cpu':>7}"
         f" {'hooks ms':>9} {'worker ms':>10} {'inside':>7}"

@@ -237,6 +237,8 @@ def _first_tensor(obj, depth: int = 0):
     """First tensor in a (nested) output/argument structure, depth first."""
     if isinstance(obj, torch.Tensor):
         return obj
+    if type(obj) is tuple and obj and isinstance(obj[0], torch.Tensor):
+        return obj[0]  # the common case: forward(x, ...)
     if depth > 4:
         return None
     if isinstance(obj, (list, tuple)):
@@ -527,6 +529,7 @@ class Instrument:
         self._col = _Collector()
         self._seen_rows: set[int] = set()
         self._input_done = False
+        self._threads: int | None = None  # torch.get_num_threads(), read at the step's input
         self._prev_out: tuple[Any, int] | None = None
         self._grad_col: _Collector | None = None
         self._loss: torch.Tensor | None = None
@@ -644,6 +647,7 @@ class Instrument:
         if self._input_done or not torch.is_grad_enabled():
             return None
         self._input_done = True
+        self._threads = torch.get_num_threads()  # once a step, for one_thread
         self._guard("input", self._measure_input, args, kwargs)
         return None
 
@@ -660,6 +664,10 @@ class Instrument:
             # these statistics instead of reading the batch again.
             self._prev_out = (weakref.ref(x), 0)
         x = x.detach()
+        with S.one_thread(x, threads=self._threads):
+            self._measure_batch(x)
+
+    def _measure_batch(self, x: torch.Tensor) -> None:
         col = self._col
         # Every step: min/max/sum/norm (a bad batch is found at its step);
         # the zero count on full-statistics steps.
@@ -712,43 +720,52 @@ class Instrument:
         if row in self._seen_rows:
             return  # measured at its first call of the step (weight sharing, loops)
         self._seen_rows.add(row)
-        full = self.config.is_stats(self.step)
-        # Exact non-finite counts cost a pass and a temporary: only once a
-        # non-finite value has been seen (before that, the flag says "1").
-        exact = self.exact_nonfinite
-        col = self._col
-
         x = _first_tensor(args) if args else None
         if x is None and kwargs:
             x = _first_tensor(kwargs)
-        same_as_prev = False
-        if x is not None and x.is_floating_point() and x.numel() > 0:
-            prev = self._prev_out
-            if prev is not None and prev[0]() is x:
-                same_as_prev = True
-                col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
-            else:
-                x = x.detach()
-                col.add(S.flag_moment(x), row, Key.IN_SUM)
-                if full:
-                    col.const(row, Key.IN_N, x.numel())
-                    if x.dim() >= 2:
-                        nz, dead = S.zero_and_dead(x)
-                        col.add(nz, row, Key.IN_NZ)
-                        col.add(dead, row, Key.IN_DEAD)
-                        col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
-                    else:
-                        col.add(S.nonzero_count(x), row, Key.IN_NZ)
-                if exact:
-                    col.add(S.nonfinite_count(x), row, Key.IN_NF)
-
+        if x is not None and not (x.is_floating_point() and x.numel() > 0):
+            x = None
         y = _first_tensor(output)
-        if y is None or not y.is_floating_point() or y.numel() == 0:
-            return
-        self._prev_out = (weakref.ref(y), row)
-        y = y.detach()
+        if y is not None and not (y.is_floating_point() and y.numel() > 0):
+            y = None
+        same_as_prev = False
+        if x is not None:
+            prev = self._prev_out
+            same_as_prev = prev is not None and prev[0]() is x
+            if same_as_prev:
+                self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
+                x = None
+        if y is not None:
+            self._prev_out = (weakref.ref(y), row)
+        with S.one_thread(x, y, threads=self._threads):
+            if x is not None:
+                self._measure_in(row, x.detach())
+            if y is not None:
+                self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
+
+    def _measure_in(self, row: int, x: torch.Tensor) -> None:
+        """A module's first input (not the previous row's output)."""
+        col = self._col
+        col.add(S.flag_moment(x), row, Key.IN_SUM)
+        if self.config.is_stats(self.step):
+            col.const(row, Key.IN_N, x.numel())
+            if x.dim() >= 2:
+                nz, dead = S.zero_and_dead(x)
+                col.add(nz, row, Key.IN_NZ)
+                col.add(dead, row, Key.IN_DEAD)
+                col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
+            else:
+                col.add(S.nonzero_count(x), row, Key.IN_NZ)
+        # Exact non-finite counts cost a pass and a temporary: only once a
+        # non-finite value has been seen (before that, the flag says "1").
+        if self.exact_nonfinite:
+            col.add(S.nonfinite_count(x), row, Key.IN_NF)
+
+    def _measure_out(self, row: int, module, behaviour: Behaviour, y: torch.Tensor, same_as_prev: bool) -> None:
+        col = self._col
+        exact = self.exact_nonfinite
         col.const(row, Key.OUT_N, y.numel())
-        if not full:
+        if not self.config.is_stats(self.step):
             if behaviour.pointwise and same_as_prev and not exact:
                 col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
             else:

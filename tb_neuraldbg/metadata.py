@@ -83,6 +83,11 @@ METRICS = (
     "in_nonfinite",
     "value",  # <loss>: loss value; <optimizer>: learning rate (first group)
     "scale",  # <optimizer>: GradScaler scale
+    # count (or 0/1 flag) of non-finite values in the gradient w.r.t. the
+    # module's output, seen by a tensor hook during backward: where a NaN/Inf
+    # is born in backward is the module whose output gradient is finite while
+    # the gradient it passes on (its parameters' or its input's) is not.
+    "gout_nonfinite",
 )
 METRIC_INDEX = {name: i for i, name in enumerate(METRICS)}
 

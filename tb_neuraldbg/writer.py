@@ -53,6 +53,7 @@ log = logging.getLogger("tb_neuraldbg")
 _WATCHED: "weakref.WeakKeyDictionary[torch.nn.Module, WatchHandle]" = weakref.WeakKeyDictionary()
 _LIVE_WRITERS: "weakref.WeakSet[DebugWriter]" = weakref.WeakSet()
 _BATCH_BYTES = 64 * 2**20
+_MAX_BATCH_FILES = 8  # a run with many anomalies must not fill the disk
 
 
 class TrainingFailure(RuntimeError):
@@ -173,6 +174,8 @@ class _Worker:
         self.last_event_step: int | None = None
         self.diagnosis: dict | None = None
         self.saved_nonfinite_batch = False
+        self.saved_batches = 0
+        self.last_events_step = -1
         self.steps_analysed = 0
         self.rows_written = 0
         self.warned: set[str] = set()
@@ -370,13 +373,14 @@ class _Worker:
         dicts = []
         for e in events:
             d = e.to_dict()
-            path = self._maybe_save_batch(e)
+            path = self._safe("batch save", self._maybe_save_batch, e)
             if path:
                 d["batch_file"] = os.path.basename(path)
             dicts.append(d)
             if d.get("severity") == "error":
                 log.warning("tb_neuraldbg: step %s, %s: %s", d.get("step"), d.get("layer"), d.get("message"))
         self._add(summary.events_summary(dicts), step)
+        self.last_events_step = step
         self._write_diagnosis(step)
         # Flush first: a run that stops here (on_error="raise", a crash) has
         # its events on disk.
@@ -404,6 +408,8 @@ class _Worker:
             if self.saved_nonfinite_batch:
                 return None
         elif event.kind != "data_anomaly":
+            return None
+        if self.saved_batches >= _MAX_BATCH_FILES:
             return None
         found = self.instrument.batch_for(int(event.step))
         if found is None:
@@ -434,6 +440,7 @@ class _Worker:
             return None
         path = os.path.join(self.writer.log_dir, f"neuraldbg_batch_step{step}.npz")
         np.savez(path, **arrays)
+        self.saved_batches += 1
         if event.kind == "nonfinite":
             self.saved_nonfinite_batch = True
         return path
@@ -449,8 +456,11 @@ class _Worker:
                 events = []
                 self._warn_once("diagnosis", e)
             if events:
-                dicts = [e.to_dict() for e in events]
-                self._add(summary.events_summary(dicts), last)
+                # One events value per step: after events already written at
+                # the last step, the end-of-run ones go one step later.
+                at = max(last, self.last_events_step + 1)
+                self._add(summary.events_summary([e.to_dict() for e in events]), at)
+                self.last_events_step = last = at
             self._write_diagnosis(last)
         self.writer._get_file_writer().flush()
 

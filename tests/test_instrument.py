@@ -411,12 +411,23 @@ def _snapshot(model):
     return [p.detach().clone() for p in model.parameters()], [p.grad.clone() for p in model.parameters()]
 
 
+def wide_mlp():
+    # activations of 256 x 128 = 32768 elements: the hooks switch to one thread
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4))
+
+
 @pytest.mark.parametrize("make_model,shape,integer", [
-    (mlp, (16, 12), None), (CNN, (4, 3, 8, 8), None), (Encoder, (2, 5, 16), None), (LSTMNet, (4, 6), 20),
-], ids=["mlp", "cnn", "transformer", "lstm"])
+    (mlp, (16, 12), None), (wide_mlp, (256, 64), None), (CNN, (4, 3, 8, 8), None),
+    (Encoder, (2, 5, 16), None), (LSTMNet, (4, 6), 20),
+], ids=["mlp", "wide_mlp", "cnn", "transformer", "lstm"])
 def test_training_is_bitwise_identical_with_and_without_hooks(make_model, shape, integer):
-    classes = 4 if make_model is mlp else (5 if make_model is CNN else 3)
+    classes = 4 if make_model in (mlp, wide_mlp) else (5 if make_model is CNN else 3)
     results = []
+    # Two threads: the hooks switch to one thread for their own reductions,
+    # and the user's ops must not notice.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
     for watched in (False, True):
         torch.manual_seed(0)
         model = make_model()
@@ -437,6 +448,8 @@ def test_training_is_bitwise_identical_with_and_without_hooks(make_model, shape,
         results.append((outs, grads, [p.detach().clone() for p in model.parameters()]))
         if rec:
             assert len(rec.packets) == 4
+            assert torch.get_num_threads() == 2
+    torch.set_num_threads(threads)
     (o1, g1, p1), (o2, g2, p2) = results
     assert all(torch.equal(a, b) for a, b in zip(o1, o2))
     assert all(torch.equal(a, b) for a, b in zip(g1, g2))

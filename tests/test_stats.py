@@ -223,3 +223,22 @@ def test_inherited_flags_follow_a_chain_of_pointwise_modules():
     assert row[2, M["act_nonfinite"]] == 1 and row[3, M["act_nonfinite"]] == 1
     assert row[3, M["in_nonfinite"]] == 1
     assert np.isnan(row[3, M["act_mean"]])
+
+
+def test_one_thread_for_small_cpu_tensors_only_and_restored():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with S.one_thread(torch.ones(10)):
+            assert torch.get_num_threads() == 2  # runs inline anyway: no switch
+        with S.one_thread(torch.ones(S._GRAIN), None):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with S.one_thread(torch.ones(10), torch.ones(S.SMALL)):
+            assert torch.get_num_threads() == 2  # a large tensor keeps the threads
+        with pytest.raises(KeyError):
+            with S.one_thread(torch.ones(S._GRAIN)):
+                raise KeyError("restored on errors too")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

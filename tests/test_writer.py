@@ -34,6 +34,7 @@ class PlannedEngine:
     the events planned for given steps, records every update it gets."""
 
     plan: dict = {}
+    at_finish: list = []
     last = None
 
     def __init__(self, layers, thresholds=None):
@@ -67,12 +68,13 @@ class PlannedEngine:
         return [e]
 
     def finish(self):
-        return []
+        return [Event(s, layer, kind, "healthy", "frozen", None, sev, f"{layer}: {kind}") for s, layer, kind, sev in self.at_finish]
 
 
 @pytest.fixture
 def planned(monkeypatch):
     PlannedEngine.plan = {}
+    PlannedEngine.at_finish = []
     monkeypatch.setattr(diagnosis, "Engine", PlannedEngine)
     return PlannedEngine
 
@@ -423,3 +425,13 @@ def test_fast_row_summary_equals_the_builder_without_metadata():
     for v in ref.value:
         v.ClearField("metadata")
     assert row_summary_without_metadata(row, states) == ref
+
+
+def test_end_of_run_events_get_their_own_step(tmp_path, planned):
+    planned.plan = {4: (3, "0", "exploding_gradient", "warning")}
+    planned.at_finish = [(0, "2", "frozen_weights", "warning")]
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 5)
+    ea = load(tmp_path)
+    assert tensor_steps(ea, metadata.TAG_EVENTS) == [4, 5]  # 4 was taken by the step's events
+    assert [e[0]["kind"] for e in json_values(ea, metadata.TAG_EVENTS)] == ["exploding_gradient", "frozen_weights"]
