@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
@@ -283,7 +283,9 @@ def _num_classes(logits: torch.Tensor, targets) -> int:
     return int(logits.shape[-1])
 
 
-def initial_loss(model: nn.Module, batch, targets, criterion, num_classes: int | None = None) -> InitialLossResult:
+def initial_loss(
+    model: nn.Module, batch, targets, criterion, num_classes: int | None = None
+) -> InitialLossResult:
     """Loss at initialisation against ln(K), K-class cross-entropy with
     uniform predictions.
 
@@ -314,7 +316,7 @@ def initial_loss(model: nn.Module, batch, targets, criterion, num_classes: int |
         if k < 2:
             raise ValueError(f"need at least 2 classes for cross-entropy, got K={k}; pass num_classes")
         expected = math.log(k)
-    tol = 50
+    tol = 0.5 + 0.25 * expected
     ok = math.isfinite(value) and abs(value - expected) <= tol
     what = f"loss at init {value:.4g}, expected ln({k}) = {expected:.4g} +/- {tol:.3g}"
     if ok:
@@ -478,7 +480,8 @@ def lr_range_test(
             _, loss = _loss(model, x, y, criterion)
             problem = _no_trainable_message(loss)
             if problem:
-                return LRRangeResult("lr_range_test", False, f"cannot sweep: {problem}", (), (), (), None, None)
+                msg = f"cannot sweep: {problem}"
+                return LRRangeResult("lr_range_test", False, msg, (), (), (), None, None)
             v = float(loss.detach())  # needed now: the sweep stops on divergence
             lrs.append(lr)
             losses.append(v)
@@ -524,7 +527,9 @@ def lr_range_test(
             f"{span}: the loss fell but the curve is too short to find a steep part (it "
             "diverged early): lower start_lr or use more steps."
         )
-    return LRRangeResult("lr_range_test", ok, msg, tuple(lrs), tuple(losses), tuple(smoothed), suggested, div10)
+    return LRRangeResult(
+        "lr_range_test", ok, msg, tuple(lrs), tuple(losses), tuple(smoothed), suggested, div10
+    )
 
 
 # --------------------------------------------------------------------------
@@ -579,7 +584,8 @@ def gradient_clipping_advice(
             _, loss = _loss(model, x, y, criterion)
             problem = _no_trainable_message(loss)
             if problem:
-                return ClippingResult("gradient_clipping_advice", False, f"no gradients: {problem}", (), None, ())
+                msg = f"no gradients: {problem}"
+                return ClippingResult("gradient_clipping_advice", False, msg, (), None, ())
             loss.backward()
             norms_dev.append(_total_norm(params))
             opt.step()
@@ -625,15 +631,16 @@ class _Call:
     parent: int | None
     in_ok: torch.Tensor | None = None
     out_ok: torch.Tensor | None = None
-    out_grad_ok: list = None  # 0-d bools filled by tensor hooks in backward
-    in_grad_ok: list = None
+    out_grad_ok: list = field(default_factory=list)  # 0-d bools from tensor hooks in backward
+    in_grad_ok: list = field(default_factory=list)
 
 
 def _nonfinite(module: str, phase: str, why: str) -> NonfiniteResult:
     shown = {"<input>": "the input batch", "<loss>": "the loss"}.get(module)
     if shown is None:
         shown = f"module {module!r}" if module else "the model's own forward (root module)"
-    return NonfiniteResult("find_nonfinite", False, f"non-finite values are born in {phase} at {shown}: {why}", module, phase)
+    msg = f"non-finite values are born in {phase} at {shown}: {why}"
+    return NonfiniteResult("find_nonfinite", False, msg, module, phase)
 
 
 def find_nonfinite(model: nn.Module, batch, targets=None, criterion=None) -> NonfiniteResult:
@@ -696,28 +703,36 @@ def find_nonfinite(model: nn.Module, batch, targets=None, criterion=None) -> Non
             loss = criterion(out, targets) if criterion is not None else out.float().sum()
             loss_ok = _all_finite([loss])
             out_ok = _all_finite([out])
-            # One host sync for all forward flags.
-            flags = [in_ok, out_ok, loss_ok] + [f for c in calls for f in (c.in_ok, c.out_ok)]
-            dev = next((f.device for f in flags if f is not None), None)
-            host = torch.stack([(f if f is not None else torch.ones((), dtype=torch.bool, device=dev)).to(dev) for f in flags]).cpu().tolist()
-            in_ok_h, out_ok_h, loss_ok_h = host[:3]
-            if not in_ok_h:
-                return _nonfinite("<input>", "forward", "the batch itself holds NaN/inf; check the data pipeline.")
+            # One host copy for all forward flags.
+            one = lambda f: [] if f is None else [f]  # noqa: E731
+            host = _host_all(
+                [one(in_ok), one(out_ok), one(loss_ok)] + [one(f) for c in calls for f in (c.in_ok, c.out_ok)]
+            )
+            if not host[0]:
+                why = "the batch itself holds NaN/inf; check the data pipeline."
+                return _nonfinite("<input>", "forward", why)
             # Completion order: a child finishes before its parent.
             for i, c in _completed(calls):
-                ci, co = host[3 + 2 * i], host[4 + 2 * i]
-                if ci and not co:
+                if host[3 + 2 * i] and not host[4 + 2 * i]:
                     return _nonfinite(
                         c.name, "forward",
                         "its inputs are finite but its output is not. Look for log/sqrt/div of "
                         "zero or negatives, exp overflow, or float16 overflow; add eps/clamps.",
                     )
-            if not out_ok_h:
-                return _nonfinite("", "forward", "the output is not finite while every hooked module's output was.")
-            if not loss_ok_h:
-                return _nonfinite("<loss>", "forward", "the model output is finite but the loss is not; check the targets and the loss inputs (log of 0, probabilities instead of logits).")
+            if not host[1]:
+                why = "the output is not finite while every hooked module's output was."
+                return _nonfinite("", "forward", why)
+            if not host[2]:
+                return _nonfinite(
+                    "<loss>", "forward",
+                    "the model output is finite but the loss is not; check the targets and what the "
+                    "loss receives (log of 0, probabilities instead of logits).",
+                )
             if not loss.requires_grad:
-                return NonfiniteResult("find_nonfinite", True, "forward is finite; the loss needs no gradient, so backward was not run.", None, None)
+                return NonfiniteResult(
+                    "find_nonfinite", True,
+                    "forward is finite; the loss needs no gradient, so backward was not run.", None, None,
+                )
             out_grad: list = []
             grad_hooks.append(out.register_hook(_grad_flag(out_grad)))
             loss.backward()
@@ -752,53 +767,59 @@ def _grad_flag(into: list):
     return hook
 
 
-def _host_all(flags: list) -> bool:
-    if not flags:
-        return True
-    dev = flags[0].device
-    return bool(torch.stack([f.to(dev) for f in flags]).all())
+def _host_all(groups: list[list[torch.Tensor]]) -> list[bool]:
+    """``all()`` of each group of 0-d bool tensors, with one host copy for
+    all of them (an empty group is True)."""
+    flat = [f for g in groups for f in g]
+    if not flat:
+        return [True] * len(groups)
+    dev = flat[0].device
+    host = torch.stack([f.to(dev) for f in flat]).cpu().tolist()
+    out, k = [], 0
+    for g in groups:
+        out.append(all(host[k : k + len(g)]))
+        k += len(g)
+    return out
 
 
 def _backward_origin(root: nn.Module, calls: list[_Call], out_grad: list) -> NonfiniteResult:
-    if not _host_all(out_grad):
-        return _nonfinite("<loss>", "backward", "the gradient of the loss with respect to the output is not finite; check the loss and its targets.")
+    if not _host_all([out_grad])[0]:
+        return _nonfinite(
+            "<loss>", "backward",
+            "the gradient of the loss with respect to the output is not finite; check the loss "
+            "and its targets.",
+        )
     # Parameters of modules that were never called as modules (the children
     # of an atomic module like MultiheadAttention) belong to the nearest
     # ancestor that was.
     called = {c.name for c in calls}
-    param_ok: dict[str, bool] = {}
+    owned: dict[str, list[torch.Tensor]] = {}
     for name, mod in root.named_modules():
         owner = name
         while owner not in called and owner:
             owner = owner.rpartition(".")[0]
-        flags = [torch.isfinite(p.grad).all() for p in mod.parameters(recurse=False) if p.grad is not None]
-        if flags:
-            param_ok[owner] = param_ok.get(owner, True) and _host_all(flags)
-    out_ok = [_host_all(c.out_grad_ok) for c in calls]
-    in_ok = [_host_all(c.in_grad_ok) for c in calls]
+        owned.setdefault(owner, []).extend(
+            torch.isfinite(p.grad).all() for p in mod.parameters(recurse=False) if p.grad is not None
+        )
+    n = len(calls)
+    host = _host_all([c.out_grad_ok for c in calls] + [c.in_grad_ok for c in calls] + list(owned.values()))
+    out_ok, in_ok = host[:n], host[n : 2 * n]
+    param_ok = dict(zip(owned, host[2 * n :]))
     children: dict[int, list[int]] = {}
     for i, c in enumerate(calls):
         if c.parent is not None:
             children.setdefault(c.parent, []).append(i)
     seen_params: set[str] = set()
-    candidates = []
-    # Backward order: reverse of forward call order.
+    # Backward order: the reverse of the order calls began, which also puts
+    # every child before its parent, so the first candidate is the innermost.
     for i in reversed(range(len(calls))):
         c = calls[i]
         own_params_bad = c.name not in seen_params and not param_ok.get(c.name, True)
         seen_params.add(c.name)  # a shared module's params count once, on its last call
         child_bad = any(not out_ok[j] for j in children.get(i, []))
         if out_ok[i] and (not in_ok[i] or own_params_bad or child_bad):
-            candidates.append(i)
-    cand = set(candidates)
-
-    def has_candidate_below(i):
-        return any(j in cand or has_candidate_below(j) for j in children.get(i, []))
-
-    for i in candidates:
-        if not has_candidate_below(i):
             return _nonfinite(
-                calls[i].name, "backward",
+                c.name, "backward",
                 "the gradient reaching its output is finite but the gradient it passes back (to "
                 "its input or its parameters) is not. Look for ops with unbounded derivatives at "
                 "the values seen: sqrt/pow/log near 0, division by small numbers, custom "
@@ -807,12 +828,18 @@ def _backward_origin(root: nn.Module, calls: list[_Call], out_grad: list) -> Non
     if not all(param_ok.values()):
         bad = [n for n, ok in param_ok.items() if not ok]
         return _nonfinite(bad[0], "backward", "its parameter gradients are not finite.")
-    return NonfiniteResult("find_nonfinite", True, "forward and backward are finite: no NaN/inf in activations or gradients.", None, None)
+    msg = "forward and backward are finite: no NaN/inf in activations or gradients."
+    return NonfiniteResult("find_nonfinite", True, msg, None, None)
 
 
 # --------------------------------------------------------------------------
 # 6. Dead and saturated units
 # --------------------------------------------------------------------------
+
+
+def _summed(counts: list[torch.Tensor]) -> float:
+    dev = counts[0].device
+    return float(torch.stack([c.to(dev, torch.int64) for c in counts]).sum())
 
 
 def dead_and_saturated_units(
@@ -862,7 +889,7 @@ def dead_and_saturated_units(
             b = behaviour_of(mod)
             if not (b.dead or b.saturation is not None):
                 continue
-            kinds[name] = "+".join(k for k, on in (("dead", b.dead), ("saturated", b.saturation is not None)) if on)
+            kinds[name] = "+".join(k for k, on in (("dead", b.dead), ("saturated", b.saturation)) if on)
             hooks.add(mod.register_forward_hook(hook(name, b)))
         _call(model, batch)
     layers = []
@@ -870,13 +897,19 @@ def dead_and_saturated_units(
         a = acc.get(name)
         if a is None:
             continue
-        dead = float(torch.stack(a["dead"]).sum()) / a["units"] if a["dead"] else None
-        sat = float(torch.stack([s.to(a["sat"][0].device) for s in a["sat"]]).sum()) / a["numel"] if a["sat"] else None
-        flagged = (dead is not None and dead >= dead_threshold) or (sat is not None and sat >= saturated_threshold)
+        dead = _summed(a["dead"]) / a["units"] if a["dead"] else None
+        sat = _summed(a["sat"]) / a["numel"] if a["sat"] else None
+        flagged = (dead is not None and dead >= dead_threshold) or (
+            sat is not None and sat >= saturated_threshold
+        )
         layers.append(LayerUnits(name, kinds[name], dead, sat, flagged))
     flagged = [l for l in layers if l.flagged]
     if not layers:
-        return UnitsResult("dead_and_saturated_units", True, "no ReLU-family or bounded activation modules were called; nothing to measure (functional activations are not seen).", ())
+        msg = (
+            "no ReLU-family or bounded activation modules were called; nothing to measure "
+            "(functional activations such as F.relu are not seen)."
+        )
+        return UnitsResult("dead_and_saturated_units", True, msg, ())
     if not flagged:
         return UnitsResult(
             "dead_and_saturated_units", True,
@@ -918,7 +951,9 @@ def run_preflight(
         find_nonfinite(model, batch, targets, criterion),
         initial_loss(model, batch, targets, criterion, num_classes=num_classes),
         dead_and_saturated_units(model, batch),
-        overfit_single_batch(model, batch, targets, criterion, optimizer_factory=optimizer_factory, steps=steps),
+        overfit_single_batch(
+            model, batch, targets, criterion, optimizer_factory=optimizer_factory, steps=steps
+        ),
     ]
 
 
@@ -929,7 +964,10 @@ def format_results(results: Iterable[CheckResult], width: int = 80) -> str:
     for r in results:
         tag = "[ ok ]" if r.ok else "[FAIL]"
         head = f"{tag} {r.name}: "
-        lines.extend(textwrap.wrap(head + r.message, width=width, subsequent_indent=" " * 7, break_long_words=True, break_on_hyphens=False))
+        lines.extend(
+            textwrap.wrap(head + r.message, width=width, subsequent_indent=" " * 7, break_on_hyphens=False)
+        )
     failed = sum(not r.ok for r in results)
-    lines.append(f"{len(results) - failed}/{len(results)} checks passed" + (f", {failed} failed" if failed else ""))
+    summary = f"{len(results) - failed}/{len(results)} checks passed"
+    lines.append(summary + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)

@@ -59,7 +59,8 @@ class Behaviour:
         not rows of their own and their parameters belong to it.
     dead: the dead-unit fraction of the output is meaningful (exact zeros).
     saturation: ``module -> (lo, hi)``: outputs ``<= lo`` or ``>= hi`` are in
-        the flat part of a bounded activation.
+        the flat part of a bounded activation; ``lo=None``: only the top end
+        counts (ReLU6, Hardtanh(0, ...): the zeros are the dead side).
     pointwise: an elementwise activation without parameters that maps finite
         values to finite values. On cheap steps, when its input is the
         previous row's output, it is not measured again: its non-finite flag
@@ -74,6 +75,21 @@ class Behaviour:
 
 
 _SKIP = Behaviour(watch=False)
+
+
+def _hardtanh_bounds(m: nn.Module) -> tuple[float | None, float]:
+    lo, hi = float(m.min_val), float(m.max_val)
+    # A 0 lower bound is a clipped ReLU: its zeros are dead, not saturated.
+    return (None if lo == 0 else lo), hi
+
+
+def _version_of(t: torch.Tensor) -> int | None:
+    """The in-place version counter; None for inference tensors (which
+    cannot be modified in place outside inference mode)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 # Looked up along the MRO, so subclasses (ReLU6 < Hardtanh, user subclasses of
 # Linear) inherit their parent's entry; a miss means Behaviour(): watched when
 # the module does work itself (a leaf, or it has parameters of its own).
@@ -96,8 +112,8 @@ MODULE_TABLE: dict[type, Behaviour] = {
     nn.Softsign: Behaviour(saturation=lambda m: (-0.99, 0.99), pointwise=True),
     nn.Sigmoid: Behaviour(saturation=lambda m: (0.01, 0.99), pointwise=True),
     nn.Hardsigmoid: Behaviour(saturation=lambda m: (0.0, 1.0), pointwise=True),
-    nn.Hardtanh: Behaviour(saturation=lambda m: (float(m.min_val), float(m.max_val)), pointwise=True),
-    nn.ReLU6: Behaviour(dead=True, saturation=lambda m: (0.0, 6.0), pointwise=True),
+    nn.Hardtanh: Behaviour(saturation=lambda m: _hardtanh_bounds(m), pointwise=True),
+    nn.ReLU6: Behaviour(dead=True, saturation=lambda m: (None, 6.0), pointwise=True),
     **{
         cls: Behaviour(pointwise=True)
         for cls in (
@@ -527,10 +543,13 @@ class Instrument:
 
     def _reset_iteration(self) -> None:
         self._col = _Collector()
+        # Gradients w.r.t. module outputs, from tensor hooks during backward.
+        self._gout_col = _Collector()
         self._seen_rows: set[int] = set()
         self._input_done = False
         self._threads: int | None = None  # torch.get_num_threads(), read at the step's input
-        self._prev_out: tuple[Any, int] | None = None
+        # (weakref to the last measured output, its row, its _version then)
+        self._prev_out: tuple[Any, int, int | None] | None = None
         self._grad_col: _Collector | None = None
         self._loss: torch.Tensor | None = None
         self._backward_queued = False
@@ -583,6 +602,7 @@ class Instrument:
         if self.scaler is not None and self.scaler.__dict__.get("update") is self._scaler_update:
             del self.scaler.update
         self._col = _Collector()
+        self._gout_col = _Collector()
         self._grad_col = None
         self._upd_snapshot = self._next_upd_snapshot = None
 
@@ -634,10 +654,14 @@ class Instrument:
         return row
 
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
+        """The watched parameters that require grad *now* (a parameter
+        frozen after watch() is left out: no gradient is expected of it)."""
         params, rows = [], []
         for row, ps in self._params_of_row.items():
-            params.extend(ps)
-            rows.extend([row] * len(ps))
+            for p in ps:
+                if p.requires_grad:
+                    params.append(p)
+                    rows.append(row)
         return params, rows
 
     # -- forward ----------------------------------------------------------
@@ -662,7 +686,7 @@ class Instrument:
         if x.is_floating_point():
             # The first module usually gets this very tensor: it then reuses
             # these statistics instead of reading the batch again.
-            self._prev_out = (weakref.ref(x), 0)
+            self._prev_out = (weakref.ref(x), 0, _version_of(x))
         x = x.detach()
         with S.one_thread(x, threads=self._threads):
             self._measure_batch(x)
@@ -731,12 +755,22 @@ class Instrument:
         same_as_prev = False
         if x is not None:
             prev = self._prev_out
-            same_as_prev = prev is not None and prev[0]() is x
+            # The very tensor the previous row output, not modified in place
+            # since it was measured: its statistics are this input's. (An
+            # in-place module, whose output is its input, has changed it
+            # itself: the previous row's statistics are still its input's.)
+            same_as_prev = (
+                prev is not None and prev[0]() is x and (y is x or _version_of(x) == prev[2])
+            )
             if same_as_prev:
                 self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
                 x = None
         if y is not None:
-            self._prev_out = (weakref.ref(y), row)
+            self._prev_out = (weakref.ref(y), row, _version_of(y))
+            if y.requires_grad and not y.is_leaf:
+                # A leaf (a parameter returned as is) would keep the hook
+                # beyond the step; a non-leaf's hook dies with its graph.
+                y.register_hook(self._make_gout_hook(row))
         with S.one_thread(x, y, threads=self._threads):
             if x is not None:
                 self._measure_in(row, x.detach())
@@ -786,13 +820,44 @@ class Instrument:
         if self.config.is_hist(self.step):
             col.add_run(S.histogram(y), row, Key.HIST)
 
+    def _make_gout_hook(self, row: int):
+        """A tensor hook on a module's output: the gradient w.r.t. it, seen
+        during the backward of this step only. It measures, never changes
+        the gradient (returns None), and holds no reference to the graph."""
+        instrument = weakref.ref(self)
+        step = self.step
+
+        def hook(grad):
+            inst = instrument()
+            if inst is not None and inst.step == step and not inst._removed:
+                inst._guard("output gradients", inst._measure_gout, row, grad)
+            return None
+
+        return hook
+
+    def _measure_gout(self, row: int, g: torch.Tensor) -> None:
+        if g is None or g.is_sparse or not g.is_floating_point() or g.numel() == 0:
+            return
+        g = g.detach()
+        col = self._gout_col
+        with S.one_thread(g, threads=self._threads):
+            col.add(S.flag_moment(g), row, Key.GOUT_SUM)  # no sync: the sum is the flag
+            if self.exact_nonfinite:
+                col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
+
     def _on_loss(self, module, args, kwargs, output):
         if torch.is_grad_enabled() and self._loss is None:
             self._guard("loss", self._measure_loss, module, args, output)
         return None
 
     def _measure_loss(self, module, args, output) -> None:
-        if self.num_classes is None and isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss)):
+        # ln K is the initial loss of a mean-reduced K-class cross-entropy
+        # only: a "sum" reduction scales it by the batch size.
+        if (
+            self.num_classes is None
+            and isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss))
+            and getattr(module, "reduction", "mean") == "mean"
+        ):
             logits = args[0] if args and isinstance(args[0], torch.Tensor) else None
             if logits is not None and logits.dim() >= 1:
                 self.num_classes = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
@@ -848,9 +913,8 @@ class Instrument:
             else:
                 grads.append(p.grad.detach())
                 grows.append(r)
-        for r in self._params_of_row:
-            if self._params_of_row[r]:
-                col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
+        for r in dict.fromkeys(rows):  # rows with a trainable parameter now
+            col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
         if not grads:
             return col
         # Divided on the device by the scale (unscaled norms, no sync).
@@ -922,6 +986,7 @@ class Instrument:
             self._grad_col = self._measure_grads()
         if self._grad_col is not None:
             col.extend(self._grad_col)
+        col.extend(self._gout_col)
         params, prow = self._param_rows()
         if full and params:
             col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)

@@ -127,7 +127,9 @@ class Key:
     IN_REF = 24  # the input is the output of this row: copy its statistics
     GRAD_MISSING = 25
     OUT_INHERIT = 26  # not measured: the output's non-finite flag is the input's
-    COUNT = 27
+    GOUT_SUM = 27  # sum of the gradient w.r.t. the output: a non-finite flag
+    GOUT_NF = 28  # exact count of non-finite values of that gradient
+    COUNT = 29
 
 
 # --------------------------------------------------------------------------
@@ -194,11 +196,15 @@ def zero_and_dead(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return per_unit.sum(dtype=torch.int64), (per_unit == 0).sum()
 
 
-def saturated(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """Count of values at or beyond the flat ends ``<= lo`` or ``>= hi``.
+def saturated(x: torch.Tensor, lo: float | None, hi: float) -> torch.Tensor:
+    """Count of values at or beyond the flat ends ``<= lo`` or ``>= hi``;
+    with ``lo=None`` only the top end counts (ReLU6: its zeros are the dead
+    side, measured as such, not saturation).
 
     As one distance test, ``|x - mid| >= half``: one temporary reused in
     place instead of two comparisons and an or."""
+    if lo is None:
+        return (x >= hi).sum(dtype=_count_dtype(x))
     mid, half = (lo + hi) / 2, (hi - lo) / 2
     if mid == 0:
         d = x.abs()
@@ -391,8 +397,9 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         if has_ref.any():
             src = ref[has_ref].astype(np.int64)
             # A reference points to an earlier row, which may itself inherit
-            # (ReLU -> Tanh): repeat until the chain is resolved.
-            for _ in range(8):
+            # (ReLU -> Tanh): repeat until the chain is resolved (each pass
+            # resolves at least one more link, so L passes always suffice).
+            for _ in range(L):
                 before = row[:, _M["act_nonfinite"]].copy()
                 for dst_m, src_m in (
                     ("in_zero_frac", "act_zero_frac"),
@@ -405,6 +412,11 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
                     break
         elif inherit.any():
             row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
+
+        # Gradient w.r.t. the output (a tensor hook in backward).
+        gout_nf = pick(Key.GOUT_NF)
+        gout_flag = _flag(slots.sum(Key.GOUT_SUM), slots.present(Key.GOUT_SUM))
+        row[:, _M["gout_nonfinite"]] = np.where(np.isnan(gout_nf), gout_flag, gout_nf)
 
         # Parameters.
         gn = slots.norm(Key.GRAD_NORM)

@@ -315,7 +315,7 @@ class _Worker:
         L = len(self.layers)
         row = S.assemble(values, packet.rows, packet.keys, L)
         if not self.instrument.exact_nonfinite:
-            nf = row[:, [metadata.METRIC_INDEX[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite")]]
+            nf = row[:, [metadata.METRIC_INDEX[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]]
             if np.nanmax(nf, initial=0) > 0:
                 self.instrument.exact_nonfinite = True
         events = []

@@ -98,7 +98,8 @@ def state(model, opt=None):
         "modes": [m.training for m in model.modules()],
         "rng": torch.get_rng_state(),
         "hooks": [
-            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks)) for m in model.modules()
+            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+            for m in model.modules()
         ],
     }
     if opt is not None:
@@ -216,7 +217,8 @@ def test_overfit_healthy():
     assert r.ok, r.message
     assert r.initial_loss == pytest.approx(ref, rel=1e-6)
     assert r.final_loss <= max(0.1 * ref, 0.05)
-    assert len(r.losses) == r.steps and r.no_grad_params == ()
+    assert len(r.losses) == r.steps < 200  # stopped once the goal was met
+    assert r.no_grad_params == ()
 
 
 def test_overfit_fails_with_detached_output():
@@ -229,7 +231,8 @@ def test_overfit_fails_with_detached_output():
 def test_overfit_fails_with_zero_lr():
     model, (x, y) = mlp(), data()
     ref = F.cross_entropy(model(x), y).item()
-    r = C.overfit_single_batch(model, x, y, CE, optimizer_factory=lambda p: torch.optim.SGD(p, lr=0.0), steps=30)
+    zero_lr = lambda p: torch.optim.SGD(p, lr=0.0)  # noqa: E731
+    r = C.overfit_single_batch(model, x, y, CE, optimizer_factory=zero_lr, steps=30)
     assert not r.ok
     assert r.final_loss == pytest.approx(ref, rel=1e-6)  # nothing moved
 
@@ -241,7 +244,8 @@ def test_overfit_fails_on_labels_the_inputs_cannot_explain():
     x = x[:1].expand(N, D).clone()
     p = torch.bincount(y, minlength=K).float() / N
     entropy = -(p[p > 0] * p[p > 0].log()).sum().item()
-    r = C.overfit_single_batch(model, x, y, CE, optimizer_factory=lambda p: torch.optim.Adam(p, 1e-2), steps=100)
+    fast = lambda p: torch.optim.Adam(p, 1e-2)  # noqa: E731
+    r = C.overfit_single_batch(model, x, y, CE, optimizer_factory=fast, steps=100)
     assert not r.ok
     assert r.final_loss >= entropy - 1e-3
 
@@ -317,7 +321,8 @@ def test_clipping_healthy_against_reference():
     assert r.ok, r.message
     ref = reference_norms(model, x, y, factory, 10)
     assert r.norms == pytest.approx(ref, rel=1e-5)
-    assert r.suggested_clip == pytest.approx(torch.quantile(torch.tensor(ref, dtype=torch.float64), 0.9).item(), rel=1e-5)
+    p90 = torch.quantile(torch.tensor(ref, dtype=torch.float64), 0.9).item()
+    assert r.suggested_clip == pytest.approx(p90, rel=1e-5)
     assert r.spikes == ()
 
 

@@ -204,6 +204,119 @@ def test_backward_nonfinite_origin_is_deepest_layer_and_beats_later_forward_nan(
     assert "backward" in rc["message"]
 
 
+def _gout(run, r, bad=()):
+    """Output-gradient flags (gout_nonfinite) of every module row; ``bad`` names
+    the rows whose output gradient is non-finite."""
+    r[1:run.i("<loss>"), M["gout_nonfinite"]] = 0
+    for name in bad:
+        r[run.i(name), M["gout_nonfinite"]] = 1
+
+
+def _inf_grads(run, r, names):
+    idx = [run.i(n) for n in names]
+    r[idx, M["grad_norm"]] = np.inf
+    r[idx, M["grad_nonfinite"]] = 3
+
+
+def test_backward_origin_is_a_parameterless_module_with_a_bad_backward():
+    # relu1's backward (say a custom autograd Function) returns inf: its output
+    # gradient is finite, the one it passes on to fc1's output is not
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _gout(run, r, ["fc0", "relu0", "fc1"] if s >= 41 else [])
+        if s >= 41:
+            _inf_grads(run, r, ["fc0", "fc1"])
+        if s >= 42:  # the update made the weights NaN: now the forward is NaN too
+            r[1:run.i("<loss>") + 1, M["act_nonfinite"]] = 1
+            _gout(run, r, ["fc0", "relu0", "fc1", "relu1", "fc2"])
+
+    feed(eng, run, range(60), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "relu1", 41)
+    assert "born in this module's backward" in rc["message"] and "input" in rc["message"]
+    by_layer = {e.layer: e for e in failures(eng) if e.step == 41}
+    assert set(by_layer) == {"fc0", "fc1", "relu1"}
+    assert "received from the layers after it" in by_layer["fc1"].message
+    # the forward events of step 42 say the values were propagated, not born
+    fwd = [e for e in failures(eng) if e.step == 42 and e.extra.get("side") == "forward"]
+    assert fwd and all("born" not in e.message for e in fwd[1:])
+    assert all("received from" in e.message for e in fwd[1:])
+
+
+def test_backward_origin_is_a_parameter_layer_with_a_finite_output_gradient():
+    run = Run()
+
+    def plant_params(s, r):  # only fc1's own parameter gradients are bad
+        _gout(run, r)
+        if s >= 41:
+            _inf_grads(run, r, ["fc1"])
+
+    eng = Engine(run.layers)
+    feed(eng, run, range(50), plant_params)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "fc1", 41)
+    assert "parameters' gradients" in rc["message"]
+
+    def plant_input(s, r):  # fc2 passes an inf gradient on to its input
+        _gout(run, r, ["fc0", "relu0", "fc1", "relu1"] if s >= 41 else [])
+        if s >= 41:
+            _inf_grads(run, r, ["fc0", "fc1"])
+
+    eng = Engine(run.layers)
+    feed(eng, run, range(50), plant_input)
+    rc = eng.root_cause
+    # not fc1, the deepest layer with non-finite parameter gradients
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "fc2", 41)
+    assert "gradient it passes on to its input" in rc["message"]
+
+
+def test_backward_origin_without_the_output_gradient_column_is_the_deepest_layer():
+    # older logs: gout_nonfinite is NaN everywhere (the same failure as the
+    # parameterless one above, which cannot be seen without the column)
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 41:
+            _inf_grads(run, r, ["fc0", "fc1"])
+
+    feed(eng, run, range(50), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "fc1", 41)
+    assert "while the forward pass was finite" in rc["message"]
+    assert {e.layer for e in failures(eng)} == {"fc0", "fc1"}
+
+
+def test_healthy_run_with_output_gradients_is_silent():
+    run = Run(hidden=4)
+    eng = Engine(run.layers)
+    feed(eng, run, range(300), lambda s, r: _gout(run, r))
+    assert eng.events == [] and eng.status == "healthy"
+
+
+def test_gradient_events_after_a_nonfinite_forward_do_not_claim_it_was_finite():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 37:  # born at relu0's output; fc1's input is relu0's output
+            r[run.i("relu0"):run.i("<loss>") + 1, M["act_nonfinite"]] = 1
+            r[run.i("fc1"):run.i("<loss>"), M["in_nonfinite"]] = 1
+            _inf_grads(run, r, ["fc0", "fc1", "fc2"])
+
+    feed(eng, run, range(45), plant)
+    rc = eng.root_cause
+    assert (rc["layer"], rc["step"]) == ("relu0", 37)
+    evs = {(e.layer, e.extra.get("side")): e for e in failures(eng)}
+    assert "forward pass was finite" not in evs[("fc1", "backward")].message
+    assert "already non-finite" in evs[("fc1", "backward")].message
+    m = evs[("fc1", "forward")].message
+    assert "received from relu0" in m and "code just before" not in m
+    assert "received from" in evs[("<loss>", "loss")].message or "already" in evs[("<loss>", "loss")].message
+
+
 def test_nonfinite_gradients_with_a_gradscaler_are_the_scalers_business():
     run = Run(scaler=True)
     eng = Engine(run.layers)

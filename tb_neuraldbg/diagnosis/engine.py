@@ -222,8 +222,29 @@ class Engine:
         clf = self._clf
         if kind == "nonfinite":
             extra["side"] = {"grad": "backward", "loss": "loss"}.get(aspect, "forward")
+            i = tr.index
+            # the row before in forward order (the previous module, or
+            # <input>) whose output is already non-finite: propagated, not born
+            prev = i - 1 if i > 0 and row[i - 1, _M["act_nonfinite"]] > 0 else -1
             if aspect == "fwd":
-                extra["input_nonfinite"] = bool(row[tr.index, _M["in_nonfinite"]] > 0)
+                extra["input_nonfinite"] = bool(row[i, _M["in_nonfinite"]] > 0)
+                # (in a branch, a finite input means born here whatever came before)
+                if prev >= 0 and not row[i, _M["in_nonfinite"]] == 0:
+                    extra["from_layer"] = self.layers[prev]["name"]
+            elif aspect == "loss":
+                if prev >= 0:
+                    extra["from_layer"] = self.layers[prev]["name"]
+            elif aspect == "grad":
+                extra["forward_nonfinite"] = clf.fwd_nonfinite
+                if clf.bwd_measured:
+                    extra["bwd_origin"] = bool(clf.bwd_origin[i])
+                    if clf.bwd_received[i]:
+                        extra["received"] = True
+                    elif clf.bwd_origin[i]:
+                        # born in the gradient it passed on to its input, not
+                        # (only) in its parameters' gradients
+                        j = i - 1
+                        extra["via"] = ("input" if j >= 0 and clf.bwd_received[j] else "parameters")
         if kind == "activation_explosion" and failing and bool(clf.act_cumulative[tr.index]):
             extra["amplified"] = "cumulative"
         if kind == "dead_activation" and failing and bool(clf.dead_via[tr.index]):

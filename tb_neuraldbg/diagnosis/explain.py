@@ -115,13 +115,35 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "nonfinite":
         side = extra.get("side")
         if side == "backward":
+            if extra.get("forward_nonfinite"):
+                return (f"{where}: non-finite gradient from step {step}; the forward pass was "
+                        "already non-finite at that step, so the gradient follows from it: look "
+                        "for where the forward values first turned non-finite.")
+            if extra.get("received"):
+                return (f"{where}: non-finite gradient from step {step}, received from the layers "
+                        "after it (the gradient w.r.t. its output was already non-finite) while the "
+                        "forward pass was finite.")
+            if extra.get("bwd_origin"):
+                what = ("the gradient it passes on to its input" if extra.get("via") == "input"
+                        else "its parameters' gradients")
+                return (f"{where}: non-finite gradient born in this module's backward from step "
+                        f"{step}: the gradient w.r.t. its output was finite but {what} is not, "
+                        "while the forward pass was finite. Check the backward of its ops "
+                        "(division by ~0, sqrt/log/pow near 0, a custom autograd Function).")
             return (f"{where}: non-finite gradient from step {step} while the forward pass was "
                     "finite. In backward it appears at or just after this layer: check the backward "
                     "of the ops that follow it (division by ~0, sqrt/log/pow near 0, a custom "
                     "autograd Function).")
         if side == "loss":
+            if extra.get("from_layer"):
+                return (f"{where}: the loss is non-finite from step {step}; its input, the output "
+                        f"of {extra['from_layer']}, was already non-finite.")
             return (f"{where}: the loss is non-finite from step {step}. Check the loss inputs "
                     "(log of zero probabilities, targets out of range, division by ~0).")
+        if extra.get("from_layer"):
+            return (f"{where}: non-finite output from step {step}; its input was already "
+                    f"non-finite, received from {extra['from_layer']} (the value was born "
+                    "before this module).")
         if extra.get("input_nonfinite"):
             return (f"{where}: non-finite output from step {step}; its input was already "
                     "non-finite, so the value is born in the code just before this module "

@@ -8,7 +8,11 @@
    - a bad batch (``<input>``) comes before everything it feeds;
    - non-finite values: forward before backward; in forward the first row in
      execution order (the module whose output turned non-finite), in backward
-     the deepest layer (backward runs from the loss toward the input);
+     the first module in backward order where it is born (its output
+     gradient finite while its parameters' gradients, or the gradient it
+     passed on to its input, are not: ``gout_nonfinite``), else the deepest
+     layer with non-finite gradients (backward runs from the loss toward the
+     input);
    - exploding: an activation explosion before the gradients it inflates (the
      first in forward order), then the highest gradient norm;
    - vanishing: the deepest dead or saturated layer below which gradients
@@ -147,7 +151,9 @@ def _pick(group):
         return max(by_kind["exploding_gradient"],
                    key=lambda f: (f.event.value if f.event.value is not None else 0.0, -f.index))
     if nonfinite:
-        return max(nonfinite, key=lambda f: (-f.onset, f.index))
+        # backward: where the output gradients say it is born (gout_nonfinite),
+        # else the deepest layer (backward runs from the loss toward the input)
+        return max(nonfinite, key=lambda f: (-f.onset, bool(f.event.extra.get("bwd_origin")), f.index))
     if "scaler_collapse" in by_kind:
         return by_kind["scaler_collapse"][0]
     blockers = by_kind.get("dead_activation", []) + by_kind.get("saturated_activation", [])

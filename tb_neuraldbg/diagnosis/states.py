@@ -164,6 +164,12 @@ class Classifier:
         self.dead_eff = np.full(n, np.nan)
         self.dead_via = np.zeros(n, dtype=bool)
         self.act_cumulative = np.zeros(n, dtype=bool)
+        # where this step's non-finite gradients come from (see _backward):
+        # born in the row's backward / received from the layers after it
+        self.bwd_origin = np.zeros(n, dtype=bool)
+        self.bwd_received = np.zeros(n, dtype=bool)
+        self.bwd_measured = False  # gout_nonfinite was measured at this step
+        self.fwd_nonfinite = False  # some forward output was non-finite at this step
         self.n = n
 
     # ------------------------------------------------------------------ main
@@ -218,6 +224,11 @@ class Classifier:
         mod = k.is_mod
         # a NaN norm of gradients that all arrived is a NaN gradient, not a gap
         nonfinite = mod & ((nonfin_n > 0) | np.isinf(g) | (np.isnan(g) & (missing == 0)))
+        origin, received, measured = self._backward(row, nonfinite)
+        if measured:
+            # with the output gradients measured, a parameterless module can
+            # be where the non-finite gradient is born (a bad custom backward)
+            nonfinite = nonfinite | origin
         self.has_param |= mod & np.isfinite(missing)
         # no gradient although the module ran in this forward pass (a module
         # skipped by conditional computation, e.g. an unrouted expert, is not
@@ -292,6 +303,34 @@ class Classifier:
             self.g_max[ok] = np.maximum(self.g_max[ok], g[ok])
             self.g_cnt[ok] += 1
         return raw
+
+    def _backward(self, row, param_bad):
+        """Where non-finite gradients are born in backward, from gout_nonfinite.
+
+        The origin is a module whose output gradient is finite while the
+        gradients it produces are not: its own parameters' gradients, or the
+        gradient it passed on to its input (the output gradient of the module
+        before it in forward order). Returns (origin, received, measured):
+        bool [L] rows where it is born, bool [L] rows whose output gradient
+        was already non-finite, and whether the column was measured at all
+        (NaN/absent in older logs: the caller falls back to the deepest layer
+        with non-finite parameter gradients).
+        """
+        k = self.kinds
+        mod = k.is_mod
+        gout = row[:, _M["gout_nonfinite"]]
+        fin = mod & (gout == 0)
+        bad = mod & (gout > 0)
+        measured = bool(fin.any() or bad.any())
+        prev_bad = np.zeros(self.n, dtype=bool)
+        prev_bad[1:] = bad[:-1]
+        origin = fin & (param_bad | prev_bad) if measured else np.zeros(self.n, dtype=bool)
+        self.bwd_origin = origin
+        self.bwd_received = bad
+        self.bwd_measured = measured
+        nf = row[:, _M["act_nonfinite"]]
+        self.fwd_nonfinite = bool(((mod | k.is_loss | k.is_input) & (nf > 0)).any())
+        return origin, bad, measured
 
     # ----------------------------------------------------------- activations
     def _forward_nonfinite(self, row):
@@ -590,7 +629,11 @@ class Classifier:
         else:
             g = row[:, _M["grad_norm"]]
             bad = (row[:, _M["grad_nonfinite"]] > 0) | np.isinf(g) | (np.isnan(g) & (row[:, _M["grad_missing"]] == 0))
-            bwd = np.flatnonzero(k.is_mod & bad)
+            # the first module in backward order where it is born (_backward,
+            # computed by _grad this step), else the deepest non-finite one
+            bwd = np.flatnonzero(self.bwd_origin) if self.bwd_measured else np.zeros(0, np.int64)
+            if not len(bwd):
+                bwd = np.flatnonzero(k.is_mod & bad)
             if len(bwd):
                 self.last_origin = ("backward", int(bwd[-1]))
         if opt["skipped"] and self.dec_origin is None:
