@@ -767,15 +767,15 @@ class Instrument:
                 x = None
         if y is not None:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
-            if y.requires_grad and not y.is_leaf:
-                # A leaf (a parameter returned as is) would keep the hook
-                # beyond the step; a non-leaf's hook dies with its graph.
-                y.register_hook(self._make_gout_hook(row))
         with S.one_thread(x, y, threads=self._threads):
             if x is not None:
                 self._measure_in(row, x.detach())
             if y is not None:
                 self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
+        if y is not None and y.requires_grad and not y.is_leaf:
+            # A leaf (a parameter returned as is) would keep the hook beyond
+            # the step; a non-leaf's hook dies with its graph.
+            y.register_hook(self._make_gout_hook(row))
 
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""

@@ -544,3 +544,193 @@ def test_bad_settings_are_refused(bad):
 def test_update_every_zero_never_copies_weights():
     rec, _ = train(mlp(), batches((8, 12), 4), steps=2, recorder_kwargs=dict(update_every=0))
     assert np.isnan(rec.value("0", "update_ratio", 0)) and not np.isnan(rec.value("0", "weight_norm", 0))
+
+
+# -- gradient w.r.t. module outputs, frozen parameters, bounds, inputs ---------
+
+
+class _InfBackward(torch.autograd.Function):
+    """Identity forward; backward returns inf: a NaN/Inf born in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * math.inf
+
+
+class BadBackward(nn.Module):
+    def forward(self, x):
+        return _InfBackward.apply(x)
+
+
+def _bad_backward_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), BadBackward(), nn.Linear(8, 3))
+
+
+def test_output_gradient_shows_where_a_nonfinite_is_born_in_backward():
+    model = _bad_backward_model()
+
+    def keep_weights():  # after the measurement, before the update: no NaN weights
+        for p in model.parameters():
+            p.grad.zero_()
+
+    rec, _ = train(model, batches((4, 6), 3), steps=2, lr=0.1, recorder_kwargs={}, hook=keep_weights)
+    names = rec.names
+    assert names[1:5] == ["0", "1", "2", "3"]
+    # The module whose backward makes the inf: its output gradient is finite...
+    assert rec.value("2", "gout_nonfinite") == 0
+    assert rec.value("3", "gout_nonfinite") == 0
+    # ... the one before it (forward order) receives it.
+    assert rec.value("1", "gout_nonfinite") > 0
+    assert rec.value("0", "gout_nonfinite") > 0
+    assert rec.value("0", "grad_nonfinite") > 0 and rec.value("3", "grad_nonfinite") == 0
+    # Pseudo-rows have no output gradient.
+    for pseudo in ("<input>", "<loss>", "<optimizer>"):
+        assert np.isnan(rec.value(pseudo, "gout_nonfinite"))
+    # Once non-finite values were seen, counts are exact: every element of
+    # the Tanh output's gradient (4 x 8) is inf or NaN.
+    rec.inst.exact_nonfinite = True
+    x, y = batches((4, 6), 3)()
+    opt = rec.inst.optimizer
+    opt.zero_grad()
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    keep_weights()
+    opt.step()
+    assert rec.value("1", "gout_nonfinite") == 32 and rec.value("2", "gout_nonfinite") == 0
+
+
+def test_output_gradient_of_a_healthy_model_is_finite_everywhere():
+    model = nn.Sequential(FunctionalMLP(), nn.ReLU(), nn.Linear(3, 3))
+    rec, _ = train(model, batches((8, 10), 3), steps=12, recorder_kwargs={})
+    for i in (-1, 10, 0):  # a cheap step, a full step, the first step
+        row = rec.row(i)
+        modules = [rec.names.index(n) for n in ("0.fc1", "0.fc2", "1", "2")]
+        assert (row[modules, M["gout_nonfinite"]] == 0).all()
+
+
+def test_output_gradient_hook_does_not_outlive_the_step():
+    model = _bad_backward_model()
+    rec = Recorder(model, torch.optim.SGD(model.parameters(), lr=0.0), nn.CrossEntropyLoss())
+    x, y = batches((4, 6), 3)()
+    out = model(x)  # forward of step 0, no backward yet
+    rec.inst.optimizer.step()  # step 0 committed without backward
+    # A backward after the step was committed must not add to step 1.
+    nn.CrossEntropyLoss()(out, y).backward()
+    rec.inst.optimizer.step()
+    assert np.isnan(rec.row(-1)[1:5, M["gout_nonfinite"]]).all()
+    # A parameter returned as a module's output gets no hook (a leaf keeps it).
+    class ReturnsWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return self.w
+
+    m = ReturnsWeight()
+    Recorder(m, torch.optim.SGD(m.parameters(), lr=0.0))
+    m(torch.ones(1))
+    assert not m.w._backward_hooks
+
+
+def test_sum_reduced_cross_entropy_gives_no_num_classes():
+    model = mlp()
+    rec = Recorder(model, torch.optim.SGD(model.parameters(), lr=0.0), nn.CrossEntropyLoss(reduction="sum"))
+    x, y = batches((8, 12), 4)()
+    nn.CrossEntropyLoss(reduction="sum")(model(x), y)  # not the watched criterion
+    rec.inst.criterion(model(x), y).backward()
+    rec.inst.optimizer.step()
+    assert rec.inst.num_classes is None
+    rec2 = Recorder(mlp(), None, nn.NLLLoss(reduction="mean"))
+    rec2.inst.criterion(F.log_softmax(rec2.inst.model(x), 1), y)
+    assert rec2.inst.num_classes == 4
+
+
+def test_parameters_frozen_after_watch_are_not_missing_gradients():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    rec = Recorder(model, opt, nn.CrossEntropyLoss())
+    model[0].weight.requires_grad_(False)  # frozen after watch()
+    model[2].requires_grad_(False)  # a whole row frozen
+    x, y = batches((8, 12), 4)()
+    opt.zero_grad()
+    rec.inst.criterion(model(x), y).backward()
+    opt.step()
+    assert rec.value("0", "grad_missing") == 0
+    assert rec.value("0", "grad_norm") == pytest.approx(float(model[0].bias.grad.norm()), rel=1e-5)
+    assert np.isnan(rec.value("2", "grad_missing")) and np.isnan(rec.value("2", "grad_norm"))
+    assert rec.value("4", "grad_missing") == 0
+    # A parameter that requires grad and got none is still reported.
+    model[0].weight.requires_grad_(True)
+    model[0].weight.grad = None
+    opt.zero_grad()
+    rec.inst.criterion(model[1:](torch.randn(8, 32)), y).backward()  # row 0 not used
+    opt.step()
+    assert rec.value("4", "grad_missing") == 0
+
+
+def test_relu6_saturation_counts_only_the_top_end():
+    x = torch.tensor([[-3.0, -1.0, 0.5, 3.0, 6.0, 7.0, 9.0, 1.0]])
+    for m, expected in ((nn.ReLU6(), 3 / 8), (nn.Hardtanh(0.0, 2.0), 4 / 8), (nn.Hardtanh(-1.0, 1.0), 7 / 8)):
+        model = nn.Sequential(nn.Linear(8, 8), m)
+        with torch.no_grad():
+            model[0].weight.copy_(torch.eye(8))
+            model[0].bias.zero_()
+        rec = Recorder(model)
+        model(x).sum().backward()
+        rec.inst.record(loss=0.0)
+        assert rec.value("1", "act_sat_frac") == pytest.approx(expected), m
+
+
+class InplaceBetween(nn.Module):
+    """A NaN written in place into fc1's output before fc2 reads it."""
+
+    def __init__(self, inplace_relu=False):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.act = nn.ReLU(inplace=True) if inplace_relu else None
+        self.fc2 = nn.Linear(6, 2)
+        self.poison = False
+
+    def forward(self, x):
+        h = self.fc1(x)
+        if self.act is not None:
+            h = self.act(h)
+        if self.poison:
+            h[0, 0] = math.nan
+        return self.fc2(h)
+
+
+@pytest.mark.parametrize("step_kind", ["full", "cheap"])
+def test_input_modified_in_place_after_the_previous_row_is_measured(step_kind):
+    torch.manual_seed(0)
+    model = InplaceBetween()
+    rec = Recorder(model, stats_every=1 if step_kind == "full" else 5)
+    x = torch.randn(3, 4)
+    for poison in (False, True):  # step 0 full; step 1 cheap unless stats_every=1
+        model.poison = poison
+        model(x).sum().backward()
+        rec.inst.record(loss=0.0)
+    assert rec.value("fc1", "act_nonfinite") == 0  # measured before the write
+    assert rec.value("fc2", "in_nonfinite") == 1  # its actual input
+    assert rec.value("fc2", "act_nonfinite") == 1
+
+
+def test_inplace_activation_input_is_the_previous_rows_output():
+    torch.manual_seed(0)
+    model = InplaceBetween(inplace_relu=True)
+    rec = Recorder(model)
+    x = torch.randn(64, 4)
+    with torch.no_grad():
+        ref = model.fc1(x)
+    model(x).sum().backward()
+    rec.inst.record(loss=0.0)
+    # The in-place ReLU overwrote its input; its in_* are fc1's output
+    # (measured before), not the ReLU's own output.
+    assert rec.value("act", "in_zero_frac") == pytest.approx(float((ref == 0).float().mean()))
+    assert rec.value("act", "act_zero_frac") == pytest.approx(float((ref <= 0).float().mean()))
+    assert rec.value("fc2", "in_zero_frac") == pytest.approx(float((ref <= 0).float().mean()))

@@ -242,3 +242,33 @@ def test_one_thread_for_small_cpu_tensors_only_and_restored():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_saturated_top_end_only():
+    y = torch.tensor([0.0, 0.0, 3.0, 6.0, 6.0, 5.99])
+    assert int(S.saturated(y, None, 6.0)) == 2
+    assert int(S.saturated(y, 0.0, 6.0)) == 4
+
+
+def test_assemble_output_gradient_flag_and_exact_count():
+    row = _assemble(
+        [
+            (1, Key.GOUT_SUM, 3.0),
+            (2, Key.GOUT_SUM, math.nan),
+            (3, Key.GOUT_SUM, math.inf),
+            (3, Key.GOUT_NF, 17.0),
+        ],
+        5,
+    )
+    assert list(row[:, M["gout_nonfinite"]][1:4]) == [0, 1, 17]
+    assert np.isnan(row[0, M["gout_nonfinite"]]) and np.isnan(row[4, M["gout_nonfinite"]])
+
+
+def test_assemble_resolves_a_long_chain_of_inherited_flags():
+    # Row 1 measured (non-finite), rows 2..13 pointwise modules on a cheap
+    # step: each one's input is the previous row's output, its flag inherited.
+    slots = [(1, Key.OUT_SUM, math.nan), (1, Key.OUT_N, 4)]
+    for r in range(2, 14):
+        slots += [(r, Key.IN_REF, r - 1), (r, Key.OUT_INHERIT, 1), (r, Key.OUT_N, 4)]
+    row = _assemble(slots, 14)
+    assert (row[2:14, M["act_nonfinite"]] == 1).all() and (row[2:14, M["in_nonfinite"]] == 1).all()

@@ -435,3 +435,57 @@ def test_end_of_run_events_get_their_own_step(tmp_path, planned):
     ea = load(tmp_path)
     assert tensor_steps(ea, metadata.TAG_EVENTS) == [4, 5]  # 4 was taken by the step's events
     assert [e[0]["kind"] for e in json_values(ea, metadata.TAG_EVENTS)] == ["exploding_gradient", "frozen_weights"]
+
+
+class _InfBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * float("inf")
+
+
+class _BadBackward(nn.Module):
+    def forward(self, x):
+        return _InfBackward.apply(x)
+
+
+def test_a_nonfinite_output_gradient_is_written_and_switches_to_exact_counts(tmp_path, planned):
+    # Only the output gradient of the Tanh (before the bad backward) is
+    # non-finite: no parameter upstream, activations finite.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Tanh(), _BadBackward(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model, optimizer=opt, criterion=crit)
+        for _ in range(4):
+            x = torch.randn(8, 4, requires_grad=True)
+            opt.zero_grad()
+            crit(model(x), torch.randint(0, 2, (8,))).backward()
+            opt.step()
+            w.flush()  # the worker sees step s before step s+1 is measured
+    ea = load(tmp_path)
+    names = [l["name"] for l in json_values(ea, metadata.TAG_LAYERS)[-1]["layers"]]
+    rows = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("gout_nonfinite"))]
+    tanh, bad, lin = (names.index(n) for n in ("0", "1", "2"))
+    assert [r[tanh] for r in rows] == [1, 32, 32, 32]  # the flag, then exact counts
+    assert all(r[bad] == 0 and r[lin] == 0 for r in rows)
+    grads = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("grad_nonfinite"))]
+    assert all(g[lin] == 0 for g in grads)
+
+
+def test_num_classes_only_for_a_mean_reduced_cross_entropy(tmp_path, planned):
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss(reduction="sum")
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model, optimizer=opt, criterion=crit)
+        for _ in range(2):
+            opt.zero_grad()
+            crit(model(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward()
+            opt.step()
+    (config,) = json_values(load(tmp_path), metadata.TAG_CONFIG)
+    assert config["num_classes"] is None

@@ -243,8 +243,9 @@ class Engine:
                     elif clf.bwd_origin[i]:
                         # born in the gradient it passed on to its input, not
                         # (only) in its parameters' gradients
-                        j = i - 1
-                        extra["via"] = ("input" if j >= 0 and clf.bwd_received[j] else "parameters")
+                        inp = i > 0 and bool(clf.bwd_received[i - 1])
+                        par = bool(row[i, _M["grad_nonfinite"]] > 0 or np.isinf(row[i, _M["grad_norm"]]))
+                        extra["via"] = "both" if inp and par else ("input" if inp else "parameters")
         if kind == "activation_explosion" and failing and bool(clf.act_cumulative[tr.index]):
             extra["amplified"] = "cumulative"
         if kind == "dead_activation" and failing and bool(clf.dead_via[tr.index]):

@@ -124,10 +124,11 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                         "after it (the gradient w.r.t. its output was already non-finite) while the "
                         "forward pass was finite.")
             if extra.get("bwd_origin"):
-                what = ("the gradient it passes on to its input" if extra.get("via") == "input"
-                        else "its parameters' gradients")
+                what = {"input": "the gradient it passes on to its input is",
+                        "both": "its parameters' gradients and the gradient it passes on to its "
+                                "input are"}.get(extra.get("via"), "its parameters' gradients are")
                 return (f"{where}: non-finite gradient born in this module's backward from step "
-                        f"{step}: the gradient w.r.t. its output was finite but {what} is not, "
+                        f"{step}: the gradient w.r.t. its output was finite but {what} not, "
                         "while the forward pass was finite. Check the backward of its ops "
                         "(division by ~0, sqrt/log/pow near 0, a custom autograd Function).")
             return (f"{where}: non-finite gradient from step {step} while the forward pass was "

@@ -179,6 +179,34 @@ def backward_inf(at=57, amp=False, steps=80):
     return Case(spec, ("nonfinite",), "2", at)
 
 
+class _InfBackward(nn.Module):
+    """A parameterless module: identity in forward through a custom op whose
+    backward, once switched on, returns an infinite gradient."""
+
+    on = False
+
+    def forward(self, x):
+        return _InfGrad.apply(x) if self.on else x * 1.0
+
+
+def backward_inf_parameterless(at=47):
+    """Born in the backward of a module without parameters: its output gradient
+    is finite, the one it passes on (to the Linear before it) is not. Needs the
+    output-gradient flags (gout_nonfinite): the deepest layer with non-finite
+    parameter gradients would be the Linear before it."""
+
+    def build():
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), _InfBackward(),
+                              nn.Linear(32, 4))
+        return model, _sgd(model), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        model[3].on = step >= at
+
+    return Case(Spec("backward_inf_parameterless", build, _teacher(), steps=70, plant=plant),
+                ("nonfinite",), "3", at)
+
+
 # --- dead -----------------------------------------------------------------------
 
 
@@ -503,7 +531,7 @@ def attention_all_masked(at=21):
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
-        backward_inf(), dead_negative_bias(), dead_functional_relu(), dead_lr_jump(), saturated_tanh(), detached_subgraph(),
+        backward_inf(), backward_inf_parameterless(), dead_negative_bias(), dead_functional_relu(), dead_lr_jump(), saturated_tanh(), detached_subgraph(),
         missing_from_optimizer(), bad_batch("nan"), bad_batch("scale"), bad_batch("constant"),
         unlearnable_labels(), logits_x50(), backward_inf(amp=True, steps=90),
         rnn_large_recurrent_init(), lr_too_high_from_start(), log_zero_in_loss(), tiny_init_tanh(),
