@@ -15,10 +15,12 @@ installed torch (``neuraldbg demo`` then skips it).
 
 and runs as a script: ``python demo/<name>.py --logdir DIR``.
 
-Every scenario spells out its whole training loop, on purpose: each file is
-a complete example to read or copy. Only plumbing that says nothing about
-the writer (synthetic data, run directories, the command line) is shared, in
-_common.py.
+Every scenario creates its DebugWriter and calls watch() itself, on purpose:
+each file is an example to read or copy. healthy.py, the shortest complete
+example, also spells out the ordinary training loop (amp_scaler.py its
+GradScaler variant); the others train with that same loop from _common.py,
+which holds everything that says nothing about the writer (synthetic data,
+the MLP, the loop, run directories, the command line).
 """
 
 import importlib

@@ -1,8 +1,11 @@
-"""Plumbing shared by the demo scenarios: synthetic data, run directories and
-the command-line entry point.
+"""Plumbing shared by the demo scenarios: synthetic data, the MLP they are
+built from, the ordinary training loop, run directories and the command line.
 
-Nothing here touches tb_neuraldbg: each scenario shows its use of the writer
-in full (DebugWriter, watch, an ordinary loop), so it reads as an example.
+Nothing here imports tb_neuraldbg: each scenario creates its DebugWriter and
+calls watch() itself, so it reads as an example. healthy.py and amp_scaler.py
+also spell out their loop (the plain one, and the one with a GradScaler);
+the other scenarios plant their bug in the model, the data or the schedule
+and train with fit(), the same plain loop.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-from typing import Callable, Iterator, Optional
+from collections import OrderedDict
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
+from torch import nn
 
 __all__ = [
     "DEFAULT_LOGDIR",
@@ -21,6 +26,8 @@ __all__ = [
     "Progress",
     "classification_batches",
     "regression_batches",
+    "mlp",
+    "fit",
     "run_dir",
     "main",
 ]
@@ -57,6 +64,50 @@ def regression_batches(
     for _ in range(steps):
         x = torch.randn(batch_size, FEATURES, generator=gen)
         yield x, torch.tanh(x @ teacher)
+
+
+def mlp(*widths: int, activation=nn.ReLU, **after: nn.Module) -> nn.Sequential:
+    """An MLP through `widths` (inputs, hidden..., outputs) with named children.
+
+    mlp(FEATURES, 64, 64, CLASSES) is fc1, relu1, fc2, relu2, head: the names
+    the report and the heatmap show. The activation's name is its class name
+    in lower case (tanh1, ...); modules in `after` follow the head, in order.
+    """
+    act = activation.__name__.lower()
+    layers = OrderedDict()
+    for i, (n_in, n_out) in enumerate(zip(widths[:-2], widths[1:-1]), start=1):
+        layers[f"fc{i}"] = nn.Linear(n_in, n_out)
+        layers[f"{act}{i}"] = activation()
+    layers["head"] = nn.Linear(widths[-2], widths[-1])
+    layers.update(after)
+    return nn.Sequential(layers)
+
+
+def fit(
+    writer,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    steps: int,
+    progress: Progress = None,
+    after_step: Optional[Callable[[], None]] = None,
+) -> None:
+    """The ordinary training loop of healthy.py over `batches` (`steps` of them).
+
+    Logs train/loss to `writer` at every step; `after_step` (e.g. a
+    scheduler's step) runs after every optimizer.step().
+    """
+    for step, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if after_step:
+            after_step()
+        writer.add_scalar("train/loss", loss.item(), step)
+        if progress:
+            progress(step + 1, steps)
 
 
 def run_dir(logdir: str, name: str) -> str:

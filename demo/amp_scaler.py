@@ -17,7 +17,6 @@ torch.amp.GradScaler("cpu"); on a GPU use "cuda" for both.
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -25,9 +24,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, main, mlp, run_dir
 else:  # run as a script: python demo/amp_scaler.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, main, mlp, run_dir
 
 NAME = "amp_scaler"
 STEPS = 160
@@ -52,16 +51,8 @@ class NaiveSoftmax(nn.Module):
 
 
 def build_model() -> nn.Module:
-    return nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 64),
-            relu1=nn.ReLU(),
-            fc2=nn.Linear(64, 64),
-            relu2=nn.ReLU(),
-            head=nn.Linear(64, CLASSES),
-            softmax=NaiveSoftmax(),
-        )
-    )
+    # fc1, relu1, fc2, relu2, head, softmax
+    return mlp(FEATURES, 64, 64, CLASSES, softmax=NaiveSoftmax())
 
 
 def run(logdir, steps=STEPS, seed=0, progress=None) -> str:

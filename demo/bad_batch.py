@@ -11,7 +11,6 @@ pickle), so the bad records can be looked at.
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -19,9 +18,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 else:  # run as a script: python demo/bad_batch.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 
 NAME = "bad_batch"
 STEPS = 150
@@ -39,15 +38,7 @@ def corrupted(batches):
 
 
 def build_model() -> nn.Module:
-    return nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 64),
-            relu1=nn.ReLU(),
-            fc2=nn.Linear(64, 64),
-            relu2=nn.ReLU(),
-            head=nn.Linear(64, CLASSES),
-        )
-    )
+    return mlp(FEATURES, 64, 64, CLASSES)  # fc1, relu1, fc2, relu2, head
 
 
 def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
@@ -59,14 +50,8 @@ def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
     path = run_dir(logdir, NAME)
     with DebugWriter(path) as writer:
         writer.watch(model, optimizer=optimizer, criterion=criterion)
-        for step, (x, y) in enumerate(corrupted(classification_batches(steps, seed))):
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            writer.add_scalar("train/loss", loss.item(), step)
-            if progress:
-                progress(step + 1, steps)
+        fit(writer, model, optimizer, criterion, corrupted(classification_batches(steps, seed)), steps,
+            progress)
     return path
 
 

@@ -8,7 +8,6 @@ normalisation, or a lower learning rate when ReLUs die during training).
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -16,9 +15,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 else:  # run as a script: python demo/dead_relu.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 
 NAME = "dead_relu"
 STEPS = 150
@@ -26,17 +25,7 @@ EXPECTED = {"kind": "dead_activation", "layer": "relu2"}
 
 
 def build_model() -> nn.Module:
-    model = nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 64),
-            relu1=nn.ReLU(),
-            fc2=nn.Linear(64, 64),
-            relu2=nn.ReLU(),
-            fc3=nn.Linear(64, 64),
-            relu3=nn.ReLU(),
-            head=nn.Linear(64, CLASSES),
-        )
-    )
+    model = mlp(FEATURES, 64, 64, 64, CLASSES)  # fc1, relu1, fc2, relu2, fc3, relu3, head
     nn.init.constant_(model.fc2.bias, -10.0)  # the planted bug
     return model
 
@@ -50,14 +39,7 @@ def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
     path = run_dir(logdir, NAME)
     with DebugWriter(path) as writer:
         writer.watch(model, optimizer=optimizer, criterion=criterion)
-        for step, (x, y) in enumerate(classification_batches(steps, seed)):
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            writer.add_scalar("train/loss", loss.item(), step)
-            if progress:
-                progress(step + 1, steps)
+        fit(writer, model, optimizer, criterion, classification_batches(steps, seed), steps, progress)
     return path
 
 

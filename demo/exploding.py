@@ -8,7 +8,6 @@ the learning rate: the report names the pseudo-layer <optimizer>.
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -16,9 +15,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import FEATURES, main, regression_batches, run_dir
+    from ._common import FEATURES, fit, main, mlp, regression_batches, run_dir
 else:  # run as a script: python demo/exploding.py
-    from _common import FEATURES, main, regression_batches, run_dir
+    from _common import FEATURES, fit, main, mlp, regression_batches, run_dir
 
 NAME = "exploding"
 STEPS = 160
@@ -27,15 +26,7 @@ EXPECTED = {"kind": "exploding_gradient", "layer": "<optimizer>"}
 
 
 def build_model() -> nn.Module:
-    return nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 64),
-            relu1=nn.ReLU(),
-            fc2=nn.Linear(64, 64),
-            relu2=nn.ReLU(),
-            head=nn.Linear(64, 4),
-        )
-    )
+    return mlp(FEATURES, 64, 64, 4)  # fc1, relu1, fc2, relu2, head
 
 
 def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
@@ -49,15 +40,9 @@ def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
     path = run_dir(logdir, NAME)
     with DebugWriter(path) as writer:
         writer.watch(model, optimizer=optimizer, criterion=criterion)
-        for step, (x, y) in enumerate(regression_batches(steps, seed)):
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            writer.add_scalar("train/loss", loss.item(), step)
-            if progress:
-                progress(step + 1, steps)
+        # The schedule steps after every optimizer step, so step_size counts steps.
+        fit(writer, model, optimizer, criterion, regression_batches(steps, seed), steps, progress,
+            after_step=schedule.step)
     return path
 
 

@@ -6,7 +6,6 @@ shortest complete example of using the writer in an ordinary training loop.
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -14,9 +13,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, main, mlp, run_dir
 else:  # run as a script: python demo/healthy.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, main, mlp, run_dir
 
 NAME = "healthy"
 STEPS = 200
@@ -24,16 +23,9 @@ EXPECTED = None  # nothing planted: no root cause, no warning
 
 
 def build_model() -> nn.Module:
-    # Named children give readable layer names in the report and the heatmap.
-    return nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 64),
-            relu1=nn.ReLU(),
-            fc2=nn.Linear(64, 64),
-            relu2=nn.ReLU(),
-            head=nn.Linear(64, CLASSES),
-        )
-    )
+    # fc1, relu1, fc2, relu2, head: named children give readable layer names
+    # in the report and the heatmap.
+    return mlp(FEATURES, 64, 64, CLASSES)
 
 
 def run(logdir, steps=STEPS, seed=0, progress=None) -> str:

@@ -18,9 +18,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, fit, main, run_dir
 else:  # run as a script: python demo/nan_op.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, fit, main, run_dir
 
 NAME = "nan_op"
 STEPS = 120
@@ -57,14 +57,7 @@ def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
     path = run_dir(logdir, NAME)
     with DebugWriter(path) as writer:
         writer.watch(model, optimizer=optimizer, criterion=criterion)
-        for step, (x, y) in enumerate(classification_batches(steps, seed)):
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            writer.add_scalar("train/loss", loss.item(), step)
-            if progress:
-                progress(step + 1, steps)
+        fit(writer, model, optimizer, criterion, classification_batches(steps, seed), steps, progress)
     return path
 
 

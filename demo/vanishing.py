@@ -10,7 +10,6 @@ non-saturating activation).
 """
 
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -18,9 +17,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 if __package__:
-    from ._common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from ._common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 else:  # run as a script: python demo/vanishing.py
-    from _common import CLASSES, FEATURES, classification_batches, main, run_dir
+    from _common import CLASSES, FEATURES, classification_batches, fit, main, mlp, run_dir
 
 NAME = "vanishing"
 STEPS = 150
@@ -30,17 +29,8 @@ EXPECTED = {"kind": "saturated_activation", "layer": "tanh2", "also": ["vanishin
 
 
 def build_model() -> nn.Module:
-    model = nn.Sequential(
-        OrderedDict(
-            fc1=nn.Linear(FEATURES, 128),
-            tanh1=nn.Tanh(),
-            fc2=nn.Linear(128, 128),
-            tanh2=nn.Tanh(),
-            fc3=nn.Linear(128, 128),
-            tanh3=nn.Tanh(),
-            head=nn.Linear(128, CLASSES),
-        )
-    )
+    # fc1, tanh1, fc2, tanh2, fc3, tanh3, head
+    model = mlp(FEATURES, 128, 128, 128, CLASSES, activation=nn.Tanh)
     # The planted bug: +-4 where +-0.04 was meant.
     with torch.no_grad():
         model.fc2.bias.copy_(4.0 * torch.sign(torch.randn(128)))
@@ -56,14 +46,7 @@ def run(logdir, steps=STEPS, seed=0, progress=None) -> str:
     path = run_dir(logdir, NAME)
     with DebugWriter(path) as writer:
         writer.watch(model, optimizer=optimizer, criterion=criterion)
-        for step, (x, y) in enumerate(classification_batches(steps, seed)):
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            writer.add_scalar("train/loss", loss.item(), step)
-            if progress:
-                progress(step + 1, steps)
+        fit(writer, model, optimizer, criterion, classification_batches(steps, seed), steps, progress)
     return path
 
 

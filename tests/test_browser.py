@@ -6,8 +6,9 @@ names and messages are HTML (must render as text), takes the ground truth
 from ``neuraldbg report --json``, starts ``tensorboard --logdir`` and runs
 tests/browser/check_tab.mjs (playwright-core + headless Debian chromium):
 heatmap drawn, root-cause row and event list equal to the report, hover,
-click, keyboard, zoom, reload, metric, compare, screenshots, and the
-1,000 x 2,000 draw budget.
+click, keyboard, zoom, reload, metric, compare, screenshots, and a 1,000 x
+2,000 heatmap drawn on a real canvas (its draw time is measured by
+benchmarks/frontend_draw.mjs, not asserted here).
 
 A second test drives the same bundle against tests/browser/mock_server.mjs
 (docs/API.md shapes) for what a real logdir cannot easily show: the loading,
@@ -16,20 +17,17 @@ empty and error states, and that a superseded slow answer is never drawn.
 Both skip only when chromium is missing and CI is not set; under CI they run.
 """
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from synthetic import Plant, event, make_layers, write_run
+from tests.plugin_server import serve
+from tests.synthetic import Plant, event, make_layers, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONTEND = ROOT / "frontend"
@@ -46,12 +44,6 @@ HOSTILE = "<img src=x onerror=window.__nd_hacked=true>"
 def _chromium() -> str | None:
     path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     return path if os.path.exists(path) else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _neuraldbg(*args, timeout=900) -> subprocess.CompletedProcess:
@@ -98,41 +90,6 @@ def _write_untrusted(logdir: Path) -> None:
         events=[event(10, bad, "exploding_gradient", value=1e4,
                       message=f'<b class="evil">boom</b>{HOSTILE}')],
     )
-
-
-def _wait_for_runs(url: str, expected: set, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/data/plugin/neuraldbg/runs", timeout=10) as r:
-                runs = {x["run"] for x in json.load(r)["runs"]}
-            if expected <= runs:
-                return
-            last = runs
-        except OSError as e:
-            last = e
-        time.sleep(0.5)
-    raise AssertionError(f"tensorboard did not list the runs {sorted(expected)}; last: {last!r}")
-
-
-@contextlib.contextmanager
-def _tensorboard(logdir: Path, log: Path):
-    port = _free_port()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
-             "--port", str(port), "--reload_interval", "1"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _browser_prerequisites() -> tuple[str, str]:
@@ -188,11 +145,14 @@ def test_tab_in_real_tensorboard(tmp_path):
     shots = BROWSER_DIR / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     results_path = shots / "results.json"
-    with _tensorboard(logdir, tmp_path / "tensorboard.log") as url:
-        _wait_for_runs(url, {r["run"] for r in report["runs"]})
+    expected_runs = {r["run"] for r in report["runs"]}
+    with serve(logdir, log_path=tmp_path / "tensorboard.log") as tb:
+        tb.wait_for(f"tensorboard to list the runs {sorted(expected_runs)}",
+                    lambda: expected_runs <= {x["run"] for x in tb.json("/data/plugin/neuraldbg/runs")["runs"]},
+                    timeout=120)
         env = dict(
             os.environ,
-            ND_TB_URL=url,
+            ND_TB_URL=tb.url,
             ND_REPORT=str(report_path),
             ND_SHOTS=str(shots),
             ND_README_SHOT=str(ROOT / "docs" / "screenshot.png"),

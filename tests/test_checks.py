@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tb_neuraldbg import checks as C
+from tests.faults import InfBackward, InfBackwardOp
 
 torch.set_num_threads(1)
 
@@ -51,23 +52,6 @@ class SqrtShift(nn.Module):
 
     def forward(self, x):
         return torch.sqrt(x - 1e3)
-
-
-class _InfGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g / 0.0
-
-
-class InfGrad(nn.Module):
-    """Identity in forward; its backward makes inf."""
-
-    def forward(self, x):
-        return _InfGrad.apply(x)
 
 
 class Block(nn.Module):
@@ -351,9 +335,9 @@ def test_nonfinite_healthy():
         (lambda: SqrtShift(), "2", "forward"),
         (lambda: Block(lambda t: torch.log(t - 100)), "2", "forward"),  # functional op in a composite
         (lambda: nn.Sequential(nn.Linear(H, H), SqrtShift()), "2.1", "forward"),
-        (lambda: InfGrad(), "2", "backward"),
-        (lambda: Block(_InfGrad.apply), "2", "backward"),  # functional op in a composite
-        (lambda: nn.Sequential(nn.Linear(H, H), InfGrad(), nn.Tanh()), "2.1", "backward"),
+        (lambda: InfBackward(), "2", "backward"),
+        (lambda: Block(InfBackwardOp.apply), "2", "backward"),  # functional op in a composite
+        (lambda: nn.Sequential(nn.Linear(H, H), InfBackward(), nn.Tanh()), "2.1", "backward"),
     ],
     ids=["forward-leaf", "forward-composite", "forward-nested", "backward-leaf", "backward-composite",
          "backward-nested"],
@@ -382,7 +366,7 @@ def test_nonfinite_blames_the_input_and_the_loss():
 
 
 def test_nonfinite_without_criterion():
-    assert C.find_nonfinite(planted(InfGrad()), data()[0]).phase == "backward"
+    assert C.find_nonfinite(planted(InfBackward()), data()[0]).phase == "backward"
     assert C.find_nonfinite(mlp(), data()[0]).ok
 
 

@@ -96,7 +96,16 @@ def feed(engine, run, steps, plant=None):
         if plant is not None:
             plant(s, r)
         out.extend(engine.update(s, r))
+    assert_root_cause_is_an_event(engine)
     return out
+
+
+def assert_root_cause_is_an_event(engine):
+    """The root cause is always one of the events (the UI tags it in the list)."""
+    rc = engine.root_cause
+    if rc is not None:
+        keys = {(e.kind, e.layer, e.step) for e in engine.events}
+        assert (rc["kind"], rc["layer"], rc["step"]) in keys, (rc, sorted(keys, key=str))
 
 
 def failures(engine):
@@ -513,6 +522,32 @@ def test_exploding_against_own_history_and_lr_jump_blames_optimizer():
     assert "learning rate" in rc["message"] and eng.status == "failing"
 
 
+def test_activation_explosion_after_lr_jump_is_the_optimizers_with_its_own_event():
+    """Many layers blow up right after the rate rose: <optimizer>, named
+    exploding_gradient whichever symptom (here the activations) shows first,
+    and an <optimizer> event carries it (value: the new learning rate)."""
+    run = Run(stats_every=1)
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 100:
+            r[-1, M["value"]] = 1.0  # lr x100
+        if s >= 106:
+            for n in ("fc0", "relu0", "fc1", "relu1", "fc2"):
+                for c in ("act_std", "act_absmax", "act_mean"):
+                    r[run.i(n), M[c]] *= 10.0 ** min(8, 2 * (s - 105))
+
+    feed(eng, run, range(130), plant)
+    kinds = {e.kind for e in failures(eng) if e.layer != "<optimizer>"}
+    assert "activation_explosion" in kinds and "exploding_gradient" not in kinds
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("exploding_gradient", "<optimizer>", 100)
+    (ev,) = [e for e in eng.events if e.layer == "<optimizer>" and e.kind == rc["kind"]]
+    assert (ev.step, ev.from_state, ev.to_state, ev.severity) == (100, "healthy", "exploding", "error")
+    assert ev.value == pytest.approx(1.0) and "learning rate" in ev.message
+    assert ev.extra["symptom_kind"] == "activation_explosion"
+
+
 def test_warmup_from_tiny_lr_is_not_a_jump_to_blame():
     """LinearLR(start_factor=1e-3): the rate grows x100 from step 0 to 1 on
     purpose; a NaN born in a module at step 15 is still that module's."""
@@ -701,6 +736,47 @@ def test_loss_plateau_when_the_loss_never_falls():
     (ev,) = failures(eng)
     assert (ev.kind, ev.layer, ev.step) == ("loss_plateau", "<loss>", 0)
     assert ev.extra["confirmed_step"] >= Thresholds().plateau_min_steps - 1
+
+
+def _loss_curve(curve, k=None, n=None):
+    run = Run()
+    eng = Engine(run.layers, num_classes=k)
+    li = run.i("<loss>")
+    n = n or Thresholds().plateau_min_steps + 200
+    feed(eng, run, range(n), lambda s, r: r.__setitem__((li, M["value"]), curve(s, run.rng)))
+    eng.finish()
+    return [e for e in failures(eng) if e.kind == "loss_plateau"], eng
+
+
+def test_falling_then_diverged_loss_is_not_a_plateau():
+    """The loss fell 10x, then diverged above where it started: the diverged
+    tail is not a plateau, and nothing is back-dated to step 0."""
+    def curve(s, rng):
+        if s < 250:
+            return 1.0 * np.exp(-s / 60) + 0.05 + 0.01 * rng.random()
+        return 2.5 + 0.5 * rng.random()
+    plateaus, eng = _loss_curve(curve)
+    assert plateaus == []
+    assert [e.kind for e in failures(eng)] == ["loss_spike"]
+
+
+def test_falling_then_flat_at_chance_has_its_onset_where_it_flattened():
+    """K=4: from 2.2 down to ln 4 by step ~100, then stuck there: a plateau at
+    chance level from where it stopped falling (within a window of 50 steps)."""
+    lnk = np.log(4)
+    curve = lambda s, rng: max(lnk, 2.2 - 0.009 * s) + 0.03 * rng.normal()  # noqa: E731
+    plateaus, eng = _loss_curve(curve, k=4, n=500)
+    (ev,) = plateaus
+    assert 60 <= ev.step <= 150 and ev.extra["reason"] == "chance"
+    assert eng.root_cause["step"] == ev.step
+
+
+def test_falling_then_flat_below_chance_is_a_converged_run():
+    curve = lambda s, rng: max(0.3, 2.2 - 0.02 * s) + 0.03 * rng.normal()  # noqa: E731
+    plateaus, eng = _loss_curve(curve, k=4, n=600)
+    assert plateaus == [] and eng.root_cause is None
+    plateaus, eng = _loss_curve(curve, k=None, n=600)  # K unknown: the same
+    assert plateaus == [] and eng.root_cause is None
 
 
 def test_resumed_run_is_not_judged_from_its_start():

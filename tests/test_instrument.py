@@ -14,6 +14,7 @@ from torch import nn
 from tb_neuraldbg import metadata
 from tb_neuraldbg import stats as S
 from tb_neuraldbg.instrument import Instrument, WatchConfig, select_modules
+from tests.faults import InfBackward
 
 M = metadata.METRIC_INDEX
 torch.set_num_threads(1)
@@ -549,26 +550,9 @@ def test_update_every_zero_never_copies_weights():
 # -- gradient w.r.t. module outputs, frozen parameters, bounds, inputs ---------
 
 
-class _InfBackward(torch.autograd.Function):
-    """Identity forward; backward returns inf: a NaN/Inf born in backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * math.inf
-
-
-class BadBackward(nn.Module):
-    def forward(self, x):
-        return _InfBackward.apply(x)
-
-
 def _bad_backward_model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), BadBackward(), nn.Linear(8, 3))
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), InfBackward(), nn.Linear(8, 3))
 
 
 def test_output_gradient_shows_where_a_nonfinite_is_born_in_backward():

@@ -21,6 +21,7 @@ from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
 from tb_neuraldbg.instrument import WatchConfig
 from tb_neuraldbg.writer import TrainingFailure
+from tests.faults import InfBackward
 
 torch.set_num_threads(1)
 M = metadata.METRIC_INDEX
@@ -437,26 +438,11 @@ def test_end_of_run_events_get_their_own_step(tmp_path, planned):
     assert [e[0]["kind"] for e in json_values(ea, metadata.TAG_EVENTS)] == ["exploding_gradient", "frozen_weights"]
 
 
-class _InfBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * float("inf")
-
-
-class _BadBackward(nn.Module):
-    def forward(self, x):
-        return _InfBackward.apply(x)
-
-
 def test_a_nonfinite_output_gradient_is_written_and_switches_to_exact_counts(tmp_path, planned):
     # Only the output gradient of the Tanh (before the bad backward) is
     # non-finite: no parameter upstream, activations finite.
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Tanh(), _BadBackward(), nn.Linear(4, 2))
+    model = nn.Sequential(nn.Tanh(), InfBackward(), nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     crit = nn.CrossEntropyLoss()
     with DebugWriter(str(tmp_path)) as w:

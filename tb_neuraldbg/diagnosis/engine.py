@@ -7,6 +7,7 @@ it is vectorised over layers (see the benchmark in tests/test_diagnosis.py);
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -198,7 +199,7 @@ class Engine:
         raw = np.full(len(self.layers), UNMEASURED, np.int16)
         raw[i] = code
         onset = np.full(len(self.layers), -1, np.int64)
-        onset[i] = self._clf.plateau_first_step
+        onset[i] = self._clf.plateau_onset
         row = self._last
         new = []
 
@@ -257,8 +258,7 @@ class Engine:
             if failing:
                 extra["reason"] = clf.plateau_reason
                 extra["num_classes"] = clf.num_classes
-            before = float(np.median(clf.plateau_first)) if clf.plateau_first else math.nan
-            value = float(np.median(clf.plateau_recent.values())) if len(clf.plateau_recent) else math.nan
+            before, value = clf.plateau_level_before, clf.plateau_level
         if aspect == "init":
             k = clf.num_classes
             extra["num_classes"] = k
@@ -285,9 +285,20 @@ class Engine:
             if f.event.severity != "info":
                 self._failures.append(f)
                 failing = True
+        out = [f.event for f in new]
         if failing:
-            self.root_cause = find_root_cause(self._failures, self._clf, self.thresholds)
-        return [f.event for f in new]
+            self.root_cause, attribution = find_root_cause(self._failures, self._clf, self.thresholds)
+            # a cause outside the layers (<optimizer>, <input>) is an event of
+            # its own, once, so that the root cause is always in the timeline
+            if attribution is not None and not any(
+                    (e.kind, e.layer, e.step) == (attribution.kind, attribution.layer, attribution.step)
+                    for e in self.events):
+                prev = [e for e in self.events if e.layer == attribution.layer and e.extra.get("attribution")]
+                if prev:  # an escalation of an earlier attribution (a loss spike, then explosions)
+                    attribution = dataclasses.replace(attribution, from_state=prev[-1].to_state)
+                self.events.append(attribution)
+                out.append(attribution)
+        return out
 
     def _update_states(self, raws, row, changed: bool) -> None:
         if changed or self._worst is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..metadata import PSEUDO_INPUT, PSEUDO_OPTIMIZER
 from .events import Event
 from .explain import fmt
 from .thresholds import Thresholds
@@ -63,61 +64,97 @@ _INPUT_KINDS = {"saturated_activation", "activation_explosion", "exploding_gradi
                 "dead_activation"}
 
 
-def find_root_cause(failures, ctx, t: Thresholds) -> dict | None:
-    """{"kind", "layer", "step", "message"} or None without failures.
+def find_root_cause(failures, ctx, t: Thresholds) -> tuple[dict | None, Event | None]:
+    """(root, attribution): the root cause {"kind", "layer", "step", "message"}
+    (None without failures) and, when it is attributed to a pseudo-layer
+    (``<optimizer>``, ``<input>``) rather than to a failure event, the Event
+    that records that attribution (else None). The root cause's (kind, layer,
+    step) is always that of an event: the picked failure's or the attribution.
 
     ``ctx`` is the Classifier (learning-rate jumps, high-update steps, the
     first batch's scale, which rows are modules).
     """
     if not failures:
-        return None
+        return None, None
     first = min(f.onset for f in failures)
     group = [f for f in failures if f.earliest <= first + t.tie_window]
     pick = _pick(group)
     ev = pick.event
-    # the incident starts with the earliest onset of its tie group (e.g. the
-    # vanishing gradients a saturated layer causes, seen before its
-    # saturation is measured again)
     message = ev.message
     upstream = sorted({f.event.layer for f in group if f.event.kind == "vanishing_gradient"
                        and f.index < pick.index and f is not pick})
     if upstream and ev.kind in ("dead_activation", "saturated_activation"):
         message = (f"{message} It blocks the gradient: {len(upstream)} layer(s) before it have "
                    f"vanishing gradients.")
-    root = {"kind": ev.kind, "layer": ev.layer, "step": int(first), "message": message}
+    # the step of the picked event itself (not the tie group's earliest onset,
+    # which may belong to a consequence measured sooner), so that the root
+    # cause is an event of the timeline
+    root = {"kind": ev.kind, "layer": ev.layer, "step": int(ev.step), "message": message}
     if ev.kind in _LR_KINDS and not ev.layer.startswith("<input"):
-        jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
-        high = [] if pick.born else [h for h in ctx.high_update_steps if 0 <= pick.onset - h <= t.lr_window]
-        if jumps or high:
-            s = jumps[-1][0] if jumps else high[0]
-            # name the failure by what it did to the layers (an explosion rather
-            # than the loss spike that showed it first), when the layers failed too
-            layer_fails = [f for f in failures if not f.event.layer.startswith("<")
-                           and s <= f.onset <= s + t.lr_window and f.event.kind in _LR_KINDS]
-            kind, what = ev.kind, ev
-            if layer_fails:
-                lf = _pick([f for f in layer_fails if f.earliest <= min(x.onset for x in layer_fails)])
-                kind, what = lf.event.kind, lf.event
-            then = f"then {what.layer}: {kind.replace('_', ' ')} from step {what.step}"
-            if jumps:
-                a, b = jumps[-1][1], jumps[-1][2]
-                why = f"The learning rate rose from {fmt(a)} to {fmt(b)} at step {s}; {then}."
-            else:
-                why = (f"Updates larger than {fmt(t.update_ratio_high)} of the weights in most layers "
-                       f"at step {s}; {then}.")
-            return {"kind": kind, "layer": "<optimizer>", "step": int(s), "message": (
-                f"{why} Likely cause: a learning rate too high for this model. Try: a lower "
-                "learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")}
+        opt = _optimizer_cause(pick, failures, ctx, t)
+        if opt is not None:
+            return opt
     if ev.layer.startswith("<"):
-        return root
+        return root, None
     if pick.born and ev.kind in _INPUT_KINDS and _near_input(pick.index, ctx):
         rms0 = ctx.input_rms0
         if rms0 == rms0 and (rms0 > t.input_unnormalised or rms0 < 1.0 / t.input_unnormalised):
-            return {"kind": ev.kind, "layer": "<input>", "step": int(first), "message": (
-                f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch) and "
-                f"{ev.layer}: {ev.kind.replace('_', ' ')} from the first step. Try: normalising "
-                "the inputs to mean 0 and std 1.")}
-    return root
+            msg = (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch) and "
+                   f"{ev.layer}: {ev.kind.replace('_', ' ')} from the first step. Try: normalising "
+                   "the inputs to mean 0 and std 1.")
+            return _attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
+                                {"cause": "unnormalised_input"})
+    return root, None
+
+
+#: symptoms of a diverging optimisation (the updates blow the weights up)
+_DIVERGENCE = {"exploding_gradient", "activation_explosion", "nonfinite"}
+
+
+def _optimizer_cause(pick, failures, ctx, t: Thresholds):
+    """The ``<optimizer>`` attribution of a failure right after a learning-rate
+    jump, or (not born failing) after a step where most layers moved far."""
+    jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
+    high = [] if pick.born else [h for h in ctx.high_update_steps if 0 <= pick.onset - h[0] <= t.lr_window]
+    if not (jumps or high):
+        return None
+    s, lr = (jumps[-1][0], jumps[-1][2]) if jumps else high[0]
+    ev = pick.event
+    # the symptom: what it did to the layers (an explosion rather than the
+    # loss spike that showed it first), when the layers failed too
+    layer_fails = [f for f in failures if not f.event.layer.startswith("<")
+                   and s <= f.onset <= s + t.lr_window and f.event.kind in _LR_KINDS]
+    what = ev
+    if layer_fails:
+        what = _pick([f for f in layer_fails if f.earliest <= min(x.onset for x in layer_fails)]).event
+    # a rate too high makes the updates diverge: whichever symptom shows first
+    # (exploding gradients or activations, values overflowing to inf/NaN) it
+    # is the same failure of the optimizer, named exploding_gradient; other
+    # symptoms (ReLUs killed by one large step, a loss spike alone) keep theirs
+    diverged = any(f.event.kind in _DIVERGENCE for f in layer_fails)
+    kind, to = ("exploding_gradient", "exploding") if diverged else (what.kind, what.to_state)
+    then = f"then {what.layer}: {what.kind.replace('_', ' ')} from step {what.step}"
+    if jumps:
+        a, b = jumps[-1][1], jumps[-1][2]
+        why = f"The learning rate rose from {fmt(a)} to {fmt(b)} at step {s}; {then}."
+        extra = {"cause": "lr_jump", "lr_before": float(a)}
+    else:
+        why = (f"Updates larger than {fmt(t.update_ratio_high)} of the weights in most layers "
+               f"at step {s} (learning rate {fmt(lr)}); {then}.")
+        extra = {"cause": "large_updates"}
+    msg = (f"<optimizer>: {why} Likely cause: a learning rate too high for this model. Try: a "
+           "lower learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")
+    extra["symptom_layer"], extra["symptom_kind"] = what.layer, what.kind
+    return _attribution(what, PSEUDO_OPTIMIZER, kind, to, s, lr, msg, extra)
+
+
+def _attribution(symptom: Event, layer, kind, to_state, step, value, message, extra):
+    """(root, Event) naming a pseudo-layer as the cause of ``symptom``."""
+    ev = Event(step=int(step), layer=layer, kind=kind, from_state="healthy", to_state=to_state,
+               value=value, severity=symptom.severity, message=message,
+               extra={**extra, "attribution": True,
+                      "confirmed_step": symptom.extra.get("confirmed_step", int(symptom.step))})
+    return {"kind": kind, "layer": layer, "step": int(step), "message": message}, ev
 
 
 def _near_input(index: int, ctx) -> bool:

@@ -37,6 +37,8 @@ __all__ = ["Classifier", "ASPECTS", "EVIDENCE", "RowKinds"]
 _M = metadata.METRIC_INDEX
 _S = metadata.STATE_CODE
 HEALTHY = _S["healthy"]
+#: losses per block of the plateau rule (a block median tames batch noise)
+_PLATEAU_BLOCK = 10
 
 #: aspects of a layer, each with its own hysteresis
 ASPECTS = ("grad", "fwd", "act", "weight", "input", "loss", "plateau", "init", "scaler")
@@ -121,13 +123,17 @@ class Classifier:
         # <loss>
         self.loss_hist = _Window(self.t.loss_window)
         self.loss_min = math.inf
-        self.plateau_first = []  # first losses with lr > 0: the starting level
-        self.plateau_first_step = None
-        self.plateau_recent = _Window(self.t.plateau_window)
+        self.plateau_first_step = None  # first step with lr > 0
+        self.plateau_block = []  # losses of the block being filled
+        self.plateau_block_step = None  # its first step
+        self.plateau_blocks = []  # medians of the complete blocks
+        self.plateau_block_steps = []  # their first steps
         self.plateau_code = None
-        self.plateau_left = False
         self.plateau_reason = "flat"
-        self.plateau_steps = 0
+        self.plateau_steps = 0  # losses seen with lr > 0
+        self.plateau_onset = -1  # start of the current flat span
+        self.plateau_level_before = math.nan  # loss level at its start
+        self.plateau_level = math.nan  # loss level now
         self.first_loss = None  # (step, value)
         self.init_done = False
         # <optimizer>
@@ -143,7 +149,7 @@ class Classifier:
         self.last_origin = None  # where the last non-finite values appeared
         self.prev_opt_step = -1
         self.scaler_active = False
-        self.high_update_steps = []  # steps where most layers moved > update_ratio_high
+        self.high_update_steps = []  # (step, lr): most layers moved > update_ratio_high
         self.first_step = None
 
     def grow(self, layers, n: int) -> None:
@@ -457,7 +463,7 @@ class Classifier:
         if ur_ok.sum() >= 2:
             frac_high = float(np.mean(ur[ur_ok] > self.t.update_ratio_high))
             if frac_high >= 0.5:
-                self.high_update_steps.append(step)
+                self.high_update_steps.append((step, float(lr)))
         return raw
 
     # ---------------------------------------------------------------- <input>
@@ -525,43 +531,75 @@ class Classifier:
         if not spike:
             hist.append(v)
             self.loss_min = min(self.loss_min, v)
-        # plateau: the loss never fell from its starting level
+        # plateau: judged on medians of blocks of ``_PLATEAU_BLOCK`` losses
+        # (steps with a learning rate > 0; a frozen run is not stuck)
         lr = opt["lr"]
         if lr > 0 or math.isnan(lr):
-            if len(self.plateau_first) < t.plateau_window:
-                if self.plateau_first_step is None:
-                    self.plateau_first_step = step
-                self.plateau_first.append(v)
-            self.plateau_recent.append(v)
+            if self.plateau_first_step is None:
+                self.plateau_first_step = step
+            if not self.plateau_block:
+                self.plateau_block_step = step
+            self.plateau_block.append(v)
             self.plateau_steps += 1
-        # judged every 10th loss: a plateau is a matter of hundreds of steps
-        if self.plateau_steps % 10 == 0:
-            self.plateau_code = self._plateau_code(confirmed["plateau"][i] == _S["loss_plateau"], final=False)
+            if len(self.plateau_block) == _PLATEAU_BLOCK:
+                self.plateau_blocks.append(float(np.median(self.plateau_block)))
+                self.plateau_block_steps.append(self.plateau_block_step)
+                self.plateau_block = []
+                # judged once a block: a plateau is a matter of hundreds of steps
+                self.plateau_code = self._plateau_code(
+                    confirmed["plateau"][i] == _S["loss_plateau"], final=False)
         code = self.plateau_code
-        if code == HEALTHY and confirmed["plateau"][i] == _S["loss_plateau"]:
-            self.plateau_left = True  # a later plateau starts when it is seen
         if code is not None:
             out["plateau"][0][i] = code
-            if code == _S["loss_plateau"] and not self.plateau_left:
-                # it never fell: the plateau started with the run
+            if code == _S["loss_plateau"]:
                 onset = np.full(self.n, -1, np.int64)
-                onset[i] = self.plateau_first_step
+                onset[i] = self.plateau_onset
                 out["plateau"] = (out["plateau"][0], onset)
 
     def _plateau_code(self, in_plateau: bool, final: bool):
-        """Plateau state from the loss so far; None while undecidable."""
+        """Plateau state from the loss so far; None while undecidable.
+
+        A plateau is a flat stretch of the loss that reaches the present: the
+        longest recent span of block medians in which no level (the median of
+        ``plateau_window`` losses) fell more than ``plateau_min_drop`` below
+        the level at the span's start, nor rose above ``1 + plateau_max_rise``
+        times it (a diverging loss is not a plateau: the spike and explosion
+        rules judge it). Its onset is where the span starts, i.e. where the
+        loss stopped falling, never before a substantial fall. It is a
+        failure only at a level that says so: the span starts with the run
+        (the loss never fell; runs starting at step 0 only, since a resumed
+        run may start converged), or, with K classes known, it sits at (or
+        above) chance level ln K. A loss that fell and then flattened below
+        chance is a converged run, not a plateau.
+        """
         t = self.t
         need = t.plateau_min_steps if not final else max(2 * t.plateau_window, t.plateau_min_steps // 2)
-        if self.plateau_steps < need or len(self.plateau_recent) < t.plateau_window:
+        per = max(1, t.plateau_window // _PLATEAU_BLOCK)  # blocks per level
+        blocks = np.asarray(self.plateau_blocks)
+        if self.plateau_steps < need or len(blocks) < per:
             return None
-        first = float(np.median(self.plateau_first))
-        recent = float(np.median(self.plateau_recent.values()))
+        # levels: sliding medians of ``per`` consecutive blocks
+        lev = np.median(np.lib.stride_tricks.sliding_window_view(blocks, per), axis=1)
         # hysteresis on values: leaving takes three times the drop; a short run
         # (decided at its end) must be twice as flat
         drop = t.plateau_min_drop * (3.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
-        # never fell from where it started; a resumed run (first step > 0)
-        # may start converged, so it is not judged this way
-        flat = self.first_step == 0 and recent > first - drop * abs(first)
+        tol = np.abs(lev)
+        suf_min = np.minimum.accumulate(lev[::-1])[::-1]
+        suf_max = np.maximum.accumulate(lev[::-1])[::-1]
+        flat_from = (suf_min >= lev - drop * tol) & (suf_max <= lev + t.plateau_max_rise * tol)
+        # the earliest start of a flat span reaching the present (every later
+        # level of it is within the band of its first level)
+        starts = np.flatnonzero(flat_from)
+        j = int(starts[0]) if len(starts) else len(lev) - 1
+        span = (len(blocks) - j) * _PLATEAU_BLOCK
+        recent = float(lev[-1])
+        self.plateau_level_before = float(lev[j])
+        self.plateau_level = recent
+        self.plateau_onset = int(self.plateau_block_steps[j])
+        if span < need:
+            return HEALTHY
+        # never fell: the flat span is the whole run (from step 0)
+        flat = j == 0 and self.first_step == 0
         k = self.num_classes
         # K known: stuck at (or above) the chance level ln K
         chance = k is not None and k >= 2 and recent > (1.0 - drop) * math.log(k)

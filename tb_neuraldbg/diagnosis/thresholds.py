@@ -114,14 +114,19 @@ class Thresholds:
     spike_median: float = 5.0
     loss_window: int = 64
     loss_history_min: int = 10
-    #: plateau: after ``plateau_min_steps`` steps with a learning rate > 0,
-    #: the median loss of the last ``plateau_window`` steps has not fallen by
-    #: ``plateau_min_drop`` (relative) below the median of the first ones (runs
-    #: that start at step 0 only: a resumed run may start converged), or, with
-    #: K classes known, it is still within that fraction of ln K (chance).
+    #: plateau: a flat span of at least ``plateau_min_steps`` steps with a
+    #: learning rate > 0 that reaches the present, in which no median of
+    #: ``plateau_window`` losses fell by ``plateau_min_drop`` (relative) below
+    #: the level at the span's start (its onset: where the loss stopped
+    #: falling); a failure when the span is the whole run (runs that start at
+    #: step 0 only: a resumed run may start converged), or, with K classes
+    #: known, when the loss is still within that fraction of ln K (chance).
     plateau_min_steps: int = 300
     plateau_window: int = 50
     plateau_min_drop: float = 0.05
+    #: ... and a loss that rose above (1 + plateau_max_rise) x the level where
+    #: the flat span would start is diverging, not on a plateau.
+    plateau_max_rise: float = 1.0
     #: initial loss for K-class cross-entropy, at step 0: loss0 above ln K +
     #: max(initial_loss_abs, initial_loss_rel x ln K), or negative. Below ln K
     #: is what a pretrained model gives, so it is not flagged.

@@ -327,18 +327,17 @@ try {
 
   check(pageErrors.length === 0, "no uncaught errors in the page", pageErrors.join("\n  "));
 
-  // ---- draw budget: 1,000 rows x 2,000 columns on a real canvas -------------------
+  // ---- big heatmap: 1,000 rows x 2,000 columns drawn on a real canvas ------------
+  // Only that it is drawn; its draw time is benchmarks/frontend_draw.mjs's job.
   const bench = await esbuild.build({
     entryPoints: [path.join(frontend, "test", "bench_paint.ts")], bundle: true, format: "iife", write: false, logLevel: "warning",
   });
   const bpage = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   await bpage.setContent("<!doctype html><body></body>");
   await bpage.addScriptTag({ content: bench.outputFiles[0].text });
-  const times = await bpage.evaluate(() => globalThis.benchPaint(1000, 2000, 2000, 2, 9));
-  const warm = times.slice(1).sort((a, b) => a - b);
-  results.bench_1000x2000 = { first_ms: times[0], median_ms: warm[Math.floor(warm.length / 2)], min_ms: warm[0], max_ms: warm[warm.length - 1] };
-  check(results.bench_1000x2000.median_ms < 100,
-    `1000 x 2000 draw: median ${results.bench_1000x2000.median_ms.toFixed(1)} ms (min ${warm[0].toFixed(1)}, first ${times[0].toFixed(1)})`);
+  const big = await bpage.evaluate(() => globalThis.benchPaint(1000, 2000, 2000, 2, 1));
+  check(big.painted > big.pixels * 0.05 && big.colours >= 2,
+    `1000 x 2000 heatmap drawn (${big.painted}/${big.pixels} px, ${big.colours}+ colours)`);
 } catch (e) {
   console.log(String(e.stack ?? e));
   exitCode = 1;
