@@ -43,6 +43,8 @@ def test_planted_failure_gives_the_root_cause(name, tmp_path):
         assert rc["layer"] == case.layer, (rc, summary)
     assert abs(rc["step"] - case.onset) <= case.tolerance, (rc, summary)
     assert rc["message"]
+    # the root cause is one of the events (the UI tags it in the timeline)
+    assert (rc["kind"], rc["layer"], rc["step"]) in {(e.kind, e.layer, e.step) for e in engine.events}, rc
     # a planted failure always makes the run failing, whatever its severity
     assert engine.status == "failing"
 

@@ -27,6 +27,13 @@
    a step where most layers moved by more than ``update_ratio_high`` of their
    norm; ``<input>`` when a layer next to the input is failing from the first
    step and the first batch is far from unit scale (unnormalised inputs).
+   The ``<optimizer>`` cause is named ``exploding_gradient`` when the layers
+   diverged (exploding gradients or activations, inf/NaN), whichever symptom
+   showed first; other symptoms (dead units, a loss spike alone) keep their
+   kind. Such an attribution is an Event of its own (from "healthy" to the
+   symptom's state; value: the learning rate for <optimizer>, the first
+   batch's RMS for <input>), so that the root cause's (kind, layer, step) is
+   always an event of the timeline; the root step is the picked event's step.
 """
 
 from __future__ import annotations

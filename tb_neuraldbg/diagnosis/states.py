@@ -127,6 +127,9 @@ class Classifier:
         self.plateau_block = []  # losses of the block being filled
         self.plateau_block_step = None  # its first step
         self.plateau_blocks = []  # medians of the complete blocks
+        self.plateau_recent = _Window(self.t.plateau_window)  # the last losses
+        self.plateau_levels = []  # median of the last plateau_window losses, at each block's end
+        self.plateau_level_steps = []  # the first step of each level's window
         self.plateau_block_steps = []  # their first steps
         self.plateau_code = None
         self.plateau_reason = "flat"
@@ -540,11 +543,18 @@ class Classifier:
             if not self.plateau_block:
                 self.plateau_block_step = step
             self.plateau_block.append(v)
+            self.plateau_recent.append(v)
             self.plateau_steps += 1
             if len(self.plateau_block) == _PLATEAU_BLOCK:
                 self.plateau_blocks.append(float(np.median(self.plateau_block)))
                 self.plateau_block_steps.append(self.plateau_block_step)
                 self.plateau_block = []
+                per = max(1, t.plateau_window // _PLATEAU_BLOCK)
+                if len(self.plateau_blocks) >= per:
+                    # the level: the median of the last plateau_window losses
+                    # (kept once a block: the rule reads them all at each check)
+                    self.plateau_levels.append(float(np.median(self.plateau_recent.values())))
+                    self.plateau_level_steps.append(self.plateau_block_steps[-per])
                 # judged once a block: a plateau is a matter of hundreds of steps
                 self.plateau_code = self._plateau_code(
                     confirmed["plateau"][i] == _S["loss_plateau"], final=False)
@@ -560,11 +570,12 @@ class Classifier:
         """Plateau state from the loss so far; None while undecidable.
 
         A plateau is a flat stretch of the loss that reaches the present: the
-        longest recent span of block medians in which no level (the median of
-        ``plateau_window`` losses) fell more than ``plateau_min_drop`` below
-        the level at the span's start, nor rose above ``1 + plateau_max_rise``
-        times it (a diverging loss is not a plateau: the spike and explosion
-        rules judge it). Its onset is where the span starts, i.e. where the
+        longest recent span of block medians whose last level (the median of
+        ``plateau_window`` losses) is not ``plateau_min_drop`` below the level
+        at the span's start, in which no level fell further than that (plus
+        three times the levels' noise) on the way, nor rose above
+        ``1 + plateau_max_rise`` times it (a diverging loss is not a plateau:
+        the spike and explosion rules judge it). Its onset is where the span starts, i.e. where the
         loss stopped falling, never before a substantial fall. It is a
         failure only at a level that says so: the span starts with the run
         (the loss never fell; runs starting at step 0 only, since a resumed
@@ -576,26 +587,35 @@ class Classifier:
         need = t.plateau_min_steps if not final else max(2 * t.plateau_window, t.plateau_min_steps // 2)
         per = max(1, t.plateau_window // _PLATEAU_BLOCK)  # blocks per level
         blocks = np.asarray(self.plateau_blocks)
-        if self.plateau_steps < need or len(blocks) < per:
+        lev = np.asarray(self.plateau_levels)
+        if self.plateau_steps < need or len(lev) == 0:
             return None
-        # levels: sliding medians of ``per`` consecutive blocks
-        lev = np.median(np.lib.stride_tricks.sliding_window_view(blocks, per), axis=1)
         # hysteresis on values: leaving takes three times the drop; a short run
         # (decided at its end) must be twice as flat
         drop = t.plateau_min_drop * (3.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
         tol = np.abs(lev)
+        # the levels' own noise (small noisy batches): from the differences of
+        # consecutive block medians, robust to a trend; a dip or a rise inside
+        # the span counts only beyond 3 sigma of it
+        noise = 0.0
+        if len(blocks) >= 3:
+            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(blocks)))) / math.sqrt(2.0 * per)
         suf_min = np.minimum.accumulate(lev[::-1])[::-1]
         suf_max = np.maximum.accumulate(lev[::-1])[::-1]
-        flat_from = (suf_min >= lev - drop * tol) & (suf_max <= lev + t.plateau_max_rise * tol)
+        flat_from = (
+            (lev[-1] >= lev - drop * tol)  # it has not fallen since (as a whole) ...
+            & (suf_min >= lev - drop * tol - noise)  # ... nor on the way, then rose back
+            & (suf_max <= lev + t.plateau_max_rise * tol + noise)  # nor diverged
+        )
         # the earliest start of a flat span reaching the present (every later
         # level of it is within the band of its first level)
         starts = np.flatnonzero(flat_from)
         j = int(starts[0]) if len(starts) else len(lev) - 1
-        span = (len(blocks) - j) * _PLATEAU_BLOCK
+        span = (len(lev) - 1 - j + per) * _PLATEAU_BLOCK
         recent = float(lev[-1])
         self.plateau_level_before = float(lev[j])
         self.plateau_level = recent
-        self.plateau_onset = int(self.plateau_block_steps[j])
+        self.plateau_onset = int(self.plateau_level_steps[j])
         if span < need:
             return HEALTHY
         # never fell: the flat span is the whole run (from step 0)
