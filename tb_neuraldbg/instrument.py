@@ -386,26 +386,41 @@ class StepPacket:
 
 
 class _Collector:
-    """Device values of one step, grouped by device, with their descriptions."""
+    """Device values of one step, grouped by device, with their descriptions.
+
+    Single values (0-d tensors, the bulk: one or more per hook call) are kept
+    as they are and stacked once per device and dtype in :meth:`finish`:
+    no per-value reshape. Runs (histograms) and pre-stacked groups are kept
+    as 1-d tensors.
+    """
+
+    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals")
 
     def __init__(self):
-        self.by_device: dict[torch.device, tuple[list, list, list]] = {}
+        # device -> (scalar tensors, their rows, their keys, 1-d runs, rows, keys)
+        self.by_device: dict[torch.device, tuple[list, list, list, list, list, list]] = {}
         self.c_rows: list[int] = []
         self.c_keys: list[int] = []
         self.c_vals: list[float] = []
 
+    def _slot(self, dev):
+        d = self.by_device.get(dev)
+        if d is None:
+            d = self.by_device[dev] = ([], [], [], [], [], [])
+        return d
+
     def add(self, t: torch.Tensor, row: int, key: int) -> None:
-        ts, rs, ks = self.by_device.setdefault(t.device, ([], [], []))
-        ts.append(t.reshape(1))
-        rs.append(row)
-        ks.append(key)
+        d = self._slot(t.device)
+        d[0].append(t if t.dim() == 0 else t.reshape(()))
+        d[1].append(row)
+        d[2].append(key)
 
     def add_run(self, t: torch.Tensor, row: int, key: int) -> None:
-        ts, rs, ks = self.by_device.setdefault(t.device, ([], [], []))
-        ts.append(t.reshape(-1))
+        d = self._slot(t.device)
+        d[3].append(t.reshape(-1))
         n = t.numel()
-        rs.extend([row] * n)
-        ks.extend([key] * n)
+        d[4].extend([row] * n)
+        d[5].extend([key] * n)
 
     def add_many(
         self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
@@ -413,6 +428,13 @@ class _Collector:
         """0-d tensors (e.g. per-parameter norms), stacked per device: one
         kernel per device instead of one entry each; ``divisor`` (a 0-d
         tensor, e.g. the GradScaler scale) divides them all at once."""
+        if divisor is None:
+            for t, r in zip(tensors, rows):
+                d = self._slot(t.device)
+                d[0].append(t if t.dim() == 0 else t.reshape(()))
+                d[1].append(r)
+                d[2].append(key)
+            return
         groups: dict[torch.device, tuple[list, list]] = {}
         for t, r in zip(tensors, rows):
             ts, rs = groups.setdefault(t.device, ([], []))
@@ -420,12 +442,11 @@ class _Collector:
             rs.append(r)
         for dev, (ts, rs) in groups.items():
             v = torch.stack(ts) if len(ts) > 1 else ts[0].reshape(1)
-            if divisor is not None:
-                v = v / divisor.to(dev)
-            a, b, c = self.by_device.setdefault(dev, ([], [], []))
-            a.append(v.reshape(-1))
-            b.extend(rs)
-            c.extend([key] * len(rs))
+            v = v / divisor.to(dev)
+            d = self._slot(dev)
+            d[3].append(v.reshape(-1))
+            d[4].extend(rs)
+            d[5].extend([key] * len(rs))
 
     def const(self, row: int, key: int, value: float) -> None:
         self.c_rows.append(row)
@@ -433,11 +454,10 @@ class _Collector:
         self.c_vals.append(float(value))
 
     def extend(self, other: "_Collector") -> None:
-        for dev, (ts, rs, ks) in other.by_device.items():
-            a, b, c = self.by_device.setdefault(dev, ([], [], []))
-            a.extend(ts)
-            b.extend(rs)
-            c.extend(ks)
+        for dev, parts in other.by_device.items():
+            d = self._slot(dev)
+            for mine, theirs in zip(d, parts):
+                mine.extend(theirs)
         self.c_rows.extend(other.c_rows)
         self.c_keys.extend(other.c_keys)
         self.c_vals.extend(other.c_vals)
@@ -445,10 +465,32 @@ class _Collector:
     def finish(self) -> tuple[list, np.ndarray, np.ndarray]:
         """One concatenation and one host copy per device; no waiting."""
         host, rows, keys = [], [], []
-        for dev, (ts, rs, ks) in self.by_device.items():
-            flat = torch.cat(ts) if len(ts) > 1 else ts[0]
-            if flat.dtype != torch.float64 and dev.type in ("cpu", "cuda"):
-                flat = flat.to(torch.float64)  # counts above 2**24 stay exact
+        for dev, (sts, srs, sks, rts, rrs, rks) in self.by_device.items():
+            wide = dev.type in ("cpu", "cuda")  # float64: counts above 2**24 stay exact
+            flat_parts: list[torch.Tensor] = []
+            if sts:
+                by_dtype: dict[torch.dtype, list[int]] = {}
+                for i, t in enumerate(sts):
+                    by_dtype.setdefault(t.dtype, []).append(i)
+                if len(by_dtype) == 1:
+                    flat_parts.append(torch.stack(sts))
+                    rows.extend(srs)
+                    keys.extend(sks)
+                else:
+                    for idxs in by_dtype.values():
+                        v = torch.stack([sts[i] for i in idxs])
+                        flat_parts.append(v.to(torch.float64) if wide else v)
+                        rows.extend(srs[i] for i in idxs)
+                        keys.extend(sks[i] for i in idxs)
+            if rts:
+                flat_parts.extend(rts)
+                rows.extend(rrs)
+                keys.extend(rks)
+            if not flat_parts:
+                continue
+            if wide:
+                flat_parts = [f if f.dtype == torch.float64 else f.to(torch.float64) for f in flat_parts]
+            flat = torch.cat(flat_parts) if len(flat_parts) > 1 else flat_parts[0]
             if dev.type == "cuda":
                 pinned = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
                 pinned.copy_(flat, non_blocking=True)
@@ -457,8 +499,6 @@ class _Collector:
                 host.append((pinned, event))
             else:
                 host.append(flat.detach().cpu().numpy())
-            rows.extend(rs)
-            keys.extend(ks)
         host.append(np.asarray(self.c_vals, dtype=np.float64))
         rows.extend(self.c_rows)
         keys.extend(self.c_keys)
@@ -522,6 +562,8 @@ class Instrument:
         self._handles: list = []
         self._broken: set[str] = set()
         self._removed = False
+        self._sched_step: int | None = None  # see _schedule
+        self._sched_stats = self._sched_hist = False
 
         self.layers: list[dict] = [{"name": metadata.PSEUDO_INPUT, "type": "input"}]
         self._loss_row: int | None = None
@@ -545,6 +587,8 @@ class Instrument:
         self._col = _Collector()
         # Gradients w.r.t. module outputs, from tensor hooks during backward.
         self._gout_col = _Collector()
+        self._gout_sums: list[torch.Tensor] = []
+        self._gout_rows: list[int] = []
         self._seen_rows: set[int] = set()
         self._input_done = False
         self._threads: int | None = None  # torch.get_num_threads(), read at the step's input
@@ -603,6 +647,7 @@ class Instrument:
             del self.scaler.update
         self._col = _Collector()
         self._gout_col = _Collector()
+        self._gout_sums, self._gout_rows = [], []
         self._grad_col = None
         self._upd_snapshot = self._next_upd_snapshot = None
 
@@ -767,21 +812,57 @@ class Instrument:
                 x = None
         if y is not None:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
-        with S.one_thread(x, y, threads=self._threads):
+        if self._sched_step != self.step:
+            self._schedule()
+        # One intra-op thread for small CPU tensors (see stats.one_thread),
+        # decided inline: this runs for every module at every step.
+        threads = self._threads
+        switch = threads is not None and threads > 1
+        if (
+            x is None
+            and same_as_prev
+            and behaviour.pointwise
+            and not (self._sched_stats or self._sched_hist or self.exact_nonfinite)
+        ):
+            switch = False  # the output is not measured (see _measure_out): no reduction
+        if switch:
+            big = False
+            for t in (x, y):
+                if t is None:
+                    continue
+                n = t.numel()
+                if n >= S.SMALL or t.device.type != "cpu":
+                    switch = False
+                    break
+                big = big or n >= S._GRAIN
+            switch = switch and big
+        if switch:
+            torch.set_num_threads(1)
+        try:
             if x is not None:
                 self._measure_in(row, x.detach())
             if y is not None:
                 self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
+        finally:
+            if switch:
+                torch.set_num_threads(threads)
         if y is not None and y.requires_grad and not y.is_leaf:
             # A leaf (a parameter returned as is) would keep the hook beyond
             # the step; a non-leaf's hook dies with its graph.
             y.register_hook(self._make_gout_hook(row))
 
+    def _schedule(self) -> None:
+        """This step's schedule, computed once per step (not per hook)."""
+        step = self.step
+        self._sched_step = step
+        self._sched_stats = self.config.is_stats(step)
+        self._sched_hist = self.config.is_hist(step)
+
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""
         col = self._col
         col.add(S.flag_moment(x), row, Key.IN_SUM)
-        if self.config.is_stats(self.step):
+        if self._sched_stats:
             col.const(row, Key.IN_N, x.numel())
             if x.dim() >= 2:
                 nz, dead = S.zero_and_dead(x)
@@ -799,7 +880,7 @@ class Instrument:
         col = self._col
         exact = self.exact_nonfinite
         col.const(row, Key.OUT_N, y.numel())
-        if not self.config.is_stats(self.step):
+        if not self._sched_stats:
             if behaviour.pointwise and same_as_prev and not exact:
                 col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
             else:
@@ -817,13 +898,17 @@ class Instrument:
                 col.add(S.saturated(y, lo, hi), row, Key.OUT_SAT)
         if exact:
             col.add(S.nonfinite_count(y), row, Key.OUT_NF)
-        if self.config.is_hist(self.step):
+        if self._sched_hist:
             col.add_run(S.histogram(y), row, Key.HIST)
 
     def _make_gout_hook(self, row: int):
         """A tensor hook on a module's output: the gradient w.r.t. it, seen
         during the backward of this step only. It measures, never changes
-        the gradient (returns None), and holds no reference to the graph."""
+        the gradient (returns None), and holds no reference to the graph.
+
+        Minimal on purpose (it runs once per watched module per backward):
+        the sum (the non-finite flag) goes to a list, stacked once at the
+        step's end."""
         instrument = weakref.ref(self)
         step = self.step
 
@@ -836,14 +921,28 @@ class Instrument:
         return hook
 
     def _measure_gout(self, row: int, g: torch.Tensor) -> None:
-        if g is None or g.is_sparse or not g.is_floating_point() or g.numel() == 0:
+        if g is None or g.is_sparse or not g.is_floating_point():
+            return
+        n = g.numel()
+        if n == 0:
             return
         g = g.detach()
-        col = self._gout_col
-        with S.one_thread(g, threads=self._threads):
-            col.add(S.flag_moment(g), row, Key.GOUT_SUM)  # no sync: the sum is the flag
-            if self.exact_nonfinite:
-                col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
+        threads = self._threads
+        if threads is not None and threads > 1 and S._GRAIN <= n < S.SMALL and g.device.type == "cpu":
+            torch.set_num_threads(1)
+            try:
+                self._measure_gout_values(row, g)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            self._measure_gout_values(row, g)
+
+    def _measure_gout_values(self, row: int, g: torch.Tensor) -> None:
+        acc = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else None
+        self._gout_sums.append(g.sum(dtype=acc))  # no sync: the sum is the flag
+        self._gout_rows.append(row)
+        if self.exact_nonfinite:
+            self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
     def _on_loss(self, module, args, kwargs, output):
         if torch.is_grad_enabled() and self._loss is None:
@@ -986,6 +1085,8 @@ class Instrument:
             self._grad_col = self._measure_grads()
         if self._grad_col is not None:
             col.extend(self._grad_col)
+        if self._gout_sums:
+            col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
         params, prow = self._param_rows()
         if full and params:
