@@ -8,6 +8,13 @@ the layer list grew) and kept in a small LRU cache keyed by
 ``(experiment, run, tag)`` and checked against ``(max_step, max_wall_time)``
 from ``list_tensors``: repeated zooms never re-read, and a run that gains
 steps is re-read once (its stale entry is replaced, not kept beside it).
+
+With the Rust data server (``--load_fast``, a GrpcDataProvider) the same
+ReadTensors request is sent on the provider's own gRPC stub, one matrix per
+request and two in flight, and each answer is decoded in bulk (the raw
+``tensor_content`` of all steps joined and viewed as one array) instead of
+one ``make_ndarray`` per step; a failed request falls back to the public
+``read_tensors``. For 1,000 layers x 20,000 steps this halves a cold read.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 # Keep one read_tensors answer under the gRPC receive limit of the Rust data
 # server client (256 MiB) with room for protobuf overhead.
 _MAX_READ_BYTES = 160 * 1024 * 1024
+# ReadTensors requests sent to the Rust data server at once (each answer of
+# a 1,000 x 20,000 matrix is ~80 MB in memory while it is decoded).
+_IN_FLIGHT = 2
 
 
 class Series:
@@ -268,70 +278,97 @@ class PluginData:
                 out[tag] = hit
             else:
                 missing.append((tag, (key, version)))
-        while missing:
-            group, missing = self._next_group(missing, out)
-            got = self._read_tensors(ctx, experiment_id, run, [t for t, _ in group])
-            for tag, key in group:
-                raw = got.pop(tag, [])
-                if tag in _JSON_TAGS:
-                    if not isinstance(raw, list):
-                        raw = _proto_points(raw)
-                    series = _json_series(raw)
-                else:
-                    fill, dtype = ((metadata.STATE_UNKNOWN, np.uint8)
-                                   if tag == metadata.TAG_STATES else (np.nan, np.float32))
-                    dense = _dense if isinstance(raw, list) else _dense_proto
-                    series = dense(raw, fill, dtype)
-                del raw
-                if keep:
-                    self._cache.put(*key, series)
-                out[tag] = series
-        return out
-
-    def _read_tensors(self, ctx, experiment_id: str, run: str, tags: list) -> dict:
-        """{tag: points} of one run: a list of points (``step``, ``numpy``)
-        or, from the Rust data server, the raw TensorData proto.
-
-        GrpcDataProvider.read_tensors decodes every step's TensorProto on its
-        own (make_ndarray: ~13 us a step, a quarter of a second for 20,000
-        steps); with that provider the same ReadTensors request is sent on its
-        stub and the answer decoded in bulk by ``_dense_proto``. Any other
-        provider, or a stub that fails, goes through the public API.
-        """
-        stub = self._grpc_stub()
+        stub = self._grpc_stub() if missing else None
         if stub is not None:
-            req = data_provider_pb2.ReadTensorsRequest()
-            req.experiment_id = experiment_id
-            req.plugin_filter.plugin_name = metadata.PLUGIN_NAME
-            req.run_tag_filter.runs.names.append(run)
-            req.run_tag_filter.tags.names.extend(tags)
-            req.downsample.num_points = self._downsample
+            # One matrix per request (a 160 MB answer takes longer than two
+            # 80 MB ones), JSON tags together, two requests in flight.
+            groups = [[m for m in missing if m[0] in _JSON_TAGS]]
+            groups += [[m] for m in missing if m[0] not in _JSON_TAGS]
+            groups = [g for g in groups if g]
+            done = set()
             try:
-                res = stub.ReadTensors(req)
+                for group, got in self._grpc_reads(stub, experiment_id, run, groups):
+                    self._store(group, got, out, keep)
+                    done.update(tag for tag, _ in group)
             except grpc.RpcError as e:
                 logger.info("neuraldbg: direct ReadTensors failed (%s); using read_tensors", e)
+            missing = [m for m in missing if m[0] not in done]
+        while missing:
+            group, missing = self._next_group(missing, out)
+            got = self._provider.read_tensors(
+                ctx,
+                experiment_id=experiment_id,
+                plugin_name=metadata.PLUGIN_NAME,
+                downsample=self._downsample,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[t for t, _ in group]),
+            ).get(run, {})
+            self._store(group, got, out, keep)
+        return out
+
+    def _store(self, group: list, got: dict, out: dict, keep: bool) -> None:
+        """Build the Series of each (tag, cache key) of ``group`` from
+        ``got`` ({tag: list of points, or a TensorData proto}) into ``out``."""
+        for tag, key in group:
+            raw = got.pop(tag, [])
+            if tag in _JSON_TAGS:
+                if not isinstance(raw, list):
+                    raw = _proto_points(raw)
+                series = _json_series(raw)
             else:
-                out = {}
+                fill, dtype = ((metadata.STATE_UNKNOWN, np.uint8)
+                               if tag == metadata.TAG_STATES else (np.nan, np.float32))
+                dense = _dense if isinstance(raw, list) else _dense_proto
+                series = dense(raw, fill, dtype)
+            del raw
+            if keep:
+                self._cache.put(*key, series)
+            out[tag] = series
+
+    def _grpc_reads(self, stub, experiment_id: str, run: str, groups: list):
+        """Yield (group, {tag: TensorData proto}) for each group of
+        (tag, key), sending the ReadTensors request of the data server (what
+        GrpcDataProvider.read_tensors sends) on its stub.
+
+        GrpcDataProvider.read_tensors decodes each step's TensorProto on its
+        own (make_ndarray: ~13 us a step); here the answer is decoded in
+        bulk by ``_dense_proto``. Requests are sent as gRPC futures (gRPC's
+        own I/O threads; none started here), at most _IN_FLIGHT at once, so
+        the next answer is transferred while this one is decoded. A failed
+        request raises grpc.RpcError after the others are cancelled.
+        """
+        pending: collections.deque = collections.deque()
+        todo = collections.deque(groups)
+        try:
+            while todo or pending:
+                while todo and len(pending) < _IN_FLIGHT:
+                    group = todo.popleft()
+                    req = data_provider_pb2.ReadTensorsRequest()
+                    req.experiment_id = experiment_id
+                    req.plugin_filter.plugin_name = metadata.PLUGIN_NAME
+                    req.run_tag_filter.runs.names.append(run)
+                    req.run_tag_filter.tags.names.extend(tag for tag, _ in group)
+                    req.downsample.num_points = self._downsample
+                    pending.append((group, stub.ReadTensors.future(req)))
+                group, fut = pending.popleft()
+                res = fut.result()
+                got = {}
                 for run_entry in res.runs:
                     if run_entry.run_name == run:
                         for tag_entry in run_entry.tags:
-                            out[tag_entry.tag_name] = tag_entry.data
-                return out
-        return self._provider.read_tensors(
-            ctx,
-            experiment_id=experiment_id,
-            plugin_name=metadata.PLUGIN_NAME,
-            downsample=self._downsample,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(tags)),
-        ).get(run, {})
+                            got[tag_entry.tag_name] = tag_entry.data
+                del res, fut
+                yield group, got
+        finally:
+            for _, fut in pending:
+                fut.cancel()
 
     def _grpc_stub(self):
-        """The ReadTensors stub of a GrpcDataProvider, else None."""
+        """The stub of a GrpcDataProvider (the Rust data server), else None."""
         if grpc_provider is None or not isinstance(self._provider,
                                                    grpc_provider.GrpcDataProvider):
             return None
         stub = getattr(self._provider, "_stub", None)
-        return stub if hasattr(stub, "ReadTensors") else None
+        return stub if hasattr(getattr(stub, "ReadTensors", None), "future") else None
 
     @staticmethod
     def _next_group(missing: list, known: dict) -> tuple[list, list]:
