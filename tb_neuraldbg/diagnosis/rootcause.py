@@ -23,10 +23,14 @@
    - then the loss's own failures (initial loss, spike, plateau).
 2. Causes outside the layers get the pseudo-layers, because that is where the
    fix goes: ``<optimizer>`` when a layer failure starts within
-   ``lr_window`` steps after a learning-rate jump, or (not born failing) after
+   ``lr_window`` steps after a learning-rate jump (or a schedule that kept
+   raising the rate geometrically, by ``lr_jump_factor`` in all, over the
+   ``lr_window`` steps before; a warmup that levels off is not blamed), or
+   (not born failing) after
    a step where most layers moved by more than ``update_ratio_high`` of their
    norm; ``<input>`` when a layer next to the input is failing from the first
-   step and the first batch is far from unit scale (unnormalised inputs).
+   step, or the loss is far from its initial value at step 0, and the first
+   batch is far from unit scale (unnormalised inputs).
    The ``<optimizer>`` cause is named ``exploding_gradient`` when the layers
    diverged (exploding gradients or activations, inf/NaN), whichever symptom
    showed first; other symptoms (dead units, a loss spike alone) keep their
@@ -38,6 +42,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..metadata import PSEUDO_INPUT, PSEUDO_OPTIMIZER
@@ -101,9 +106,15 @@ def find_root_cause(failures, ctx, t: Thresholds) -> tuple[dict | None, Event | 
         opt = _optimizer_cause(pick, failures, ctx, t)
         if opt is not None:
             return opt
-    if ev.layer.startswith("<"):
+    # unnormalised inputs: a layer next to the input failing from the first
+    # step, or a loss far from its initial value from the first step (the
+    # first layers' outputs, hence the logits, scale with the inputs)
+    unnorm_symptom = (pick.born and ev.kind in _INPUT_KINDS and not ev.layer.startswith("<")
+                      and _near_input(pick.index, ctx)) or \
+        (ev.kind == "initial_loss" and ev.step == 0 and ctx.input_rms0 > t.input_unnormalised)
+    if ev.layer.startswith("<") and not unnorm_symptom:
         return root, None
-    if pick.born and ev.kind in _INPUT_KINDS and _near_input(pick.index, ctx):
+    if unnorm_symptom:
         rms0 = ctx.input_rms0
         if rms0 == rms0 and (rms0 > t.input_unnormalised or rms0 < 1.0 / t.input_unnormalised):
             msg = (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch) and "
@@ -122,6 +133,10 @@ def _optimizer_cause(pick, failures, ctx, t: Thresholds):
     """The ``<optimizer>`` attribution of a failure right after a learning-rate
     jump, or (not born failing) after a step where most layers moved far."""
     jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
+    if not jumps:
+        rise = _lr_rise(ctx, pick.onset, t)
+        if rise is not None:
+            jumps = [rise]
     high = [] if pick.born else [h for h in ctx.high_update_steps if 0 <= pick.onset - h[0] <= t.lr_window]
     if not (jumps or high):
         return None
@@ -143,8 +158,13 @@ def _optimizer_cause(pick, failures, ctx, t: Thresholds):
     then = f"then {what.layer}: {what.kind.replace('_', ' ')} from step {what.step}"
     if jumps:
         a, b = jumps[-1][1], jumps[-1][2]
-        why = f"The learning rate rose from {fmt(a)} to {fmt(b)} at step {s}; {then}."
-        extra = {"cause": "lr_jump", "lr_before": float(a)}
+        if len(jumps[-1]) > 3:  # a schedule that kept raising the rate
+            why = (f"The learning rate kept rising, from {fmt(a)} at step {jumps[-1][3]} to {fmt(b)} "
+                   f"at step {s}; {then}.")
+            extra = {"cause": "lr_rise", "lr_before": float(a)}
+        else:
+            why = f"The learning rate rose from {fmt(a)} to {fmt(b)} at step {s}; {then}."
+            extra = {"cause": "lr_jump", "lr_before": float(a)}
     else:
         why = (f"Updates larger than {fmt(t.update_ratio_high)} of the weights in most layers "
                f"at step {s} (learning rate {fmt(lr)}); {then}.")
@@ -153,6 +173,28 @@ def _optimizer_cause(pick, failures, ctx, t: Thresholds):
            "lower learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")
     extra["symptom_layer"], extra["symptom_kind"] = what.layer, what.kind
     return _attribution(what, PSEUDO_OPTIMIZER, kind, to, s, lr, msg, extra)
+
+
+def _lr_rise(ctx, onset: int, t: Thresholds):
+    """(step, lr_before, lr_after) of a rate that a schedule kept raising, by
+    ``lr_jump_factor`` or more in all, over the ``lr_window`` steps up to the
+    onset, with no single jump: a geometric (or faster) growth, as large in
+    the second half of the window as in the first. A warmup (linear, cosine)
+    rises most at its start and levels off: not blamed. The step is the first
+    one at ``lr_jump_factor`` above the window's first rate. None without one."""
+    pts = [(s, lr) for s, lr in getattr(ctx, "lr_steps", ())
+           if onset - t.lr_window <= s <= onset and lr == lr and lr > 0]
+    if len(pts) < 3:
+        return None
+    lo, mid, hi = pts[0][1], pts[len(pts) // 2][1], pts[-1][1]
+    if not (hi >= t.lr_jump_factor * lo and mid > lo):
+        return None
+    if math.log(hi / mid) < 0.5 * math.log(mid / lo):  # levelling off: a warmup
+        return None
+    for s, lr in pts[1:]:
+        if lr >= t.lr_jump_factor * lo:
+            return (s, lo, lr, pts[0][0])
+    return None
 
 
 def _attribution(symptom: Event, layer, kind, to_state, step, value, message, extra):

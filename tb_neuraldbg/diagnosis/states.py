@@ -144,6 +144,9 @@ class Classifier:
         self.lr_max = 0.0
         self.lr_jumps = []  # (step, lr_before, lr_after)
         self.lr_hist = deque(maxlen=4)  # the last learning rates
+        # (step, lr) of the last steps: a schedule that keeps raising the rate
+        # (no single jump) over ``lr_window`` steps before a failure
+        self.lr_steps = deque(maxlen=4 * max(1, self.t.lr_window))
         self.scale_prev = math.nan
         self.scale_max = 0.0
         self.dec_run = 0
@@ -410,6 +413,15 @@ class Classifier:
             amp |= cum
             hist = big & (self.a_cnt >= t.history_min)
             growth = hist & (rms > t.act_explode_ratio * 10.0 ** self.a_ema) & (rms > t.act_explode_vs_max * self.a_max)
+            # the model's output layer (the last one with parameters) grows to
+            # the scale of its targets (a regression onto values ~1e3) while
+            # the loss falls: learning, not an explosion. Only once it was
+            # healthy (born exploding still counts) and while the recent
+            # losses are below the first one (a divergence raises the loss).
+            fit = self._head_row() & (self.a_cnt > 0) & ~cum
+            if fit.any() and self._loss_below_first():
+                amp &= ~fit
+                growth &= ~fit
         raw[collapsed] = _S["collapsed"]
         raw[saturated] = _S["saturated"]
         raw[dead] = _S["dead"]
@@ -423,6 +435,24 @@ class Classifier:
             self.a_cnt[ok] += 1
         self.act_rms = rms
         return raw
+
+    def _head_row(self):
+        """The last module with parameters before <loss> (the model's output layer)."""
+        k = self.kinds
+        out = np.zeros(self.n, dtype=bool)
+        idx = np.flatnonzero(self.has_param & k.is_mod)
+        if len(idx) and k.loss_index >= 0:
+            last = idx[idx < k.loss_index]
+            if len(last):
+                out[last[-1]] = True
+        return out
+
+    def _loss_below_first(self) -> bool:
+        """The recent losses' median is below the (finite) first loss."""
+        if self.first_loss is None or not math.isfinite(self.first_loss[1]) or len(self.loss_hist) < self.t.loss_history_min:
+            return False
+        med = self.loss_hist.median()
+        return bool(math.isfinite(med) and med < self.first_loss[1])
 
     def _output_rows(self):
         """Module rows after the last module with parameters (before <loss>)."""
@@ -646,6 +676,7 @@ class Classifier:
             if steady and self.lr_prev > 0 and lr >= t.lr_jump_factor * self.lr_prev:
                 self.lr_jumps.append((step, self.lr_prev, lr))
             hist.append(lr)
+            self.lr_steps.append((int(step), lr))
             self.lr_prev = lr
             self.lr_max = max(self.lr_max, lr)
         self.scaler_active = np.isfinite(scale)

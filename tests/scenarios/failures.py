@@ -528,6 +528,128 @@ def attention_all_masked(at=21):
     return Case(Spec("attention_all_masked", build, batch_fn, steps=30), ("nonfinite",), "attn", at)
 
 
+# --- unseen-style failures (stress round 2) --------------------------------------
+
+
+def unnormalised_x1000_relu():
+    """Standard-normal features x1000 into a ReLU MLP (no saturation to see):
+    the loss starts far above ln K, then the activations blow up."""
+    base = _teacher()
+
+    def batch_fn(step):
+        x, y = base(step)
+        return x * 1000.0, y
+
+    def build():
+        model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("unnormalised_x1000_relu", build, batch_fn, steps=40), ("initial_loss",), "<input>", 0,
+                replay={"num_classes": 4})
+
+
+def lr_growing_schedule():
+    """ExponentialLR(gamma=1.1) by mistake: no single jump, the rate grows
+    geometrically until the run diverges."""
+    def build():
+        model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+        opt = _sgd(model, 0.01, 0.9)
+        return model, opt, nn.CrossEntropyLoss(), torch.optim.lr_scheduler.ExponentialLR(opt, gamma=1.1)
+
+    return Case(Spec("lr_growing_schedule", build, _teacher(), steps=100), ("exploding_gradient",),
+                "<optimizer>", 50, tolerance=15)
+
+
+def conv_bias_killed(at=63):
+    """A conv's bias set to -50 mid-run: the ReLU after it dies (dead
+    fractions are measured every 10th step, hence the tolerance)."""
+    def build():
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                              nn.Flatten(), nn.Linear(8 * 64, 4))
+        return model, _sgd(model, 0.01, 0.9), nn.CrossEntropyLoss(), None
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(900 + step)
+        x = torch.randn(16, 3, 8, 8, generator=gs)
+        return x, (x.flatten(1)[:, :4]).argmax(1)
+
+    def plant(step, model, opt):
+        if step == at:
+            with torch.no_grad():
+                model[2].bias.fill_(-50.0)
+
+    return Case(Spec("conv_bias_killed", build, batch_fn, steps=120, plant=plant), ("dead_activation",), "3", at,
+                tolerance=10)
+
+
+def middle_layer_not_in_optimizer():
+    def build():
+        model = _mlp(nn.Tanh, depth=3)
+        params = list(model[0].parameters()) + list(model[4].parameters())  # the bug: model[2] left out
+        return model, torch.optim.SGD(params, lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("middle_layer_not_in_optimizer", build, _teacher(), steps=40), ("frozen_weights",), "2", 0)
+
+
+class _TwoBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = nn.Linear(16, 32), nn.Linear(16, 32), nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.head(torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x)).detach()], 1))  # the bug
+
+
+def detached_branch():
+    def build():
+        model = _TwoBranch()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("detached_branch", build, _teacher(), steps=40), ("no_gradient",), "b", 0)
+
+
+def nan_regression_target(at=71):
+    """One NaN in the targets (MSE): the loss is the first non-finite value."""
+    def batch_fn(step):
+        w = torch.randn(8, 1, generator=torch.Generator().manual_seed(4))
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        y = x @ w
+        if step == at:
+            y[5] = float("nan")
+        return x, y
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    return Case(Spec("nan_regression_target", build, batch_fn, steps=85), ("nonfinite",), "<loss>", at)
+
+
+def grad_hook_amplifies(at=53):
+    """A gradient hook x1e6 registered on one weight mid-run."""
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        return model, _sgd(model, 0.01, 0.0), nn.CrossEntropyLoss(), None
+
+    def plant(step, model, opt):
+        if step == at:
+            model[2].weight.register_hook(lambda g: g * 1e6)
+
+    return Case(Spec("grad_hook_amplifies", build, _teacher(), steps=70, plant=plant), ("exploding_gradient",),
+                "2", at)
+
+
+def adam_lr_one():
+    def build():
+        model = _mlp(nn.ReLU, depth=3, width=64)
+        return model, torch.optim.Adam(model.parameters(), lr=1.0), nn.CrossEntropyLoss(), None
+
+    # the updates either blow the layers up or kill the ReLUs: both the rate's
+    return Case(Spec("adam_lr_one", build, _teacher(), steps=40), ("exploding_gradient", "dead_activation"),
+                "<optimizer>", 0,
+                tolerance=5)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -537,4 +659,6 @@ def all_cases():
         rnn_large_recurrent_init(), lr_too_high_from_start(), log_zero_in_loss(), tiny_init_tanh(),
         sigmoid_output_born_saturated(), large_init_everywhere(), unnormalised_pixels(),
         random_regression_targets(), conv_dead_bias(), attention_all_masked(),
+        unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
+        detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
     ]

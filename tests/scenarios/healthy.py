@@ -480,6 +480,147 @@ def lstm_lm(steps=300):
     return Spec("lstm_lm", build, batch_fn, steps=steps, num_classes=50)
 
 
+# --- unseen-style controls (stress round 2) -------------------------------------
+
+
+def _quadrant_images(batch=32, size=8):
+    """The class is the quadrant that is brighter: a task a CNN learns."""
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(4000 + step)
+        x = torch.randn(batch, 3, size, size, generator=gs)
+        y = torch.randint(0, 4, (batch,), generator=gs)
+        h = size // 2
+        for i in range(batch):
+            r, c = divmod(int(y[i]), 2)
+            x[i, :, h * r:h * r + h, h * c:h * c + h] += 1.0
+        return x, y
+
+    return batch_fn
+
+
+def vgg_no_bn(steps=200):
+    """Four plain convs + two Linears, no normalisation, Adam."""
+    def build():
+        model = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 4, 64), nn.ReLU(), nn.Linear(64, 4))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Spec("vgg_no_bn", build, _quadrant_images(), steps=steps, num_classes=4)
+
+
+def groupnorm_prelu_cnn(steps=250):
+    """GroupNorm, PReLU, a depthwise conv, Softplus, global average pooling."""
+    def build():
+        model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.PReLU(),
+                              nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 32, 1), nn.GroupNorm(4, 32),
+                              nn.Softplus(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 4))
+        return model, torch.optim.AdamW(model.parameters(), lr=3e-3), nn.CrossEntropyLoss(), None
+
+    return Spec("groupnorm_prelu_cnn", build, _quadrant_images(), steps=steps, num_classes=4)
+
+
+def huber_regression(steps=300):
+    def batch_fn(step):
+        w = torch.randn(10, 1, generator=torch.Generator().manual_seed(3))
+        gs = torch.Generator().manual_seed(step)
+        x = torch.randn(32, 10, generator=gs)
+        return x, torch.sin(x @ w) * 3 + 0.1 * torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=2e-3), nn.HuberLoss(), None
+
+    return Spec("huber_regression", build, batch_fn, steps=steps)
+
+
+def label_smoothing_100_classes(steps=300):
+    def build():
+        model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 100))
+        return model, torch.optim.Adam(model.parameters(), lr=2e-3), nn.CrossEntropyLoss(label_smoothing=0.1), None
+
+    return Spec("label_smoothing_100_classes", build, _teacher_data(32, 100, 128), steps=steps, num_classes=100)
+
+
+def nesterov_cosine_clipped(steps=300):
+    """SGD nesterov + weight decay + CosineAnnealingLR, clip_grad_norm_ every step."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+        return model, opt, nn.CrossEntropyLoss(), torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+
+    return Spec("nesterov_cosine_clipped", build, _teacher_data(20, 5, 32), steps=steps, clip=0.5, num_classes=5)
+
+
+def batch_of_two(steps=400):
+    def build():
+        model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5))
+        return model, torch.optim.SGD(model.parameters(), lr=0.02), nn.CrossEntropyLoss(), None
+
+    return Spec("batch_of_two", build, _teacher_data(20, 5, 2), steps=steps, num_classes=5)
+
+
+def linear_to_zero_loss(steps=300):
+    """Noise-free linear regression: the loss falls to ~0 fast."""
+    def batch_fn(step):
+        w = torch.randn(8, 2, generator=torch.Generator().manual_seed(4))
+        x = torch.randn(64, 8, generator=torch.Generator().manual_seed(step))
+        return x, x @ w
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 2))
+        return model, torch.optim.Adam(model.parameters(), lr=5e-2), nn.MSELoss(), None
+
+    return Spec("linear_to_zero_loss", build, batch_fn, steps=steps)
+
+
+class _KD(nn.Module):
+    def forward(self, out, target_logits):
+        return nn.functional.kl_div(torch.log_softmax(out, 1), torch.softmax(target_logits, 1), reduction="batchmean")
+
+
+def kldiv_distillation(steps=250):
+    def batch_fn(step):
+        t = torch.randn(16, 6, generator=torch.Generator().manual_seed(8))
+        x = torch.randn(32, 16, generator=torch.Generator().manual_seed(step))
+        return x, x @ t
+
+    def build():
+        model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 6))
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), _KD(), None
+
+    return Spec("kldiv_distillation", build, batch_fn, steps=steps)
+
+
+def multilabel_bce_dropout(steps=250):
+    def batch_fn(step):
+        t = torch.randn(20, 12, generator=torch.Generator().manual_seed(5))
+        x = torch.randn(32, 20, generator=torch.Generator().manual_seed(step))
+        return x, (x @ t > 0.5).float()
+
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 12))
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.BCEWithLogitsLoss(), None
+
+    return Spec("multilabel_bce_dropout", build, batch_fn, steps=steps)
+
+
+def large_target_regression(steps=300):
+    """L1 regression onto targets ~500 +- 100 (not standardised): the output
+    Linear grows to the targets' scale while the loss falls."""
+    def batch_fn(step):
+        w = torch.randn(8, 1, generator=torch.Generator().manual_seed(4))
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        return x, 100 * (x @ w) + 500
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.L1Loss(), None
+
+    return Spec("large_target_regression", build, batch_fn, steps=steps)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -490,4 +631,7 @@ def all_specs():
         zero_init_head(), warmup_from_zero(), amp_mlp(), overfit_small_dataset(), plain_cnn(),
         binary_sigmoid_bce(), gru_sgd(), bn_mlp_tiny_batch(), autoencoder_sigmoid_mse(), mobilenetish(),
         frozen_first_layer(), heavy_tail_regression(), leaky_elu_cnn(), lstm_lm(),
+        vgg_no_bn(), groupnorm_prelu_cnn(), huber_regression(), label_smoothing_100_classes(),
+        nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
+        multilabel_bce_dropout(), large_target_regression(),
     ]
