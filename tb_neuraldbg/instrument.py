@@ -510,6 +510,10 @@ class _Collector:
 # --------------------------------------------------------------------------
 
 
+def _raise(e: BaseException) -> None:
+    raise e
+
+
 def _foreach_sub_(xs: list, ys: list) -> None:
     """xs[i] -= ys[i], batched where torch has the private foreach op."""
     try:
@@ -653,10 +657,20 @@ class Instrument:
 
     def release(self) -> None:
         """Drop the references to recent batches (after the worker is done
-        with the steps that might need them)."""
+        with the steps that might need them) and, once the hooks are off, to
+        the model, its parameters, the optimizer, criterion and scaler: a
+        handle or writer kept after close() must not keep them alive."""
         self._batches.clear()
         self._batch_bytes.clear()
         self._suspect_batch = None
+        if self._removed:
+            self.model = self.root = None
+            self.optimizer = self.criterion = self.scaler = None
+            self._watched = []
+            self._params_of_row = {}
+            self._params_pending = {}
+            self._prev_out = None
+            self._loss = None
 
     @property
     def removed(self) -> bool:
@@ -1063,7 +1077,10 @@ class Instrument:
         if loss is not None and isinstance(loss, torch.Tensor):
             self._loss = loss.detach()
         elif loss is not None:
-            self._loss = torch.tensor(float(loss))
+            try:  # a number, a numpy value or array, a list of numbers
+                self._loss = torch.as_tensor(np.asarray(loss, dtype=np.float64).reshape(-1))
+            except (TypeError, ValueError) as e:  # not a loss: warned, training goes on
+                self._guard("loss", _raise, e)
         if self.optimizer is not None:
             return
         if step is not None:

@@ -54,6 +54,9 @@ _WATCHED: "weakref.WeakKeyDictionary[torch.nn.Module, WatchHandle]" = weakref.We
 _LIVE_WRITERS: "weakref.WeakSet[DebugWriter]" = weakref.WeakSet()
 _BATCH_BYTES = 64 * 2**20
 _MAX_BATCH_FILES = 8  # a run with many anomalies must not fill the disk
+# Longest wait for the worker in remove()/close() (and so at interpreter
+# exit): a hung worker (a stuck file system) is abandoned, not waited for.
+_CLOSE_TIMEOUT = 60.0
 
 
 class TrainingFailure(RuntimeError):
@@ -90,7 +93,9 @@ class WatchHandle:
         self.instrument.remove()
         writer = self._writer()
         if writer is not None and writer._worker is not None:
-            writer._worker.sync()  # steps in flight may still need a batch
+            # Steps in flight may still need a batch; a hung worker must not
+            # hang training (or interpreter exit): the wait is bounded.
+            writer._worker.sync(_CLOSE_TIMEOUT)
         self.instrument.release()
         model = self._model()
         if model is not None and _WATCHED.get(model) is self:
@@ -189,15 +194,29 @@ class _Worker:
     def put(self, packet: StepPacket) -> None:
         self.queue.put(packet)
 
-    def sync(self, timeout: float | None = None) -> None:
-        """Wait until everything queued so far has been processed."""
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has been processed (at most
+        ``timeout`` seconds); False if the worker did not get there."""
+        if not self.thread.is_alive() or threading.current_thread() is self.thread:
+            return False
         done = threading.Event()
         self.queue.put(done)
-        done.wait(timeout)
+        return done.wait(timeout)
 
-    def stop(self, timeout: float | None = None) -> None:
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the worker after what is queued; False if it is still
+        running after ``timeout`` seconds (it is a daemon: it cannot keep
+        the interpreter alive)."""
         self.queue.put(self._STOP)
+        if threading.current_thread() is self.thread:
+            return False
         self.thread.join(timeout)
+        if self.thread.is_alive():
+            msg = f"tb_neuraldbg: the writer's worker did not finish within {timeout} s; the last steps may be missing"
+            warnings.warn(msg, RuntimeWarning)
+            log.warning(msg)
+            return False
+        return True
 
     def _run(self) -> None:
         while True:
@@ -572,15 +591,24 @@ class DebugWriter(SummaryWriter):
         watched). ``step`` defaults to the count of records so far (from
         ``start_step``). With an optimizer watched, only attaches ``loss``
         to the step the next ``optimizer.step()`` records."""
-        if self._handle is None or self._handle.instrument.removed:
+        if self._handle is None:
             raise RuntimeError("record() needs a watched model: call watch(model) first")
+        if self._handle.instrument.removed:
+            # After remove()/close() (maybe from another thread, a callback):
+            # training goes on, unrecorded.
+            if not getattr(self, "_warned_record_removed", False):
+                self._warned_record_removed = True
+                warnings.warn(
+                    "tb_neuraldbg: record() after remove()/close() is ignored", RuntimeWarning, stacklevel=2
+                )
+            return
         self._handle.instrument.record(step, loss)
 
     def flush(self) -> None:
         """Process every recorded step, then flush the event file. Rows
         still in the ring (the last ``ring`` steps) are written at close()."""
         if self._worker is not None:
-            self._worker.sync()
+            self._worker.sync(_CLOSE_TIMEOUT)
         super().flush()
 
     def close(self) -> None:
@@ -600,7 +628,7 @@ class DebugWriter(SummaryWriter):
 
     def _stop_worker(self) -> None:
         if self._worker is not None:
-            self._worker.stop()
+            self._worker.stop(_CLOSE_TIMEOUT)
             self._last_worker = self._worker
             self._worker = None
 

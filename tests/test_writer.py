@@ -475,3 +475,72 @@ def test_num_classes_only_for_a_mean_reduced_cross_entropy(tmp_path, planned):
             opt.step()
     (config,) = json_values(load(tmp_path), metadata.TAG_CONFIG)
     assert config["num_classes"] is None
+
+
+def test_record_after_close_is_ignored_not_raised(tmp_path):
+    model = tiny()
+    w = DebugWriter(str(tmp_path))
+    w.watch(model)
+    model(torch.randn(4, 4)).sum().backward()
+    w.record(loss=1.0)
+    w.close()
+    model(torch.randn(4, 4)).sum().backward()
+    with pytest.warns(RuntimeWarning, match="ignored"):
+        w.record(loss=1.0)  # a loop that goes on after close() must not crash
+    w.record()
+
+
+def test_a_writer_kept_after_close_does_not_keep_the_model_alive(tmp_path):
+    import gc
+    import weakref
+
+    model = tiny()
+    w = DebugWriter(str(tmp_path))
+    handle, _ = fit(w, model, 3)
+    ref = weakref.ref(model)
+    opt_ref = weakref.ref(handle.instrument.optimizer)
+    w.close()
+    del model
+    gc.collect()
+    assert ref() is None and opt_ref() is None
+    assert handle.layers  # the row list stays readable
+
+
+def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    import tb_neuraldbg.writer as writer_mod
+
+    monkeypatch.setattr(writer_mod, "_CLOSE_TIMEOUT", 0.5)
+    release = threading.Event()
+    model = tiny()
+    w = DebugWriter(str(tmp_path))
+    w.watch(model)
+    monkeypatch.setattr(w._worker, "_process", lambda packet: release.wait(30))
+    model(torch.randn(4, 4)).sum().backward()
+    w.record()
+    t = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match="did not finish"):
+            w.close()
+        assert time.monotonic() - t < 10
+        assert sum(len(m._forward_hooks) for m in model.modules()) == 0
+    finally:
+        release.set()
+
+
+def test_record_with_an_odd_loss_warns_and_training_goes_on(tmp_path):
+    model = tiny()
+    w = DebugWriter(str(tmp_path))
+    w.watch(model)
+    for loss in (np.float32(1.5), np.array([1.0, 3.0]), [2.0, 4.0]):
+        model(torch.randn(4, 4)).sum().backward()
+        w.record(loss=loss)
+    model(torch.randn(4, 4)).sum().backward()
+    with pytest.warns(RuntimeWarning, match="loss"):
+        w.record(loss="not a number")
+    model(torch.randn(4, 4)).sum().backward()
+    w.record(loss={"a": 1})
+    w.close()
+    assert w.stats_info["steps_analysed"] == 5
