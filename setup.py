@@ -87,7 +87,7 @@ setup(
         ],
     },
     entry_points={
-        "tensorboard_plugins": ["neuraldbg = tb_neuraldbg.plugin:NeuralDbgLoader"],
+        "tensorboard_plugins": ["neuraldbg = tb_neuraldbg.server.plugin:NeuralDbgLoader"],
         "console_scripts": ["neuraldbg = tb_neuraldbg.cli:main"],
     },
     cmdclass={"build_py": BuildPy, "develop": Develop},

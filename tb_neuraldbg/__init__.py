@@ -1,24 +1,32 @@
 """tb_neuraldbg: find the first failing layer of a PyTorch training run.
 
-Public face only. ``DebugWriter`` and ``checks`` (need torch) and ``diagnose`` are imported
-lazily so that the TensorBoard plugin and the report CLI load without torch.
+Public face only. ``DebugWriter``, ``register_module``, ``unwatch`` and
+``checks`` (need torch) and ``diagnose`` are imported lazily so that the
+TensorBoard plugin and the report CLI load without torch.
+
+Where things are, along the data path (see README "Where things are"):
+``training/`` (hooks, statistics, the writer), ``format/`` (the stored format,
+imported by every side), ``diagnosis/`` (pure numpy), ``server/`` (the
+TensorBoard plugin), ``offline/`` (reader and reports), ``checks/`` (the
+preflight protocol).
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
+
 __all__ = ["DebugWriter", "diagnose", "checks", "__version__"]
 
 
 def __getattr__(name):
     if name == "DebugWriter":
-        from .writer import DebugWriter
+        from .training.writer import DebugWriter
 
         return DebugWriter
     if name == "diagnose":
-        from .diagnosis import diagnose
+        from .offline.rediagnose import diagnose
 
         return diagnose
-    if name == "checks":
+    if name in ("checks", "metadata", "reader"):
         import importlib
 
-        return importlib.import_module(".checks", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'tb_neuraldbg' has no attribute {name!r}")

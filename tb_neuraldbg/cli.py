@@ -17,14 +17,9 @@ import os
 import sys
 import warnings
 
-from . import __version__
-from .report import (
-    DEFAULT_MAX_EVENTS,
-    NeuralDbgDataWarning,
-    format_report,
-    logdir_report,
-    run_report,
-)
+from ._version import __version__
+from .format.contract import NeuralDbgDataWarning, logdir_report, run_report
+from .offline.text_report import DEFAULT_MAX_EVENTS, format_report
 
 __all__ = ["main", "build_parser"]
 
@@ -105,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _collect_runs(logdir: str, rediagnose: bool) -> tuple[list, list[dict]]:
     """The runs under ``logdir`` and their report dicts (raises _UsageError)."""
-    from .reader import FormatError, read_logdir
+    from .offline.reader import FormatError, read_logdir
 
     try:
         runs = read_logdir(logdir)
@@ -116,7 +111,7 @@ def _collect_runs(logdir: str, rediagnose: bool) -> tuple[list, list[dict]]:
     if not runs:
         raise _UsageError(f"no neuraldbg data under {logdir}")
     if rediagnose:
-        from .diagnosis.offline import diagnose_run
+        from .offline.rediagnose import diagnose_run
 
         for run in runs:
             _note_gaps(run)
@@ -167,7 +162,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from .html_report import render_html
+    from .offline.html_report import render_html
 
     runs, reports = _collect_runs(args.logdir, args.rediagnose)
     text = render_html(reports, runs, title=f"neuraldbg report: {args.logdir}")

@@ -153,8 +153,9 @@ def _train_all(logdir: str, err: TextIO) -> list:
 
 def _report(logdir: str, results: list, out: TextIO) -> None:
     """Print the report of the demo runs, then planted versus found."""
-    from .reader import read_run
-    from .report import format_report, logdir_report, run_report
+    from .offline.reader import read_run
+    from .format.contract import logdir_report, run_report
+    from .offline.text_report import format_report
 
     # Only the runs this demo wrote: a logdir may hold other runs too.
     reports, unreadable = {}, {}

@@ -31,7 +31,8 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tb_neuraldbg import metadata, summary
+from tb_neuraldbg import metadata
+from tb_neuraldbg.format import summary
 
 __all__ = [
     "Plant",

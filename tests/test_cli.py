@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tb_neuraldbg import cli, metadata
-from tb_neuraldbg.diagnosis import offline
+from tb_neuraldbg.offline import rediagnose as offline
 from tb_neuraldbg.diagnosis.events import Event
 from tests.synthetic import event, write_run
 

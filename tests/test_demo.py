@@ -24,7 +24,7 @@ import torch
 from tb_neuraldbg import demo_cli
 from tb_neuraldbg._demo import SCENARIOS, load
 from tb_neuraldbg.reader import read_logdir
-from tb_neuraldbg.report import run_report
+from tb_neuraldbg.format.contract import run_report
 
 torch.set_num_threads(1)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

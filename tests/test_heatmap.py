@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from tb_neuraldbg import heatmap, metadata
+from tb_neuraldbg import metadata
+from tb_neuraldbg.server import heatmap
 
 H = metadata.STATE_CODE["healthy"]
 EXPL = metadata.STATE_CODE["exploding"]

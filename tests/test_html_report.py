@@ -1,4 +1,4 @@
-"""tb_neuraldbg.html_report and ``neuraldbg export``: a safe, self-contained HTML file."""
+"""tb_neuraldbg.offline.html_report and ``neuraldbg export``: a safe, self-contained HTML file."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import html.parser
 import re
 
 from tb_neuraldbg import cli, metadata
-from tb_neuraldbg.html_report import STATE_COLORS, render_html
+from tb_neuraldbg.offline.html_report import STATE_COLORS, render_html
 from tb_neuraldbg.reader import read_logdir
-from tb_neuraldbg.report import run_report
+from tb_neuraldbg.format.contract import run_report
 from tests.synthetic import Plant, event, write_run
 
 

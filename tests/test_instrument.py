@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg import stats as S
-from tb_neuraldbg.instrument import Instrument, WatchConfig, select_modules
+from tb_neuraldbg.training import stats as S
+from tb_neuraldbg.training.instrument import Instrument, WatchConfig, select_modules
 from tests.faults import InfBackward
 
 M = metadata.METRIC_INDEX

@@ -156,7 +156,7 @@ def test_wheel_ships_the_bundle_the_demo_and_the_entry_points(wheel):
     for scenario in SCENARIOS + ("__init__", "_common"):
         assert f"tb_neuraldbg/_demo/{scenario}.py" in names
     assert "tb_neuraldbg/demo_cli.py" in names
-    assert "neuraldbg = tb_neuraldbg.plugin:NeuralDbgLoader" in entry_text
+    assert "neuraldbg = tb_neuraldbg.server.plugin:NeuralDbgLoader" in entry_text
     assert "neuraldbg = tb_neuraldbg.cli:main" in entry_text
     assert not any(n.startswith(("demo/", "frontend/", "tests/")) for n in names)
 

@@ -2,8 +2,9 @@
 
 import numpy as np
 
-from tb_neuraldbg import metadata, plugin_data
-from tb_neuraldbg.plugin_data import Series, _LRU, _dense, _json_series
+from tb_neuraldbg import metadata
+from tb_neuraldbg.server import plugin_data
+from tb_neuraldbg.server.plugin_data import Series, _LRU, _dense, _json_series
 
 
 class Point:
@@ -88,7 +89,7 @@ from tensorboard.data import grpc_provider, provider  # noqa: E402
 from tensorboard.data.proto import data_provider_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
-from tb_neuraldbg.plugin_data import PluginData, _dense_proto  # noqa: E402
+from tb_neuraldbg.server.plugin_data import PluginData, _dense_proto  # noqa: E402
 
 
 def tensor_data(points):

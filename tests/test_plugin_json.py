@@ -1,4 +1,4 @@
-"""tb_neuraldbg.jsonfast: valid JSON, exact float32 values, TensorBoard's
+"""tb_neuraldbg.server.jsonfast: valid JSON, exact float32 values, TensorBoard's
 non-finite strings, on both the small (readable) and the large (vectorized) path."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tb_neuraldbg import jsonfast
+from tb_neuraldbg.server import jsonfast
 
 SPECIAL = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
 

@@ -23,7 +23,9 @@ from tensorboard.util import tensor_util
 from werkzeug import test as werkzeug_test
 
 from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
-from tb_neuraldbg import metadata, plugin, report
+from tb_neuraldbg import metadata
+from tb_neuraldbg.format import contract as report
+from tb_neuraldbg.server import plugin
 
 BASE = "/data/plugin/neuraldbg"
 M = metadata.METRIC_INDEX
@@ -190,9 +192,15 @@ def test_meta(app, truth):
         "layers": make_layers(4) + [GROWN],
         "metrics": list(metadata.METRICS),
         "states": [
-            {"code": metadata.STATE_CODE[s], "name": s, "severity": metadata.STATE_SEVERITY[s]}
-            for s in metadata.STATES
+            {"code": s.code, "name": s.name, "severity": s.severity, "rank": s.rank, "kind": s.kind,
+             "evidence": s.evidence, "color": s.color, "label": s.label}
+            for s in metadata.STATE_TABLE
         ],
+        "metric_info": [
+            {"name": m.name, "scale": m.scale, "label": m.label, "description": m.description}
+            for m in metadata.METRIC_TABLE
+        ],
+        "colors": {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_STATE_COLOR},
         "first_step": 100,
         "last_step": 178,
         "num_steps": 40,
@@ -492,7 +500,7 @@ def test_two_event_records_at_one_step_both_count(tmp_path):
     """The plugin keeps whatever the provider returns. (The Rust data server
     itself keeps only the LAST record of a tag at a step -- it treats a
     repeated step as a restart -- so writers must write one per step.)"""
-    from tb_neuraldbg import summary
+    from tb_neuraldbg.format import summary
 
     w = SyntheticWriter(tmp_path, "end", make_layers(2))
     w.step(0)
@@ -515,7 +523,7 @@ def test_layer_detail_metric_subset(app, truth):
 
 
 def test_run_without_states_or_steps(tmp_path):
-    from tb_neuraldbg import summary
+    from tb_neuraldbg.format import summary
 
     layers = make_layers(1)
     w = EventFileWriter(str(tmp_path / "nostates"))

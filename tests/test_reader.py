@@ -12,7 +12,8 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from tb_neuraldbg import metadata, summary
+from tb_neuraldbg import metadata
+from tb_neuraldbg.format import summary
 from tb_neuraldbg.reader import FormatError, NeuralDbgDataWarning, read_logdir, read_run
 from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
 

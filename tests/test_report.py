@@ -1,4 +1,4 @@
-"""tb_neuraldbg.report: the contract JSON (validated by docs/report.schema.json) and the text."""
+"""tb_neuraldbg.format.contract and offline.text_report: the contract JSON (validated by docs/report.schema.json) and the text."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ import pytest
 
 from tb_neuraldbg import metadata
 from tb_neuraldbg.cli import main
-from tb_neuraldbg.report import (
+from tb_neuraldbg.format.contract import (
     EVENT_KEYS,
     ROOT_CAUSE_KEYS,
     NeuralDbgDataWarning,
-    _width,
-    format_report,
     logdir_report,
     run_report,
 )
+from tb_neuraldbg.offline.text_report import _width, format_report
 from tests.synthetic import Plant, derive_diagnosis, event, write_run
 
 SCHEMA = json.loads(

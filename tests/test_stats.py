@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg import stats as S
-from tb_neuraldbg.stats import Key
+from tb_neuraldbg.training import stats as S
+from tb_neuraldbg.training.stats import Key
 
 M = metadata.METRIC_INDEX
 

@@ -19,8 +19,8 @@ from torch import nn
 import tb_neuraldbg.diagnosis as diagnosis
 from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
-from tb_neuraldbg.instrument import WatchConfig
-from tb_neuraldbg.writer import TrainingFailure
+from tb_neuraldbg.training.instrument import WatchConfig
+from tb_neuraldbg.training.writer import TrainingFailure
 from tests.faults import InfBackward
 
 torch.set_num_threads(1)
@@ -310,7 +310,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     hists = sum(cfg.is_hist(s) for s in range(n_steps))
     # Measure what one more row and one more histogram cost on disk.
     from torch.utils.tensorboard.summary import histogram_raw
-    from tb_neuraldbg.writer import _Worker
+    from tb_neuraldbg.training.writer import _Worker
 
     class Fake:
         def __init__(self, d):
@@ -383,7 +383,7 @@ def test_a_module_first_seen_later_is_appended(tmp_path, planned):
 
 def test_interpreter_exit_flushes_everything(tmp_path):
     # What the atexit handler runs (a subprocess would cost seconds of import).
-    from tb_neuraldbg.writer import _close_all_at_exit
+    from tb_neuraldbg.training.writer import _close_all_at_exit
 
     model = tiny()
     w = DebugWriter(str(tmp_path), flush_secs=3600)
@@ -416,8 +416,8 @@ def test_a_step_that_goes_backwards_is_analysed_not_written(tmp_path, planned):
 
 
 def test_fast_row_summary_equals_the_builder_without_metadata():
-    from tb_neuraldbg import summary
-    from tb_neuraldbg.writer import row_summary_without_metadata
+    from tb_neuraldbg.format import summary
+    from tb_neuraldbg.training.writer import row_summary_without_metadata
 
     row = np.random.default_rng(1).random((5, len(metadata.METRICS)), dtype=np.float32)
     row[2, 3] = np.nan
@@ -510,7 +510,7 @@ def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
     import threading
     import time
 
-    import tb_neuraldbg.writer as writer_mod
+    import tb_neuraldbg.training.writer as writer_mod
 
     monkeypatch.setattr(writer_mod, "_CLOSE_TIMEOUT", 0.5)
     release = threading.Event()

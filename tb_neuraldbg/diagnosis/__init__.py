@@ -8,20 +8,13 @@ and offline over stored statistics alike::
     events = engine.update(step, row)       # row: float32 [L, len(METRICS)]
     engine.finish()                         # events only decidable at the end
 
-``diagnose(logdir)`` (offline re-run over a logdir) lives in ``.offline`` and
-is imported lazily, so importing the engine never pulls in the reader.
+No I/O here: ``tb_neuraldbg.diagnose(logdir)`` (an offline re-run over a
+logdir) lives in ``tb_neuraldbg.offline.rediagnose``.
 """
 
 from .engine import Engine
 from .events import Event
 from .thresholds import Thresholds
 
-__all__ = ["Engine", "Event", "Thresholds", "diagnose"]
+__all__ = ["Engine", "Event", "Thresholds"]
 
-
-def __getattr__(name):
-    if name == "diagnose":
-        from .offline import diagnose
-
-        return diagnose
-    raise AttributeError(f"module 'tb_neuraldbg.diagnosis' has no attribute {name!r}")

@@ -12,11 +12,11 @@ import math
 
 import numpy as np
 
-from .. import metadata
+from ..format import metadata
 from .events import Event
 from .explain import event_message
 from .rootcause import Failure, find_root_cause
-from .states import ASPECTS, EVIDENCE, Classifier
+from .states import ASPECTS, Classifier
 from .thresholds import Thresholds
 from .transitions import UNMEASURED, Hysteresis
 
@@ -28,24 +28,10 @@ _NAMES = metadata.STATES
 HEALTHY = _S["healthy"]
 _NUM_METRICS = len(metadata.METRICS)
 
-#: event kind of a (failing) state
-_KIND = {
-    "vanishing": "vanishing_gradient",
-    "exploding": "exploding_gradient",
-    "nonfinite": "nonfinite",
-    "no_gradient": "no_gradient",
-    "dead": "dead_activation",
-    "saturated": "saturated_activation",
-    "collapsed": "activation_collapse",
-    "act_exploding": "activation_explosion",
-    "frozen": "frozen_weights",
-    "data_anomaly": "data_anomaly",
-    "loss_spike": "loss_spike",
-    "loss_plateau": "loss_plateau",
-    "scaler_collapse": "scaler_collapse",
-    "initial_loss": "initial_loss",
-}
-# evidence column of each state code, per aspect (non-finite differs by aspect)
+#: event kind of a (failing) state, from the state table
+_KIND = {s.name: s.kind for s in metadata.STATE_TABLE if s.kind}
+# evidence column of each state code, per aspect: the state table's, else the
+# aspect's default (non-finite differs by aspect)
 _DEFAULT_COL = {"grad": "grad_norm", "fwd": "act_nonfinite", "act": "act_absmax", "weight": "update_ratio",
                 "input": "act_absmax", "loss": "value", "plateau": "value", "init": "value",
                 "scaler": "scale"}
@@ -54,8 +40,10 @@ _NONFINITE_COL = {"grad": "grad_nonfinite", "fwd": "act_nonfinite", "loss": "val
 
 def _evidence_cols(aspect: str) -> np.ndarray:
     cols = np.full(len(_NAMES), _M[_DEFAULT_COL[aspect]], np.int64)
-    for state, metric in EVIDENCE.items():
-        cols[_S[state]] = _M[metric]
+    for s in metadata.STATE_TABLE:
+        # the non-finite evidence depends on the aspect (below)
+        if s.evidence is not None and s.name != "nonfinite":
+            cols[s.code] = _M[s.evidence]
     if aspect in _NONFINITE_COL:
         cols[_S["nonfinite"]] = _M[_NONFINITE_COL[aspect]]
     return cols

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..metadata import PSEUDO_INPUT, PSEUDO_OPTIMIZER
+from ..format.metadata import PSEUDO_INPUT, PSEUDO_OPTIMIZER
 from .events import Event
 from .explain import fmt
 from .thresholds import Thresholds

@@ -28,11 +28,11 @@ from collections import deque
 
 import numpy as np
 
-from .. import metadata
+from ..format import metadata
 from .thresholds import Thresholds
 from .transitions import UNMEASURED
 
-__all__ = ["Classifier", "ASPECTS", "EVIDENCE", "RowKinds"]
+__all__ = ["Classifier", "ASPECTS", "RowKinds"]
 
 _M = metadata.METRIC_INDEX
 _S = metadata.STATE_CODE
@@ -42,23 +42,6 @@ _PLATEAU_BLOCK = 10
 
 #: aspects of a layer, each with its own hysteresis
 ASPECTS = ("grad", "fwd", "act", "weight", "input", "loss", "plateau", "init", "scaler")
-
-#: the statistic that is the evidence of each failing state (value of events)
-EVIDENCE = {
-    "vanishing": "grad_norm",
-    "exploding": "grad_norm",
-    "no_gradient": "grad_missing",
-    "dead": "act_dead_frac",
-    "saturated": "act_sat_frac",
-    "collapsed": "act_std",
-    "act_exploding": "act_absmax",
-    "frozen": "update_ratio",
-    "data_anomaly": "act_absmax",
-    "loss_spike": "value",
-    "loss_plateau": "value",
-    "initial_loss": "value",
-    "scaler_collapse": "scale",
-}
 
 
 class RowKinds:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import metadata
+from ..format import metadata
 
 __all__ = ["Hysteresis", "Transition", "UNMEASURED"]
 

@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from . import stats as S
-from .diagnosis.thresholds import Thresholds
-from .instrument import _first_tensor, _tensors, behaviour_of, unwrap
+from ..diagnosis.thresholds import Thresholds
+from ..training import stats as S
+from ..training.instrument import _first_tensor, _tensors, behaviour_of, unwrap
 
 __all__ = [
     "CheckResult",

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import metadata
-from ..report import NeuralDbgDataWarning, run_report
-from .engine import Engine
-from .thresholds import Thresholds
+from ..diagnosis.engine import Engine
+from ..diagnosis.thresholds import Thresholds
+from ..format import metadata
+from ..format.contract import NeuralDbgDataWarning, run_report
 
 __all__ = ["RunDiagnosis", "diagnose", "diagnose_run"]
 
@@ -105,6 +105,6 @@ def diagnose(logdir, thresholds: Thresholds | None = None) -> list[RunDiagnosis]
     Returns one ``RunDiagnosis`` per run with neuraldbg data, sorted by run
     name (TensorBoard's names). ``thresholds`` override the stored ones.
     """
-    from ..reader import read_logdir
+    from .reader import read_logdir
 
     return [diagnose_run(run, thresholds) for run in read_logdir(logdir)]

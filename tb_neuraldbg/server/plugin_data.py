@@ -36,7 +36,7 @@ try:  # the Rust data server's provider (load_fast); absent in odd installs
 except ImportError:  # pragma: no cover
     grpc = grpc_provider = data_provider_pb2 = None
 
-from . import metadata
+from ..format import metadata
 
 __all__ = ["PluginData", "Series", "DEFAULT_CACHE_BYTES", "FULL_DOWNSAMPLE"]
 
@@ -404,7 +404,7 @@ class PluginData:
                     ]
                     break
         for i in range(len(layers), width):
-            layers.append({"name": f"#{i}", "type": ""})
+            layers.append({"name": metadata.unnamed_row(i), "type": ""})
         return layers
 
     @staticmethod

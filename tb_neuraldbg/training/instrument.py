@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import metadata
+from ..format import metadata
 from . import stats as S
 from .stats import Key
 

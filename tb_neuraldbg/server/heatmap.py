@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from . import metadata
+from ..format import metadata
 
 __all__ = ["STATE_METRIC", "MAX_RULE_METRICS", "Heatmap", "bin_bounds", "bin_heatmap"]
 
@@ -27,19 +27,7 @@ STATE_METRIC = "state"
 
 # Fractions and counts: the extreme of a bin is its maximum. Every other
 # metric is norm-like (a scale), whose extreme is the farthest from 1 in log.
-MAX_RULE_METRICS = frozenset(
-    {
-        "grad_nonfinite",
-        "grad_missing",
-        "act_zero_frac",
-        "act_dead_frac",
-        "act_sat_frac",
-        "act_nonfinite",
-        "in_zero_frac",
-        "in_dead_frac",
-        "in_nonfinite",
-    }
-)
+MAX_RULE_METRICS = frozenset(m.name for m in metadata.METRIC_TABLE if m.scale == "linear")
 
 # Lookup tables over all 256 uint8 codes: rank of a code (-1 for unknown or
 # undefined codes) and the code of a rank (index rank + 1).

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import metadata
+from ..format import metadata
 
 __all__ = [
     "Key",

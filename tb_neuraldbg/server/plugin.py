@@ -22,14 +22,16 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from . import heatmap, jsonfast, metadata, report
+from ..format import contract, metadata
+from . import heatmap, jsonfast
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
 __all__ = ["NeuralDbgLoader", "NeuralDbgPlugin"]
 
 logger = logging.getLogger(__name__)
 
-_STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+# The bundle lives at the package root (tb_neuraldbg/static/), beside the faces.
+_STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 _BUNDLE = os.path.join(_STATIC_DIR, "index.js")
 BUILD_HINT = "cd frontend && npm ci && npm run build"
 # Served instead of a 404 when the bundle was not built, so the tab explains
@@ -57,10 +59,18 @@ _MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
 _FORMATS = ("json", "b64")
 _FAST_GZIP_BYTES = 1 << 20
 
+# /meta's copy of the state and metric tables: the tab draws with these
+# (its built-in copy is only a fallback for an older server).
 _STATES = [
-    {"code": metadata.STATE_CODE[name], "name": name, "severity": metadata.STATE_SEVERITY[name]}
-    for name in metadata.STATES
+    {"code": s.code, "name": s.name, "severity": s.severity, "rank": s.rank, "kind": s.kind,
+     "evidence": s.evidence, "color": s.color, "label": s.label}
+    for s in metadata.STATE_TABLE
 ]
+_METRIC_INFO = [
+    {"name": m.name, "scale": m.scale, "label": m.label, "description": m.description}
+    for m in metadata.METRIC_TABLE
+]
+_COLORS = {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_STATE_COLOR}
 
 
 # -- request parsing -------------------------------------------------------
@@ -206,7 +216,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return listing
 
     def _run_report(self, run: str, series: dict) -> dict:
-        return report.run_report(run, self._data.diagnosis(series), self._data.events(series))
+        return contract.run_report(run, self._data.diagnosis(series), self._data.events(series))
 
     @staticmethod
     def _axis_tag(listing: dict) -> str:
@@ -267,6 +277,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "layers": self._data.layers(series, self._width(series)),
             "metrics": list(metadata.METRICS),
             "states": _STATES,
+            "metric_info": _METRIC_INFO,
+            "colors": _COLORS,
             "first_step": int(steps[0]) if steps.size else None,
             "last_step": int(steps[-1]) if steps.size else None,
             "num_steps": int(steps.size),
@@ -377,7 +389,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         """``neuraldbg report --json`` for every run."""
         listings = self._data.list_series(ctx, eid)
         tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
-        return report.logdir_report(
+        return contract.logdir_report(
             self._run_report(run, self._data.read(ctx, eid, run, tags, listings[run]))
             for run in sorted(listings)
         )

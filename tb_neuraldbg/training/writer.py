@@ -39,7 +39,8 @@ from torch.utils.tensorboard.summary import histogram_raw
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from . import __version__, metadata, summary
+from .._version import __version__
+from ..format import metadata, summary
 from . import stats as S
 from .instrument import Instrument, StepPacket, WatchConfig
 from .stats import Key
@@ -297,7 +298,7 @@ class _Worker:
             return
         try:
             if self.engine is None:
-                from .diagnosis import Engine
+                from ..diagnosis import Engine
 
                 self.engine = Engine(self.layers, thresholds=self.config.thresholds)
             else:
@@ -375,7 +376,7 @@ class _Worker:
                 continue
             name = self.layers[int(hr[i])]["name"]
             summ = histogram_raw(
-                f"{metadata.PLUGIN_NAME}_hist/{name}/activation",
+                metadata.hist_tag(name),
                 parts["min"],
                 parts["max"],
                 parts["num"],

@@ -16,34 +16,15 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import __version__, metadata
-from .heatmap import STATE_METRIC, bin_heatmap
-from .report import is_root_event
+from .._version import __version__
+from ..format import metadata
+from ..format.contract import is_root_event
+from ..server.heatmap import STATE_METRIC, bin_heatmap
 
 __all__ = ["STATE_COLORS", "render_html"]
 
-# Keep in step with frontend/src/states.ts (the plugin's colours), so the
-# export and the TensorBoard tab read the same.
-STATE_COLORS = {
-    "healthy": "#cfe0f3",
-    "nonfinite": "#d62728",
-    "data_anomaly": "#e8178a",
-    "scaler_collapse": "#7b1fa2",
-    "exploding": "#ff7f0e",
-    "act_exploding": "#f2c200",
-    "no_gradient": "#3b3b3b",
-    "dead": "#8c564b",
-    "saturated": "#c45cc4",
-    "collapsed": "#b5892f",
-    "vanishing": "#9b8cff",
-    "frozen": "#2ca089",
-    "loss_spike": "#f08a7e",
-    "loss_plateau": "#9ccf6b",
-    "initial_loss": "#c7a6e0",
-}
-_NO_DATA_COLOR = "#f3f3f3"
-_UNKNOWN_COLOR = "#ff00ff"  # a code this version does not know
-_NAME_OF_CODE = {code: name for name, code in metadata.STATE_CODE.items()}
+# Colours and labels come from the state table (format/metadata.py), as the tab's do.
+STATE_COLORS = {s.name: s.color for s in metadata.STATE_TABLE}
 
 _CELL_H = 14
 _LABEL_W = 230
@@ -72,16 +53,8 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _color(code: int) -> str:
-    if code == metadata.STATE_UNKNOWN:
-        return _NO_DATA_COLOR
-    return STATE_COLORS.get(_NAME_OF_CODE.get(int(code), ""), _UNKNOWN_COLOR)
-
-
-def _state_label(code: int) -> str:
-    if code == metadata.STATE_UNKNOWN:
-        return "no data"
-    return _NAME_OF_CODE.get(int(code), f"state {int(code)}")
+_color = metadata.state_color
+_state_label = metadata.state_label
 
 
 def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,

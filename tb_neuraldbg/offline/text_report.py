@@ -1,168 +1,21 @@
-"""The run report: DESIGN.md's report JSON and its terminal rendering.
+"""The terminal report: one run or a whole report as plain text of a given width.
 
-``run_report`` reduces whatever a logdir holds (a stored or recomputed
-diagnosis, event dicts with optional extra keys) to exactly the public
-contract of shared/DESIGN.md; ``format_report`` renders one run or a whole
-``{"runs": [...]}`` object as plain text that fits a given width.
-
-Everything read from a logdir is untrusted: values are coerced to the
-contract's types, records that cannot be are skipped with a warning, and
-control characters never reach the terminal.
+Renders the report JSON of :mod:`tb_neuraldbg.format.contract`. Layer names
+and messages come from a logdir: control characters never reach the terminal.
 """
 
 from __future__ import annotations
 
-import math
 import unicodedata
-import warnings
-from typing import Any, Iterable, Mapping
+from typing import Mapping
 
-from . import metadata
+from ..format.contract import is_root_event
 
-__all__ = [
-    "EVENT_KEYS",
-    "ROOT_CAUSE_KEYS",
-    "NeuralDbgDataWarning",
-    "run_report",
-    "logdir_report",
-    "format_report",
-    "is_root_event",
-]
+__all__ = ["DEFAULT_MAX_EVENTS", "format_report"]
 
-# Key order of the contract; the JSON keeps it so diffs of reports stay readable.
-EVENT_KEYS = ("step", "layer", "kind", "from_state", "to_state", "value", "severity", "message")
-ROOT_CAUSE_KEYS = ("kind", "layer", "step", "message")
-STATUSES = ("healthy", "failing")
-
-_SEVERITY_RANK = {name: i for i, name in enumerate(metadata.SEVERITIES)}
 _SEVERITY_LABEL = {"error": "ERROR", "warning": "WARN", "info": "info"}
 # Timeline entries shown per run in the terminal (the JSON keeps everything).
 DEFAULT_MAX_EVENTS = 60
-
-
-class NeuralDbgDataWarning(UserWarning):
-    """A record in a logdir could not be read and was skipped."""
-
-
-# ---------------------------------------------------------------------------
-# JSON: coercion to the contract
-
-
-def _as_int(value: Any) -> int:
-    # bool is an int subclass but never a valid step.
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise ValueError(f"expected an integer, got {value!r}")
-
-
-def _as_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _as_float_or_none(value: Any) -> float | None:
-    """Finite float, or None (JSON has no NaN/Infinity; the message keeps the story)."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    # Non-numbers: None rather than a rejected event. A string "NaN" (as
-    # TensorBoard's Respond encodes it) means the same.
-    return None
-
-
-def _as_choice(value: Any, choices: Iterable[str], what: str) -> str:
-    value = _as_str(value)
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}")
-    return value
-
-
-def _contract_event(event: Mapping) -> dict:
-    """One event dict with exactly the contract keys, in contract order."""
-    if not isinstance(event, Mapping):
-        raise ValueError(f"an event must be an object, got {type(event).__name__}")
-    missing = [k for k in EVENT_KEYS if k not in event and k != "value"]
-    if missing:
-        raise ValueError(f"event lacks {', '.join(missing)}")
-    return {
-        "step": _as_int(event["step"]),
-        "layer": _as_str(event["layer"]),
-        "kind": _as_choice(event["kind"], metadata.KINDS, "kind"),
-        "from_state": _as_str(event["from_state"]),
-        "to_state": _as_str(event["to_state"]),
-        "value": _as_float_or_none(event.get("value")),
-        "severity": _as_choice(event["severity"], metadata.SEVERITIES, "severity"),
-        "message": _as_str(event["message"]),
-    }
-
-
-def _contract_root_cause(root_cause: Any) -> dict | None:
-    if root_cause is None:
-        return None
-    if not isinstance(root_cause, Mapping):
-        raise ValueError(f"root_cause must be an object or null, got {type(root_cause).__name__}")
-    return {
-        "kind": _as_choice(root_cause.get("kind"), metadata.KINDS, "kind"),
-        "layer": _as_str(root_cause.get("layer")),
-        "step": _as_int(root_cause.get("step")),
-        "message": _as_str(root_cause.get("message")),
-    }
-
-
-def _warn(run: str, what: str, error: Exception) -> None:
-    warnings.warn(f"run {run!r}: skipped {what}: {error}", NeuralDbgDataWarning, stacklevel=3)
-
-
-def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -> dict:
-    """One run of DESIGN.md's report JSON, with exactly the contract keys.
-
-    ``diagnosis`` is ``{"status", "root_cause"}`` (as stored under
-    ``neuraldbg/diagnosis`` or computed by the engine) or None. Without a
-    usable diagnosis the status is "failing" iff a warning or error event
-    exists and the root cause is null. A root cause always means "failing". ``events`` are event dicts that may carry extra keys;
-    the result keeps the contract keys only, sorted by onset step (a stable
-    sort: events of one step keep the order they were given in). Non-finite
-    values become null. Events or a diagnosis that do not fit the contract are
-    skipped with a ``NeuralDbgDataWarning``; nothing here raises on bad data.
-    """
-    run = str(run)
-    clean_events = []
-    for event in events:
-        try:
-            clean_events.append(_contract_event(event))
-        except (ValueError, TypeError) as e:
-            _warn(run, "an event", e)
-    clean_events.sort(key=lambda e: e["step"])
-
-    status = None
-    root_cause = None
-    if diagnosis is not None:
-        try:
-            if not isinstance(diagnosis, Mapping):
-                raise ValueError(f"expected an object, got {type(diagnosis).__name__}")
-            status = _as_choice(diagnosis.get("status"), STATUSES, "status")
-            root_cause = _contract_root_cause(diagnosis.get("root_cause"))
-        except (ValueError, TypeError) as e:
-            _warn(run, "the diagnosis", e)
-            status, root_cause = None, None
-    if status is None:
-        failing = any(e["severity"] in ("warning", "error") for e in clean_events)
-        status = "failing" if failing else "healthy"
-    if root_cause is not None:
-        status = "failing"
-    return {"run": run, "status": status, "root_cause": root_cause, "events": clean_events}
-
-
-def logdir_report(runs: Iterable[Mapping]) -> dict:
-    """The whole ``--json`` object: ``{"runs": [run_report(...), ...]}``."""
-    return {"runs": list(runs)}
 
 
 # ---------------------------------------------------------------------------
@@ -299,11 +152,6 @@ def _select_groups(groups: list[list[dict]], max_entries: int) -> list[list[dict
             break
         chosen.add(i)
     return [groups[i] for i in sorted(chosen)]
-
-
-def is_root_event(event: Mapping, root: Mapping | None) -> bool:
-    """Whether ``event`` is the one the root cause names (same step, layer, kind)."""
-    return bool(root) and all(event.get(k) == root.get(k) for k in ("step", "layer", "kind"))
 
 
 def _format_header(run: Mapping, width: int) -> list[str]:

@@ -1,0 +1,6 @@
+"""The ground floor: the stored format, imported by every side and importing none of them.
+
+``metadata`` (plugin name, version, tags, the tables of states and metrics),
+``summary`` (data -> protos), ``decode`` (stored tensors -> arrays),
+``contract`` (the report JSON).
+"""

@@ -1,0 +1,317 @@
+"""The single source of truth for the neuraldbg on-disk format.
+
+Plugin name, format version, tag names, metric (column) names, state codes,
+and the build/parse of ``SummaryMetadata``. Everything that writes or reads
+neuraldbg data imports its names from here; docs/FORMAT.md describes the same
+thing for other tools.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tensorboard.compat.proto import summary_pb2
+
+__all__ = [
+    "PLUGIN_NAME",
+    "FORMAT_VERSION",
+    "TAG_PREFIX",
+    "TAG_LAYERS",
+    "TAG_STATES",
+    "TAG_EVENTS",
+    "TAG_DIAGNOSIS",
+    "TAG_CONFIG",
+    "MetricInfo",
+    "METRIC_TABLE",
+    "METRIC_INFO",
+    "METRICS",
+    "METRIC_INDEX",
+    "stats_tag",
+    "metric_of_tag",
+    "StateInfo",
+    "STATE_TABLE",
+    "STATE_INFO",
+    "STATE_OF_CODE",
+    "STATES",
+    "STATE_CODE",
+    "STATE_SEVERITY",
+    "STATE_UNKNOWN",
+    "NO_DATA_COLOR",
+    "UNKNOWN_STATE_COLOR",
+    "NO_DATA_LABEL",
+    "state_rank",
+    "worst_state",
+    "state_color",
+    "state_label",
+    "hist_tag",
+    "unnamed_row",
+    "KINDS",
+    "SEVERITIES",
+    "PSEUDO_INPUT",
+    "PSEUDO_LOSS",
+    "PSEUDO_OPTIMIZER",
+    "PSEUDO_LAYERS",
+    "create_summary_metadata",
+    "parse_plugin_metadata",
+]
+
+PLUGIN_NAME = "neuraldbg"
+# Bump on any change a reader must know about; parse_plugin_metadata refuses
+# versions it does not understand instead of guessing.
+FORMAT_VERSION = 1
+
+TAG_PREFIX = "neuraldbg/"
+# JSON string scalar: {"layers": [{"name": str, "type": str}, ...]}. Written at
+# the first logged step and again whenever the list grows (it only grows, so a
+# row index never changes meaning). Rows of every per-step tensor follow it.
+TAG_LAYERS = "neuraldbg/layers"
+# uint8 [L]: the worst state code of each layer at that step (see STATES).
+TAG_STATES = "neuraldbg/states"
+# JSON string scalar: a list of event dicts (DESIGN.md's event JSON), written at
+# the step the event was confirmed; each event's own "step" is its onset.
+TAG_EVENTS = "neuraldbg/events"
+# JSON string scalar: {"status": ..., "root_cause": null | {...}}, written
+# whenever it changes; the last value is the run's current diagnosis.
+TAG_DIAGNOSIS = "neuraldbg/diagnosis"
+# JSON string scalar written once: writer settings, thresholds, versions.
+TAG_CONFIG = "neuraldbg/config"
+
+# Per-layer statistics, one float32 [L] tensor per logged step for each metric,
+# under the tag stats_tag(metric). NaN means "not measured at this step / not
+# applicable to this layer"; non-finite *data* shows in the *_nonfinite counts.
+# ``scale``: "log" for magnitudes (a heatmap bin keeps the value farthest from
+# 1 in log), "linear" for fractions and counts (a bin keeps the maximum).
+# Never reorder: a writer's rows follow this order (append new metrics).
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """One per-layer statistic: its name on disk, how it is drawn, what it means."""
+
+    name: str
+    scale: str  # "log" | "linear"
+    label: str
+    description: str
+
+
+METRIC_TABLE = (
+    MetricInfo("grad_norm", "log", "Gradient norm",
+               "L2 norm of the layer's own parameter gradients, before clipping"),
+    MetricInfo("grad_nonfinite", "linear", "Non-finite gradients",
+               "count of non-finite values in those gradients"),
+    MetricInfo("grad_missing", "linear", "Parameters without gradient",
+               "parameters (requires_grad) that received no gradient"),
+    MetricInfo("weight_norm", "log", "Weight norm", "L2 norm of the layer's own parameters"),
+    MetricInfo("update_ratio", "log", "Update ratio \u2016\u0394w\u2016/\u2016w\u2016",
+               "||w_t - w_{t-1}|| / ||w_{t-1}||"),
+    MetricInfo("act_mean", "log", "Activation mean", "mean of the output"),
+    MetricInfo("act_std", "log", "Activation std", "standard deviation of the output"),
+    MetricInfo("act_absmax", "log", "Activation max |x|", "largest absolute output value"),
+    MetricInfo("act_zero_frac", "linear", "Zero fraction", "fraction of exact zeros in the output"),
+    MetricInfo("act_dead_frac", "linear", "Dead fraction",
+               "fraction of units zero for every sample of the batch"),
+    MetricInfo("act_sat_frac", "linear", "Saturated fraction",
+               "fraction of outputs saturated (bounded activations only)"),
+    MetricInfo("act_nonfinite", "linear", "Non-finite outputs", "count of non-finite output values"),
+    # the same on the module's first input: this measures functional
+    # activations (torch.relu in forward) upstream
+    MetricInfo("in_zero_frac", "linear", "Input zero fraction", "fraction of exact zeros in the first input"),
+    MetricInfo("in_dead_frac", "linear", "Input dead fraction",
+               "fraction of units of the first input zero for every sample"),
+    MetricInfo("in_nonfinite", "linear", "Non-finite inputs", "count of non-finite values in the first input"),
+    MetricInfo("value", "log", "Value", "<loss>: loss value; <optimizer>: learning rate (first group)"),
+    MetricInfo("scale", "log", "GradScaler scale", "<optimizer>: GradScaler scale"),
+    # Where a NaN/Inf is born in backward is the module whose output gradient
+    # is finite while the gradient it passes on (its parameters' or its
+    # input's) is not.
+    MetricInfo("gout_nonfinite", "linear", "Non-finite output gradients",
+               "count (or 0/1 flag) of non-finite values in the gradient w.r.t. the output"),
+)
+METRICS = tuple(m.name for m in METRIC_TABLE)
+METRIC_INFO = {m.name: m for m in METRIC_TABLE}
+METRIC_INDEX = {name: i for i, name in enumerate(METRICS)}
+
+
+def stats_tag(metric: str) -> str:
+    """Tag under which one metric's per-step [L] tensor is stored."""
+    if metric not in METRIC_INDEX:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+    return f"{TAG_PREFIX}stats/{metric}"
+
+
+def hist_tag(layer: str) -> str:
+    """Tag of a layer's activation histogram: a plain TensorBoard histogram
+    (the Histograms and Distributions dashboards show it), not a neuraldbg tag."""
+    return f"{PLUGIN_NAME}_hist/{layer}/activation"
+
+
+def unnamed_row(index: int) -> str:
+    """The name of a stored row that the layer list does not name (damaged or
+    truncated data): the same in the CLI, the tab and the HTML export."""
+    return f"<row {int(index)}>"
+
+
+def metric_of_tag(tag: str) -> str | None:
+    """Inverse of stats_tag; None for tags that are not per-metric stats."""
+    prefix = f"{TAG_PREFIX}stats/"
+    if tag.startswith(prefix) and tag[len(prefix):] in METRIC_INDEX:
+        return tag[len(prefix):]
+    return None
+
+
+# The one table of states: every fact about a state lives in its row, and
+# every side reads it from here (the engine and its messages, the plugin's
+# /meta and so the tab, the HTML export). Adding a state is one row.
+# Codes are on disk: never reorder or renumber; add new states at the end.
+# ``rank`` orders states for "worst state" purposes (a heatmap bin keeps the
+# highest); ``kind`` is the event kind of a layer entering the state;
+# ``evidence`` is the metric whose value its events report (non-finite
+# values: the aspect decides, see diagnosis/engine.py).
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """One state of a layer: how it is stored, ranked, reported and drawn."""
+
+    code: int
+    name: str
+    rank: int
+    severity: str
+    kind: str | None  # event kind on entering the state (None: healthy)
+    evidence: str | None  # metric an event of this state reports as its value
+    color: str  # CSS colour in the tab and the HTML export
+    label: str  # short human label
+
+
+STATE_TABLE = (
+    StateInfo(0, "healthy", 0, "info", None, None, "#c9dcef", "healthy"),
+    StateInfo(1, "vanishing", 40, "warning", "vanishing_gradient", "grad_norm", "#9b8cff", "vanishing gradient"),
+    StateInfo(2, "exploding", 60, "error", "exploding_gradient", "grad_norm", "#ff7f0e", "exploding gradient"),
+    StateInfo(3, "nonfinite", 100, "error", "nonfinite", "act_nonfinite", "#d62728", "non-finite (NaN/inf)"),
+    StateInfo(4, "no_gradient", 50, "error", "no_gradient", "grad_missing", "#3b3b3b", "no gradient"),
+    StateInfo(5, "dead", 45, "warning", "dead_activation", "act_dead_frac", "#8c564b", "dead activations"),
+    StateInfo(6, "saturated", 42, "warning", "saturated_activation", "act_sat_frac", "#c45cc4",
+              "saturated activations"),
+    StateInfo(7, "collapsed", 41, "warning", "activation_collapse", "act_std", "#b5892f", "collapsed activations"),
+    StateInfo(8, "act_exploding", 55, "error", "activation_explosion", "act_absmax", "#f2c200",
+              "exploding activation"),
+    StateInfo(9, "frozen", 30, "warning", "frozen_weights", "update_ratio", "#2ca089", "frozen weights"),
+    StateInfo(10, "data_anomaly", 90, "error", "data_anomaly", "act_absmax", "#e8178a", "data anomaly"),
+    StateInfo(11, "loss_spike", 35, "warning", "loss_spike", "value", "#f08a7e", "loss spike"),
+    StateInfo(12, "loss_plateau", 34, "warning", "loss_plateau", "value", "#9ccf6b", "loss plateau"),
+    StateInfo(13, "scaler_collapse", 80, "error", "scaler_collapse", "scale", "#7b1fa2", "AMP scaler collapse"),
+    StateInfo(14, "initial_loss", 33, "warning", "initial_loss", "value", "#c7a6e0", "bad initial loss"),
+)
+STATE_UNKNOWN = 255  # no data for this layer at this step
+NO_DATA_COLOR = "#f3f4f6"  # STATE_UNKNOWN: nothing measured
+UNKNOWN_STATE_COLOR = "#ff00ff"  # a code this version does not know (a newer writer)
+NO_DATA_LABEL = "no data"
+
+STATE_INFO = {s.name: s for s in STATE_TABLE}
+STATE_OF_CODE = {s.code: s for s in STATE_TABLE}
+STATES = tuple(s.name for s in STATE_TABLE)
+STATE_CODE = {s.name: s.code for s in STATE_TABLE}
+STATE_SEVERITY = {s.name: s.severity for s in STATE_TABLE}
+_RANK = {s.code: s.rank for s in STATE_TABLE}
+_RANK[STATE_UNKNOWN] = -1
+
+
+def state_rank(code: int) -> int:
+    """Severity rank of a state code (higher is worse; unknown is lowest)."""
+    return _RANK.get(int(code), -1)
+
+
+def worst_state(codes) -> int:
+    """The worst of an iterable of state codes (STATE_UNKNOWN when empty)."""
+    worst = STATE_UNKNOWN
+    for code in codes:
+        if state_rank(code) > state_rank(worst):
+            worst = int(code)
+    return worst
+
+
+def state_color(code: int) -> str:
+    """The colour of a stored state code (no data, or unknown to this version, included)."""
+    if int(code) == STATE_UNKNOWN:
+        return NO_DATA_COLOR
+    info = STATE_OF_CODE.get(int(code))
+    return info.color if info is not None else UNKNOWN_STATE_COLOR
+
+
+def state_label(code: int) -> str:
+    """The label of a stored state code ("no data", or "state N" for an unknown code)."""
+    if int(code) == STATE_UNKNOWN:
+        return NO_DATA_LABEL
+    info = STATE_OF_CODE.get(int(code))
+    return info.label if info is not None else f"state {int(code)}"
+
+
+# Event kinds and severities of the public contract (shared/DESIGN.md).
+KINDS = (
+    "vanishing_gradient",
+    "exploding_gradient",
+    "nonfinite",
+    "dead_activation",
+    "saturated_activation",
+    "no_gradient",
+    "frozen_weights",
+    "activation_collapse",
+    "activation_explosion",
+    "data_anomaly",
+    "loss_spike",
+    "loss_plateau",
+    "scaler_collapse",
+    "initial_loss",
+)
+SEVERITIES = ("info", "warning", "error")
+
+PSEUDO_INPUT = "<input>"
+PSEUDO_LOSS = "<loss>"
+PSEUDO_OPTIMIZER = "<optimizer>"
+PSEUDO_LAYERS = (PSEUDO_INPUT, PSEUDO_LOSS, PSEUDO_OPTIMIZER)
+
+
+def create_summary_metadata(content: dict | None = None) -> summary_pb2.SummaryMetadata:
+    """SummaryMetadata for a neuraldbg tag.
+
+    Sets plugin name, our JSON content with the format version, and the
+    TENSOR data class (without it TensorBoard silently hides the series).
+    """
+    payload = {"version": FORMAT_VERSION}
+    if content:
+        payload.update(content)
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(payload, sort_keys=True).encode("utf-8"),
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def parse_plugin_metadata(content: bytes) -> dict:
+    """Parse plugin_data.content written by create_summary_metadata.
+
+    Raises ValueError for content that is not ours or from a newer format.
+    """
+    if isinstance(content, bytes):
+        try:
+            content = content.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"neuraldbg metadata is not UTF-8: {e}") from None
+    try:
+        payload = json.loads(content) if content else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"neuraldbg metadata is not JSON: {e}") from None
+    if not isinstance(payload, dict):
+        raise ValueError("neuraldbg metadata is not a JSON object")
+    version = payload.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"neuraldbg metadata has no valid version: {version!r}")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"neuraldbg format version {version} is newer than this reader "
+            f"({FORMAT_VERSION}); upgrade tb_neuraldbg"
+        )
+    return payload

@@ -1,0 +1,4 @@
+"""The TensorBoard plugin: loader and routes, data access through the data provider, heatmap binning.
+
+Imports no torch and nothing of ``training/``.
+"""
