@@ -29,7 +29,7 @@ from torch import nn
 
 from ..diagnosis.thresholds import Thresholds
 from ..training import stats as S
-from ..training.instrument import _first_tensor, _tensors, behaviour_of, unwrap
+from ..training.instrument import first_tensor, iter_tensors, behaviour_of, unwrap
 
 __all__ = [
     "CheckResult",
@@ -199,7 +199,7 @@ def _call(model: nn.Module, batch):
 
 
 def _output(out) -> torch.Tensor:
-    t = _first_tensor(out)
+    t = first_tensor(out)
     if t is None:
         raise TypeError("the model returned no tensor; the checks need its output (logits)")
     return t
@@ -239,7 +239,7 @@ def _batches(batch_or_iter, targets):
 
 
 def _float_tensors(obj) -> list[torch.Tensor]:
-    return [t for t in _tensors(obj) if t.is_floating_point() or t.is_complex()]
+    return [t for t in iter_tensors(obj) if t.is_floating_point() or t.is_complex()]
 
 
 def _all_finite(ts: list[torch.Tensor]) -> torch.Tensor | None:

@@ -38,6 +38,8 @@ __all__ = [
     "StepPacket",
     "Instrument",
     "select_modules",
+    "first_tensor",
+    "iter_tensors",
     "unwrap",
 ]
 
@@ -238,18 +240,18 @@ def _owned_params(m: nn.Module) -> list[nn.Parameter]:
     return [p for p in m.parameters(recurse=recurse) if p.requires_grad]
 
 
-def _tensors(*objs, depth: int = 0):
+def iter_tensors(*objs, depth: int = 0):
     """Every tensor in (nested) argument structures."""
     for obj in objs:
         if isinstance(obj, torch.Tensor):
             yield obj
         elif depth < 4 and isinstance(obj, (list, tuple)):
-            yield from _tensors(*obj, depth=depth + 1)
+            yield from iter_tensors(*obj, depth=depth + 1)
         elif depth < 4 and isinstance(obj, dict):
-            yield from _tensors(*obj.values(), depth=depth + 1)
+            yield from iter_tensors(*obj.values(), depth=depth + 1)
 
 
-def _first_tensor(obj, depth: int = 0):
+def first_tensor(obj, depth: int = 0):
     """First tensor in a (nested) output/argument structure, depth first."""
     if isinstance(obj, torch.Tensor):
         return obj
@@ -264,7 +266,7 @@ def _first_tensor(obj, depth: int = 0):
     else:
         return None
     for o in items:
-        t = _first_tensor(o, depth + 1)
+        t = first_tensor(o, depth + 1)
         if t is not None:
             return t
     return None
@@ -737,9 +739,9 @@ class Instrument:
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
             self._keep_batch(args, kwargs)
-        x = _first_tensor(args) if args else None
+        x = first_tensor(args) if args else None
         if x is None:
-            x = _first_tensor(kwargs)
+            x = first_tensor(kwargs)
         if x is None or x.is_complex() or x.numel() == 0:
             return
         if x.is_floating_point():
@@ -775,7 +777,7 @@ class Instrument:
     _KEEP_BYTES = 64 * 2**20
 
     def _keep_batch(self, args, kwargs) -> None:
-        size = sum(t.numel() * t.element_size() for t in _tensors(args, kwargs))
+        size = sum(t.numel() * t.element_size() for t in iter_tensors(args, kwargs))
         self._batches.append((self.step, args, kwargs))
         self._batch_bytes.append(size)
         while len(self._batches) > 2 and (
@@ -803,12 +805,12 @@ class Instrument:
         if row in self._seen_rows:
             return  # measured at its first call of the step (weight sharing, loops)
         self._seen_rows.add(row)
-        x = _first_tensor(args) if args else None
+        x = first_tensor(args) if args else None
         if x is None and kwargs:
-            x = _first_tensor(kwargs)
+            x = first_tensor(kwargs)
         if x is not None and not (x.is_floating_point() and x.numel() > 0):
             x = None
-        y = _first_tensor(output)
+        y = first_tensor(output)
         if y is not None and not (y.is_floating_point() and y.numel() > 0):
             y = None
         same_as_prev = False
@@ -974,11 +976,11 @@ class Instrument:
             logits = args[0] if args and isinstance(args[0], torch.Tensor) else None
             if logits is not None and logits.dim() >= 1:
                 self.num_classes = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
-        t = _first_tensor(output)
+        t = first_tensor(output)
         if t is None:
             return
         self._loss = t.detach()
-        target = _first_tensor(args[1]) if len(args) > 1 else None
+        target = first_tensor(args[1]) if len(args) > 1 else None
         if target is not None and self._batches and self._batches[-1][0] == self.step:
             s, a, k = self._batches[-1]
             self._batches[-1] = (s, a, dict(k, target=target))
