@@ -1,7 +1,7 @@
 /**
  * The data model's I/O: the plugin routes of docs/API.md over RELATIVE urls
  * (so TensorBoard's --path_prefix and /experiment/<id>/ keep working), decoded
- * and typed. No caching here: the app asks for what it shows, and `Latest`
+ * and typed. No caching here: the store (store.ts) caches what is shown, and `Latest`
  * drops answers that a newer request for the same slot has superseded.
  */
 import {

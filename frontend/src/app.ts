@@ -1,15 +1,17 @@
 /**
  * The controller: owns the view state (runs shown, metric, step range,
- * cursor, open layer), asks the Api for what is shown, drops stale answers,
- * and batches redraws into one animation frame.
+ * cursor, open layer), asks the store for what is shown (the store caches
+ * and drops stale answers), and batches redraws into one animation frame.
  */
-import { Api, HttpError, isAbort, Latest } from "./api";
-import { buildPalette, computeScale, metricInfo } from "./colormap";
+import type { Api } from "./api";
+import { buildPalette, computeScale } from "./colormap";
 import { el, setChildren } from "./dom";
 import { rowHeightFor } from "./layout";
-import { StateTable, STATE_HEALTHY, STATE_UNKNOWN } from "./states";
-import { CSS } from "./styles";
-import type { EventList, Heatmap, LayerSeries, Meta, NdEvent, RunInfo, StepRange } from "./types";
+import { STATE_HEALTHY, STATE_UNKNOWN } from "./states";
+import { layerRange, Store } from "./store";
+import { CLASS, CSS } from "./styles";
+import { BUILTIN_TABLES } from "./tables";
+import type { Heatmap, Meta, NdEvent, RunInfo, StepRange } from "./types";
 import { clampRange, isFull, panRange, unionRange, windowAround, zoomRange } from "./viewport";
 import { Toolbar, RunList } from "./views/controls";
 import { detailSeriesOrder, DetailView, seriesChoices } from "./views/detail";
@@ -17,11 +19,10 @@ import { EventListView } from "./views/eventList";
 import { HeatmapPanel, type CellRef } from "./views/heatmapPanel";
 import { Legend } from "./views/legend";
 import { RootCausePanel } from "./views/rootCause";
+import { StateScreen } from "./views/stateScreen";
 
 export type ViewState = "loading" | "ready" | "empty" | "error";
 
-/** The layer route refuses more points than this (docs/API.md). */
-const LAYER_MAX_POINTS = 100000;
 const REQUERY_DELAY_MS = 60;
 
 export class App {
@@ -34,29 +35,26 @@ export class App {
   private readonly detail: DetailView;
   private readonly panelsEl = el("div", { class: "nd-panels" });
   private readonly body: HTMLElement;
-  private readonly screen = el("div", { class: "nd-state-screen" });
+  private readonly screen = new StateScreen(() => void this.reload());
   private readonly banner = el("div", { class: "nd-banner", attrs: { role: "status" } });
+  private readonly store: Store;
 
-  private runs: RunInfo[] = [];
   private selected: string[] = [];
   private primary: string | null = null;
   private metric = "grad_norm";
   /** null = every step (and follow new ones on reload). */
   private range: StepRange | null = null;
-  private readonly metas = new Map<string, Meta>();
-  private readonly heatmaps = new Map<string, Heatmap>();
-  private readonly eventLists = new Map<string, EventList>();
   private readonly panels = new Map<string, HeatmapPanel>();
   private cursor: { run: string; cell: CellRef } | null = null;
   private detailRef: { run: string; layer: string; step: number } | null = null;
   /** The step range the open layer detail was fetched for (series added later use it too). */
   private detailRange: StepRange | null = null;
-  private readonly slots = new Map<string, Latest>();
   private frame = 0;
   private requeryTimer: ReturnType<typeof setTimeout> | undefined;
   private lastWidth = 0;
 
-  constructor(host: HTMLElement, private readonly api: Api) {
+  constructor(host: HTMLElement, api: Api) {
+    this.store = new Store(api);
     this.toolbar = new Toolbar({
       onMetric: (m) => this.setMetric(m),
       onZoom: (f) => this.zoom(f, null),
@@ -65,7 +63,7 @@ export class App {
         if (r) this.pan(Math.round((r.end - r.start + 1) * frac));
       },
       onFit: () => this.setRange(null),
-    });
+    }, BUILTIN_TABLES.metrics);
     this.runList = new RunList({
       onOnly: (run) => this.select([run]),
       onToggle: (run, on) => this.select(on ? [...this.selected, run] : this.selected.filter((r) => r !== run)),
@@ -89,7 +87,7 @@ export class App {
     this.root = el("div", { class: "nd-root", attrs: { "data-state": "loading" } }, [
       el("style", { text: CSS }),
       this.toolbar.element,
-      this.screen,
+      this.screen.element,
       this.body,
     ]);
     host.append(this.root);
@@ -102,16 +100,14 @@ export class App {
 
   /** First load, and every TensorBoard reload: refetch, keep zoom and selection. */
   async reload(): Promise<void> {
-    const { token, signal } = this.slot("runs").start();
-    let runs: RunInfo[];
+    let runs: RunInfo[] | null;
     try {
-      runs = await this.api.runs(signal);
+      runs = await this.store.loadRuns();
     } catch (e) {
-      if (!isAbort(e) && this.slot("runs").isCurrent(token)) this.fail(e);
+      this.fail(e);
       return;
     }
-    if (!this.slot("runs").isCurrent(token)) return;
-    this.runs = runs;
+    if (!runs) return;
     if (runs.length === 0) {
       this.selected = [];
       this.syncPanels();
@@ -126,7 +122,7 @@ export class App {
     }
     this.selected = selected;
     if (!this.primary || !selected.includes(this.primary)) this.primary = selected[0];
-    this.runList.update(this.runs, this.selected);
+    this.runList.update(runs, this.selected);
     this.syncPanels();
     if (this.root.getAttribute("data-state") !== "ready") this.setState("loading");
     await Promise.all(this.selected.map((run) => this.loadRun(run)));
@@ -136,15 +132,15 @@ export class App {
   // ---- state changes -------------------------------------------------------
 
   private select(runs: string[]): void {
-    const valid = runs.filter((r, i) => runs.indexOf(r) === i && this.runs.some((x) => x.run === r));
-    if (valid.length === 0) return this.runList.update(this.runs, this.selected);
+    const valid = runs.filter((r, i) => runs.indexOf(r) === i && this.store.runInfo(r) !== undefined);
+    if (valid.length === 0) return this.runList.update(this.store.runs(), this.selected);
     this.selected = valid;
     if (!this.primary || !valid.includes(this.primary)) this.primary = valid[0];
     if (this.detailRef && !valid.includes(this.detailRef.run)) this.closeDetail();
-    this.runList.update(this.runs, this.selected);
+    this.runList.update(this.store.runs(), this.selected);
     this.syncPanels();
     for (const run of valid) {
-      if (this.metas.has(run)) this.fetchHeatmap(run);
+      if (this.store.meta(run)) void this.fetchHeatmap(run);
       else void this.loadRun(run);
     }
     this.invalidate();
@@ -153,7 +149,7 @@ export class App {
   private setMetric(metric: string): void {
     this.metric = metric;
     this.toolbar.setMetric(metric);
-    for (const run of this.selected) this.fetchHeatmap(run);
+    for (const run of this.selected) void this.fetchHeatmap(run);
     if (this.detailRef) void this.openDetail(this.detailRef.run, this.detailRef.layer, this.detailRef.step, false);
   }
 
@@ -163,7 +159,7 @@ export class App {
     this.toolbar.setRange(this.viewRange(), this.range !== null);
     this.eventList.sync(this.viewRange(), this.selectedLayer());
     clearTimeout(this.requeryTimer);
-    this.requeryTimer = setTimeout(() => this.selected.forEach((run) => this.fetchHeatmap(run)), REQUERY_DELAY_MS);
+    this.requeryTimer = setTimeout(() => this.selected.forEach((run) => void this.fetchHeatmap(run)), REQUERY_DELAY_MS);
   }
 
   private zoom(factor: number, anchor: number | null): void {
@@ -199,7 +195,7 @@ export class App {
   }
 
   private jumpToRootCause(run: string): void {
-    const rc = this.runs.find((r) => r.run === run)?.root_cause;
+    const rc = this.store.runInfo(run)?.root_cause;
     const b = this.bounds();
     if (!rc || !b) return;
     this.primary = run;
@@ -232,98 +228,63 @@ export class App {
   private closeDetail(): void {
     this.detailRef = null;
     this.detailRange = null;
-    this.slot("detail").cancel();
-    this.slot("detail-series").cancel();
+    this.store.cancelLayer();
     this.detail.hide();
     this.eventList.sync(this.viewRange(), this.selectedLayer());
   }
 
   // ---- data ----------------------------------------------------------------
 
-  private slot(key: string): Latest {
-    let s = this.slots.get(key);
-    if (!s) this.slots.set(key, (s = new Latest()));
-    return s;
-  }
-
   private async loadRun(run: string): Promise<void> {
-    const m = this.slot(`meta:${run}`).start();
-    const ev = this.slot(`events:${run}`).start();
     try {
-      const [meta, events] = await Promise.all([this.api.meta(run, m.signal), this.api.events(run, 1000, ev.signal)]);
-      if (!this.slot(`meta:${run}`).isCurrent(m.token) || !this.slot(`events:${run}`).isCurrent(ev.token)) return;
-      this.metas.set(run, meta);
-      this.eventLists.set(run, events);
-      if (this.range) this.range = clampRange(this.range, this.bounds()!);
-      await this.fetchHeatmap(run);
+      if (!(await this.store.loadRun(run))) return;
     } catch (e) {
-      if (!isAbort(e)) this.fail(e);
+      this.fail(e);
+      return;
     }
+    if (this.range) this.range = clampRange(this.range, this.bounds()!);
+    await this.fetchHeatmap(run);
   }
 
   private async fetchHeatmap(run: string): Promise<void> {
-    const meta = this.metas.get(run);
+    const meta = this.store.meta(run);
     const panel = this.panels.get(run);
     if (!meta || !panel) return;
-    const slot = this.slot(`heatmap:${run}`);
-    const { token, signal } = slot.start();
-    let range: StepRange | null = null;
-    if (this.range) {
-      range = { start: Math.max(this.range.start, meta.first_step), end: Math.min(this.range.end, meta.last_step) };
-      if (range.start > range.end) {
-        this.heatmaps.set(run, emptyHeatmap(run, this.metric, meta));
-        this.invalidate();
-        return;
-      }
-    }
     panel.setRows(meta.layers.map((l) => l.name));
     panel.setBusy(true);
     try {
-      const hm = await this.api.heatmap(run, this.metric, range, panel.plotWidth(), signal);
-      if (!slot.isCurrent(token)) return;
-      this.heatmaps.set(run, hm);
-      this.invalidate();
+      // null: a newer request of this run superseded it (and owns the busy flag).
+      if (!(await this.store.loadHeatmap(run, this.metric, this.range, panel.plotWidth()))) return;
     } catch (e) {
-      if (!isAbort(e) && slot.isCurrent(token)) this.fail(e);
-    } finally {
-      if (slot.isCurrent(token)) panel.setBusy(false);
+      panel.setBusy(false);
+      this.fail(e);
+      return;
     }
+    panel.setBusy(false);
+    this.invalidate();
   }
 
   private async openDetail(run: string, layer: string, step: number, scroll: boolean): Promise<void> {
-    const meta = this.metas.get(run);
+    const meta = this.store.meta(run);
     if (!meta) return;
     this.detailRef = { run, layer, step };
     this.eventList.sync(this.viewRange(), layer);
-    const slot = this.slot("detail");
-    const { token, signal } = slot.start();
-    this.slot("detail-series").cancel();
     if (this.detail.element.getAttribute("data-layer") !== layer || this.detail.element.style.display === "none") {
       this.detail.loading(run, layer);
     }
     if (scroll) this.detail.element.scrollIntoView({ block: "nearest" });
-    let r: StepRange = this.viewRange() ?? { start: meta.first_step, end: meta.last_step };
-    r = { start: Math.max(r.start, meta.first_step), end: Math.min(r.end, meta.last_step) };
-    if (r.end - r.start + 1 > LAYER_MAX_POINTS) r = windowAround(step, LAYER_MAX_POINTS - 1, r);
+    const r = layerRange(meta, this.viewRange(), step);
     this.detailRange = r;
     // Only the series shown: each metric asked costs a read of the whole run.
     const type = meta.layers.find((l) => l.name === layer)?.type ?? "";
     const order = detailSeriesOrder(type, this.metric, meta.metrics);
     if (order.length === 0) order.push(...meta.metrics.slice(0, 1));
-    const hasData = (s: LayerSeries, m: string) => s.metrics[m]?.some((v) => Number.isFinite(v)) ?? false;
+    const tables = this.store.tables(run);
     try {
-      let series = await this.api.layer(run, layer, r, order.slice(0, 1), signal);
-      // A row without the first choice (a ReLU has no gradient norm): up to two fallbacks.
-      for (let k = 1; k < Math.min(3, order.length) && slot.isCurrent(token) && !hasData(series, order[k - 1]); k++) {
-        const more = await this.api.layer(run, layer, r, [order[k]], signal);
-        const same = more.steps.length === series.steps.length && more.steps.every((v, i) => v === series.steps[i]);
-        series = same ? { ...series, metrics: { ...series.metrics, ...more.metrics } } : more;
-      }
-      if (!slot.isCurrent(token)) return;
-      this.detail.show(series, this.metric, new StateTable(meta.states), seriesChoices(type, meta.metrics));
+      const series = await this.store.loadLayer(run, layer, r, order);
+      if (series) this.detail.show(series, this.metric, tables, seriesChoices(type, meta.metrics));
     } catch (e) {
-      if (isAbort(e) || !slot.isCurrent(token)) return;
-      this.detail.error(layer, e instanceof Error ? e.message : String(e));
+      this.detail.error(layer, errorText(e));
     }
   }
 
@@ -332,14 +293,12 @@ export class App {
     const ref = this.detailRef;
     const r = this.detailRange;
     if (!ref || !r) return;
-    const slot = this.slot("detail-series");
-    const { token, signal } = slot.start();
     try {
-      const part = await this.api.layer(ref.run, ref.layer, r, [metric], signal);
-      if (slot.isCurrent(token)) this.detail.addSeries(part);
+      const part = await this.store.loadSeries(ref.run, ref.layer, r, metric);
+      if (part) this.detail.addSeries(part);
+      else this.detail.seriesDropped(metric);
     } catch (e) {
-      if (isAbort(e) || !slot.isCurrent(token)) this.detail.seriesDropped(metric);
-      else this.detail.seriesDropped(metric, e instanceof Error ? e.message : String(e));
+      this.detail.seriesDropped(metric, errorText(e));
     }
   }
 
@@ -348,7 +307,7 @@ export class App {
   private bounds(): StepRange | null {
     return unionRange(
       this.selected
-        .map((r) => this.metas.get(r))
+        .map((r) => this.store.meta(r))
         .filter((m): m is Meta => !!m && m.num_steps > 0)
         .map((m) => ({ start: m.first_step, end: m.last_step })),
     );
@@ -394,14 +353,15 @@ export class App {
   }
 
   private draw(): void {
-    const info = metricInfo(this.metric);
+    const store = this.store;
     const shown = this.selected
-      .map((run) => ({ run, meta: this.metas.get(run), hm: this.heatmaps.get(run) }))
+      .map((run) => ({ run, meta: store.meta(run), hm: store.heatmap(run) }))
       .filter((x): x is { run: string; meta: Meta; hm: Heatmap } => !!x.meta && !!x.hm && x.hm.metric === this.metric);
+    // One server, one set of tables: those of the primary run (the built-in ones before any meta).
+    const tables = store.tables(this.primary && store.meta(this.primary) ? this.primary : (shown[0]?.run ?? null));
+    const info = tables.metrics.info(this.metric);
     const scale = computeScale(info.kind, shown.map((x) => x.hm));
-    const primaryMeta = this.primary ? this.metas.get(this.primary) : undefined;
-    const stateTable = new StateTable(primaryMeta?.states ?? shown[0]?.meta.states ?? []);
-    const palette = buildPalette(stateTable.states);
+    const palette = buildPalette(tables.states);
     const maxRows = Math.max(1, ...shown.map((x) => x.hm.rows));
     const avail = Math.max(220, Math.min(640, window.innerHeight - 330));
     const rowHeight = rowHeightFor(maxRows, avail);
@@ -411,24 +371,25 @@ export class App {
       const p = this.panels.get(run)!;
       p.setPrimary(this.selected.length > 1 && run === this.primary);
       p.update({
-        info: this.runs.find((r) => r.run === run)!,
+        info: store.runInfo(run)!,
         meta,
         heatmap: hm,
         scale,
         palette,
-        states: new StateTable(meta.states),
+        states: store.tables(run).states,
         metric: info,
-        events: this.eventLists.get(run)?.events ?? [],
+        events: store.events(run)?.events ?? [],
         rowHeight,
       });
     }
-    this.legend.update(info, scale, stateTable, present);
-    const primaryInfo = this.runs.find((r) => r.run === this.primary) ?? null;
+    this.legend.update(info, scale, tables.states, present);
+    this.toolbar.setMetricTable(tables.metrics);
+    const primaryInfo = store.runInfo(this.primary) ?? null;
     this.rootPanel.update(primaryInfo, this.selected.length);
-    this.eventList.update(this.primary, this.primary ? this.eventLists.get(this.primary) ?? null : null, primaryInfo?.root_cause ?? null);
+    this.eventList.update(this.primary, this.primary ? store.events(this.primary) ?? null : null, primaryInfo?.root_cause ?? null, tables.states);
     this.eventList.sync(this.viewRange(), this.selectedLayer());
     this.toolbar.setRange(this.viewRange(), this.range !== null);
-    const complete = this.selected.length > 0 && this.selected.every((r) => this.heatmaps.has(r) && this.metas.has(r));
+    const complete = this.selected.length > 0 && this.selected.every((r) => store.heatmap(r) && store.meta(r));
     if (complete) this.setState("ready");
   }
 
@@ -438,7 +399,7 @@ export class App {
     this.lastWidth = w;
     clearTimeout(this.requeryTimer);
     this.requeryTimer = setTimeout(() => {
-      this.selected.forEach((run) => this.fetchHeatmap(run));
+      this.selected.forEach((run) => void this.fetchHeatmap(run));
       this.detail.draw();
     }, 150);
   }
@@ -450,34 +411,20 @@ export class App {
     const status = this.toolbar.status;
     status.replaceChildren();
     this.banner.style.display = "none";
-    if (state === "loading") status.append(el("span", { class: "nd-spinner" }), "Loading…");
+    if (state === "loading") status.append(el("span", { class: CLASS.spinner }), "Loading…");
     if (state === "ready") {
-      const n = this.runs.length;
+      const n = this.store.runs().length;
       status.textContent = `${n} run${n === 1 ? "" : "s"} with NeuralDbg data`;
     }
     this.body.style.display = state === "empty" || state === "error" ? "none" : "";
-    this.screen.style.display = state === "empty" || state === "error" ? "" : "none";
-    if (state === "empty") {
-      setChildren(this.screen, [
-        el("h1", { text: "No NeuralDbg data yet" }),
-        el("p", { text: "None of the runs in this logdir has NeuralDbg data. Record some with:" }),
-        el("pre", {
-          text: 'from tb_neuraldbg import DebugWriter\n\nwriter = DebugWriter("runs/exp1")\nwriter.watch(model, optimizer=opt, criterion=loss_fn)\n# ... train as usual ...\nwriter.close()',
-        }),
-        el("p", { text: "Runs appear here on TensorBoard's next reload." }),
-      ]);
-    } else if (state === "error") {
-      setChildren(this.screen, [
-        el("h1", { text: "Could not load NeuralDbg data" }),
-        el("p", { text: error ?? "" }),
-        el("button", { class: "nd-btn", text: "Retry", attrs: { type: "button" }, on: { click: () => void this.reload() } }),
-      ]);
-    }
+    if (state === "empty") this.screen.showEmpty();
+    else if (state === "error") this.screen.showError(error ?? "");
+    else this.screen.hide();
   }
 
   /** A failed request: the error screen before anything is shown, a banner after. */
   private fail(e: unknown): void {
-    const msg = e instanceof HttpError ? e.message : e instanceof Error ? e.message : String(e);
+    const msg = errorText(e);
     if (this.root.getAttribute("data-state") === "ready") {
       this.banner.textContent = `Reload failed: ${msg}`;
       this.banner.style.display = "";
@@ -487,7 +434,7 @@ export class App {
   }
 }
 
-function emptyHeatmap(run: string, metric: string, meta: Meta): Heatmap {
-  const layers = meta.layers.map((l) => l.name);
-  return { run, metric, rows: layers.length, cols: 0, layers, colStart: [], colEnd: [], values: new Float32Array(0), states: new Uint8Array(0) };
+/** What a failed request says (an HttpError's message carries the status and the server's reason). */
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }

@@ -8,8 +8,7 @@
  *   STATE_START + code      a failing state (code 1..MAX_STATE_CODE)
  * A failing state always wins over the value so one bad step stays visible.
  */
-import { STATE_HEALTHY, STATE_UNKNOWN, stateColor, UNKNOWN_STATE_COLOR } from "./states";
-import type { StateInfo } from "./types";
+import { STATE_HEALTHY, STATE_NONFINITE, STATE_UNKNOWN, type StateTable } from "./states";
 
 export const NO_DATA = 0;
 export const HEALTHY_FLAT = 1;
@@ -18,34 +17,11 @@ export const RAMP_SIZE = 32;
 export const STATE_START = RAMP_START + RAMP_SIZE;
 export const MAX_STATE_CODE = 255 - STATE_START;
 
-export const NO_DATA_COLOR = "#f3f4f6";
-export const HEALTHY_FLAT_COLOR = "#c9dcef";
 // Sequential blues (light = small, dark = large); healthy data stays calm so
 // the warm/vivid state colours stand out.
 const RAMP_STOPS = ["#e4eef8", "#bcd6ec", "#86b5dc", "#4d8cc6", "#1f5c9e"];
 
 export type ScaleKind = "log" | "linear" | "state";
-
-export interface MetricInfo {
-  id: string;
-  label: string;
-  kind: ScaleKind;
-}
-
-/** The metrics offered in the selector, in menu order. */
-export const METRIC_MENU: readonly MetricInfo[] = [
-  { id: "grad_norm", label: "Gradient norm", kind: "log" },
-  { id: "update_ratio", label: "Update ratio ‖Δw‖/‖w‖", kind: "log" },
-  { id: "act_std", label: "Activation std", kind: "log" },
-  { id: "act_dead_frac", label: "Dead fraction", kind: "linear" },
-  { id: "act_sat_frac", label: "Saturated fraction", kind: "linear" },
-  { id: "state", label: "State only", kind: "state" },
-];
-
-/** Info for any metric id; metrics outside the menu are drawn on a log scale. */
-export function metricInfo(id: string): MetricInfo {
-  return METRIC_MENU.find((m) => m.id === id) ?? { id, label: id.replace(/_/g, " "), kind: "log" };
-}
 
 /** A value -> [0, 1] mapping; for log scales lo/hi are log10 bounds. */
 export interface Scale {
@@ -116,7 +92,7 @@ export function cellColor(scale: Scale, value: number, state: number): number {
   }
   if (scale.kind === "state") return state === STATE_HEALTHY ? HEALTHY_FLAT : NO_DATA;
   if (Number.isNaN(value)) return NO_DATA;
-  if (!Number.isFinite(value)) return STATE_START + 3; // a non-finite value in a "healthy" bin
+  if (!Number.isFinite(value)) return STATE_START + STATE_NONFINITE; // a non-finite value in a "healthy" bin
   return RAMP_START + Math.round(scalePosition(scale, value) * (RAMP_SIZE - 1));
 }
 
@@ -218,17 +194,14 @@ export function packPalette(palette: readonly string[]): Uint32Array {
   return out;
 }
 
-/** The 256-entry palette for the given states (codes from meta.states). */
-export function buildPalette(states: readonly StateInfo[]): string[] {
-  const p = new Array<string>(256).fill(UNKNOWN_STATE_COLOR);
-  p[NO_DATA] = NO_DATA_COLOR;
-  p[HEALTHY_FLAT] = HEALTHY_FLAT_COLOR;
+/** The 256-entry palette of a state table (tables.ts: the server's, or the built-in one). */
+export function buildPalette(table: StateTable): string[] {
+  const p = new Array<string>(256).fill(table.colors.unknown_state);
+  p[NO_DATA] = table.colors.no_data;
+  p[HEALTHY_FLAT] = table.healthyColor();
   for (let i = 0; i < RAMP_SIZE; i++) p[RAMP_START + i] = rampColor(i / (RAMP_SIZE - 1));
-  for (const s of states) {
-    if (s.code > STATE_HEALTHY && s.code <= MAX_STATE_CODE) p[STATE_START + s.code] = stateColor(s.name);
+  for (const s of table.states) {
+    if (s.code > STATE_HEALTHY && s.code <= MAX_STATE_CODE) p[STATE_START + s.code] = s.color;
   }
-  // Code 3 is "nonfinite" on disk; make sure the fallback for a non-finite
-  // value in a healthy bin has its colour even if meta.states omitted it.
-  if (!states.some((s) => s.code === 3)) p[STATE_START + 3] = stateColor("nonfinite");
   return p;
 }

@@ -11,9 +11,12 @@ import type {
   Heatmap,
   LayerSeries,
   Meta,
+  MetricRow,
   NdEvent,
   RunInfo,
   Severity,
+  StateInfo,
+  TableColors,
 } from "./types";
 
 /** A JSON float (number, "NaN", "Infinity", "-Infinity" or null) as a number. */
@@ -85,14 +88,69 @@ export function decodeMeta(raw: unknown): Meta {
       return { name: str(lo.name, "layer name"), type: typeof lo.type === "string" ? lo.type : "" };
     }),
     metrics: arr(o.metrics, "metrics").map((m) => str(m, "metric")),
-    states: arr(o.states, "states").map((s) => {
-      const so = obj(s, "state");
-      return { code: int(so.code, "state code"), name: str(so.name, "state name"), severity: severity(so.severity) };
-    }),
+    states: decodeStateRows(o.states),
+    metric_info: o.metric_info == null ? null : decodeMetricRows(o.metric_info),
+    colors: o.colors == null ? {} : decodeColors(o.colors),
     first_step: int(o.first_step, "first_step"),
     last_step: int(o.last_step, "last_step"),
     num_steps: int(o.num_steps, "num_steps"),
   };
+}
+
+/**
+ * A colour as the tab paints it ("#rrggbb"), else undefined: the palette
+ * packs colours into pixels, so anything else would paint garbage (and a
+ * fallback colour is better than refusing the whole answer).
+ */
+function hexColor(v: unknown): string | undefined {
+  return typeof v === "string" && /^#[0-9a-fA-F]{6}$/.test(v) ? v : undefined;
+}
+
+function nullableStr(v: unknown, what: string): string | null | undefined {
+  return v === undefined ? undefined : v === null ? null : str(v, what);
+}
+
+/** `meta.states`: code, name and severity always; the rest when the server sends it. */
+export function decodeStateRows(raw: unknown): StateInfo[] {
+  return arr(raw, "states").map((s) => {
+    const so = obj(s, "state");
+    const row: StateInfo = { code: int(so.code, "state code"), name: str(so.name, "state name"), severity: severity(so.severity) };
+    if (so.rank !== undefined) row.rank = int(so.rank, "state rank");
+    const kind = nullableStr(so.kind, "state kind");
+    if (kind !== undefined) row.kind = kind;
+    const evidence = nullableStr(so.evidence, "state evidence");
+    if (evidence !== undefined) row.evidence = evidence;
+    const color = hexColor(so.color);
+    if (color !== undefined) row.color = color;
+    if (typeof so.label === "string") row.label = so.label;
+    return row;
+  });
+}
+
+/** `meta.metric_info`. */
+export function decodeMetricRows(raw: unknown): MetricRow[] {
+  return arr(raw, "metric_info").map((m) => {
+    const mo = obj(m, "metric_info row");
+    const scale = mo.scale;
+    if (scale !== "log" && scale !== "linear") fail(`metric scale ${JSON.stringify(scale)}`);
+    return {
+      name: str(mo.name, "metric name"),
+      scale,
+      label: str(mo.label, "metric label"),
+      description: typeof mo.description === "string" ? mo.description : "",
+    };
+  });
+}
+
+/** `meta.colors`: only the valid colours it holds. */
+export function decodeColors(raw: unknown): Partial<TableColors> {
+  const o = obj(raw, "colors");
+  const out: Partial<TableColors> = {};
+  for (const key of ["no_data", "unknown_state"] as const) {
+    const c = hexColor(o[key]);
+    if (c !== undefined) out[key] = c;
+  }
+  return out;
 }
 
 /** Bytes of a base64 string (standard alphabet, padding optional). */

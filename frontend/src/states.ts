@@ -1,85 +1,81 @@
 /**
- * The one table of state colours and labels.
+ * The table of states the tab draws with: code -> name, colour, label.
  *
- * State codes and names come from the server (`meta.states`, i.e.
- * tb_neuraldbg/metadata.py); colours are keyed by NAME so a code added on the
- * server later still gets a sensible colour (UNKNOWN_STATE_COLOR) instead of
- * silently reusing another state's. Colours are chosen to be distinct from
- * each other and from the blue healthy ramp (colormap.ts).
+ * Its rows are the server's (`meta.states`, i.e. format/metadata.py's
+ * STATE_TABLE), completed from the built-in copy where an older server left
+ * fields out (tables.ts chooses). A code the table does not name still gets a
+ * colour of its own (colors.unknown_state) instead of silently reusing
+ * another state's.
  */
-import type { StateInfo } from "./types";
+import type { Severity, TableColors } from "./types";
 
 export const STATE_HEALTHY = 0;
+/** A non-finite value is drawn in this state's colour even in a "healthy" bin (colormap.ts). */
+export const STATE_NONFINITE = 3;
 export const STATE_UNKNOWN = 255;
+export const NO_DATA_LABEL = "no data";
 
-export const STATE_COLORS: Readonly<Record<string, string>> = {
-  nonfinite: "#d62728", // red: the worst
-  data_anomaly: "#e8178a", // pink
-  scaler_collapse: "#7b1fa2", // deep purple
-  exploding: "#ff7f0e", // orange
-  act_exploding: "#f2c200", // yellow
-  no_gradient: "#3b3b3b", // charcoal: a hole in the gradient flow
-  dead: "#8c564b", // brown
-  saturated: "#c45cc4", // orchid
-  collapsed: "#b5892f", // ochre
-  vanishing: "#9b8cff", // lavender
-  frozen: "#2ca089", // teal green
-  loss_spike: "#f08a7e", // salmon
-  loss_plateau: "#9ccf6b", // light green
-  initial_loss: "#c7a6e0", // light purple
-};
-export const UNKNOWN_STATE_COLOR = "#ff00ff";
-
-/** Short human labels; fall back to the name with spaces. */
-export const STATE_LABELS: Readonly<Record<string, string>> = {
-  nonfinite: "non-finite (NaN/inf)",
-  data_anomaly: "data anomaly",
-  scaler_collapse: "AMP scaler collapse",
-  exploding: "exploding gradient",
-  act_exploding: "exploding activation",
-  no_gradient: "no gradient",
-  dead: "dead activations",
-  saturated: "saturated activations",
-  collapsed: "collapsed activations",
-  vanishing: "vanishing gradient",
-  frozen: "frozen weights",
-  loss_spike: "loss spike",
-  loss_plateau: "loss plateau",
-  initial_loss: "bad initial loss",
-};
-
-export function stateColor(name: string): string {
-  return STATE_COLORS[name] ?? UNKNOWN_STATE_COLOR;
+/** A complete row of the state table. */
+export interface StateRow {
+  code: number;
+  name: string;
+  severity: Severity;
+  rank: number;
+  kind: string | null;
+  evidence: string | null;
+  /** "#rrggbb" */
+  color: string;
+  label: string;
 }
 
-export function stateLabel(name: string): string {
-  return STATE_LABELS[name] ?? name.replace(/_/g, " ");
+/** The label of a state nobody labelled: its name with spaces. */
+export function plainLabel(name: string): string {
+  return name.replace(/_/g, " ");
 }
 
-/** code -> StateInfo lookup built from meta.states. */
+const SEVERITY_ORDER: Readonly<Record<Severity, number>> = { error: 0, warning: 1, info: 2 };
+
 export class StateTable {
-  private readonly byCode = new Map<number, StateInfo>();
+  private readonly byCode = new Map<number, StateRow>();
+  private readonly byName = new Map<string, StateRow>();
 
-  constructor(readonly states: readonly StateInfo[]) {
-    for (const s of states) this.byCode.set(s.code, s);
+  constructor(readonly states: readonly StateRow[], readonly colors: TableColors) {
+    for (const s of states) {
+      this.byCode.set(s.code, s);
+      this.byName.set(s.name, s);
+    }
   }
 
-  get(code: number): StateInfo | undefined {
+  get(code: number): StateRow | undefined {
     return this.byCode.get(code);
   }
 
-  /** Display name of a state code ("no data" for 255 or unknown codes). */
+  /** Display name of a state code ("no data" for 255, "state N" for a code the table lacks). */
   name(code: number): string {
-    if (code === STATE_UNKNOWN) return "no data";
-    const s = this.byCode.get(code);
-    return s ? (s.code === STATE_HEALTHY ? "healthy" : stateLabel(s.name)) : `state ${code}`;
+    if (code === STATE_UNKNOWN) return NO_DATA_LABEL;
+    return this.byCode.get(code)?.label ?? `state ${code}`;
+  }
+
+  /** Colour of a state code (no data and unknown codes included). */
+  color(code: number): string {
+    if (code === STATE_UNKNOWN) return this.colors.no_data;
+    return this.byCode.get(code)?.color ?? this.colors.unknown_state;
+  }
+
+  /** Colour of a state by name (an event's `to_state`). */
+  colorOf(name: string): string {
+    return this.byName.get(name)?.color ?? this.colors.unknown_state;
+  }
+
+  /** The flat colour of healthy cells (the `state` metric, the legend). */
+  healthyColor(): string {
+    return this.color(STATE_HEALTHY);
   }
 
   /** Failing states (all but healthy), worst severity first, for the legend. */
-  failing(): StateInfo[] {
-    const rank = { error: 0, warning: 1, info: 2 };
+  failing(): StateRow[] {
     return this.states
       .filter((s) => s.code !== STATE_HEALTHY && s.code !== STATE_UNKNOWN)
-      .sort((a, b) => rank[a.severity] - rank[b.severity] || a.code - b.code);
+      .sort((a, b) => SEVERITY_ORDER[a.severity] - SEVERITY_ORDER[b.severity] || a.code - b.code);
   }
 }

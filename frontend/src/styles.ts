@@ -130,7 +130,15 @@ body { margin: 0; }
 @media (max-width: 1100px) { .nd-body { grid-template-columns: 200px minmax(0, 1fr); } .nd-events-col { grid-column: 1 / -1; position: static; max-height: none; } }
 `;
 
+/** Class names set from more than one module (toggled ones too): named here once. */
 export const CLASS = {
+  card: "nd-card",
+  btn: "nd-btn",
+  note: "nd-note",
+  spinner: "nd-spinner",
+  statusLine: "nd-status-line",
+  spacer: "nd-spacer",
+  field: "nd-field",
   selected: "nd-selected",
   primary: "nd-primary",
   active: "nd-active",

@@ -1,6 +1,6 @@
 /** The text of the heatmap's hover tooltip (pure, so it is unit tested). */
 import { formatSteps, formatValue } from "./format";
-import type { MetricInfo } from "./colormap";
+import type { MetricInfo } from "./metrics";
 
 export interface CellInfo {
   layer: string;

@@ -31,10 +31,41 @@ export interface LayerInfo {
   type: string;
 }
 
+/**
+ * A row of the server's state table (`meta.states`). A server older than
+ * the table sends only code, name and severity: the other fields are then
+ * undefined, and tables.ts fills them from the built-in copy.
+ */
 export interface StateInfo {
   code: number;
   name: string;
   severity: Severity;
+  rank?: number;
+  /** Event kind of a layer entering the state (null: healthy). */
+  kind?: string | null;
+  /** Metric whose value the state's events report. */
+  evidence?: string | null;
+  /** "#rrggbb" */
+  color?: string;
+  label?: string;
+}
+
+export type MetricScale = "log" | "linear";
+
+/** A row of the server's metric table (`meta.metric_info`). */
+export interface MetricRow {
+  name: string;
+  scale: MetricScale;
+  label: string;
+  description: string;
+}
+
+/** Colours that belong to no state row (`meta.colors`). */
+export interface TableColors {
+  /** Cells without data (state code 255). */
+  no_data: string;
+  /** A state code the table does not name (a newer writer). */
+  unknown_state: string;
 }
 
 export interface Meta {
@@ -42,6 +73,10 @@ export interface Meta {
   layers: LayerInfo[];
   metrics: string[];
   states: StateInfo[];
+  /** null: the server sent no metric table. */
+  metric_info: MetricRow[] | null;
+  /** The colours the server sent (none from an older server). */
+  colors: Partial<TableColors>;
   first_step: number;
   last_step: number;
   num_steps: number;

@@ -1,17 +1,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  buildPalette, cellColor, colorIndices, computeScale, HEALTHY_FLAT, metricInfo, NO_DATA, RAMP_SIZE, RAMP_START,
+  buildPalette, cellColor, colorIndices, computeScale, HEALTHY_FLAT, NO_DATA, RAMP_SIZE, RAMP_START,
   rampColor, scalePosition, scaleValue, STATE_START,
 } from "../src/colormap";
-import { STATE_COLORS } from "../src/states";
+import { BUILTIN_TABLES } from "../src/tables";
 import { lcg } from "./fixtures";
 
-const STATES = [
-  ["healthy", "info"], ["vanishing", "warning"], ["exploding", "error"], ["nonfinite", "error"], ["no_gradient", "error"],
-  ["dead", "warning"], ["saturated", "warning"], ["collapsed", "warning"], ["act_exploding", "error"], ["frozen", "warning"],
-  ["data_anomaly", "error"], ["loss_spike", "warning"], ["loss_plateau", "warning"], ["scaler_collapse", "error"], ["initial_loss", "warning"],
-].map(([name, severity], code) => ({ code, name, severity: severity as "info" | "warning" | "error" }));
+const TABLE = BUILTIN_TABLES.states;
+const STATES = TABLE.states;
 
 test("log scale spans the healthy values only", () => {
   const values = new Float32Array([1e-4, 1e-2, 1e6, NaN]);
@@ -85,13 +82,16 @@ test("the fast colorIndices agrees with cellColor on every cell", () => {
 });
 
 test("every failing state has its own colour, distinct from the ramp and from no data", () => {
-  const p = buildPalette(STATES);
+  const p = buildPalette(TABLE);
   const stateColors = STATES.slice(1).map((s) => p[STATE_START + s.code]);
   assert.equal(new Set(stateColors).size, stateColors.length);
   const ramp = new Set(p.slice(RAMP_START, RAMP_START + RAMP_SIZE));
   for (const c of stateColors) assert.ok(!ramp.has(c) && c !== p[NO_DATA], c);
-  // The static table covers every state the server knows today.
-  for (const s of STATES.slice(1)) assert.ok(s.name in STATE_COLORS, s.name);
+  // The palette paints with the table's colours.
+  for (const s of STATES.slice(1)) assert.equal(p[STATE_START + s.code], s.color, s.name);
+  assert.equal(p[NO_DATA], TABLE.colors.no_data);
+  assert.equal(p[HEALTHY_FLAT], TABLE.healthyColor());
+  assert.equal(p[STATE_START + 200], TABLE.colors.unknown_state);
 });
 
 test("ramp goes from light to dark", () => {
@@ -99,11 +99,4 @@ test("ramp goes from light to dark", () => {
   assert.ok(lum(rampColor(0)) > lum(rampColor(0.5)));
   assert.ok(lum(rampColor(0.5)) > lum(rampColor(1)));
   assert.match(rampColor(0.37), /^#[0-9a-f]{6}$/);
-});
-
-test("fractions are linear, norms logarithmic, unknown metrics log", () => {
-  assert.equal(metricInfo("act_dead_frac").kind, "linear");
-  assert.equal(metricInfo("grad_norm").kind, "log");
-  assert.equal(metricInfo("state").kind, "state");
-  assert.equal(metricInfo("weight_norm").kind, "log");
 });

@@ -1,5 +1,7 @@
 /** Shared test data: a worst-case heatmap for the draw budget (unit test and browser bench). */
 import { buildPalette } from "../src/colormap";
+import { StateTable } from "../src/states";
+import { BUILTIN_TABLES } from "../src/tables";
 
 /** A deterministic pseudo-random generator in [0, 1). */
 export function lcg(seed: number): () => number {
@@ -23,7 +25,12 @@ export function worstCaseMatrix(rows: number, cols: number, seed = 1): { values:
   return { values, states };
 }
 
-/** A palette for 15 state codes named s0..s14. */
+/** A palette for 15 state codes named s0..s14: healthy, then 14 failing ones in the "unknown state" colour. */
 export function testPalette(): string[] {
-  return buildPalette(Array.from({ length: 15 }, (_, code) => ({ code, name: `s${code}`, severity: "error" as const })));
+  const colors = BUILTIN_TABLES.states.colors;
+  const rows = Array.from({ length: 15 }, (_, code) => ({
+    code, name: `s${code}`, severity: "error" as const, rank: code, kind: null, evidence: null, label: `s${code}`,
+    color: code === 0 ? BUILTIN_TABLES.states.healthyColor() : colors.unknown_state,
+  }));
+  return buildPalette(new StateTable(rows, colors));
 }

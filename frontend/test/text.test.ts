@@ -2,9 +2,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { formatSteps, formatValue, humanize, niceTicks } from "../src/format";
 import { tooltipLines } from "../src/tooltip";
-import { metricInfo } from "../src/colormap";
-import { StateTable } from "../src/states";
+import { BUILTIN_TABLES } from "../src/tables";
 import { detailSeriesOrder, pickSeries, seriesChoices, seriesLabel, seriesWithData } from "../src/views/detail";
+
+const METRICS = BUILTIN_TABLES.metrics;
+const metricInfo = (id: string) => METRICS.info(id);
 
 test("formatValue is compact and honest about non-finite values", () => {
   assert.equal(formatValue(0.012345), "0.0123");
@@ -38,21 +40,6 @@ test("tooltip names layer, steps, value and state", () => {
   assert.deepEqual(st, ["x", "step 1", "state: non-finite", "2 events start here"]);
 });
 
-test("state table names codes from the server and orders the legend", () => {
-  const t = new StateTable([
-    { code: 0, name: "healthy", severity: "info" },
-    { code: 1, name: "vanishing", severity: "warning" },
-    { code: 3, name: "nonfinite", severity: "error" },
-    { code: 99, name: "brand_new", severity: "error" },
-  ]);
-  assert.equal(t.name(0), "healthy");
-  assert.equal(t.name(255), "no data");
-  assert.equal(t.name(1), "vanishing gradient");
-  assert.equal(t.name(99), "brand new");
-  assert.equal(t.name(42), "state 42");
-  assert.deepEqual(t.failing().map((s) => s.code), [3, 99, 1]);
-});
-
 test("layer detail opens on a series that has data", () => {
   const s = {
     run: "r", layer: "relu1", type: "ReLU", steps: [0, 1], states: new Uint8Array([0, 0]), events: [],
@@ -65,10 +52,12 @@ test("layer detail opens on a series that has data", () => {
 });
 
 test("series names of pseudo-layers", () => {
-  assert.equal(seriesLabel("optimizer", "value"), "Learning rate");
-  assert.equal(seriesLabel("loss", "value"), "Loss");
-  assert.equal(seriesLabel("Linear", "grad_norm"), "Gradient norm");
-  assert.equal(seriesLabel("Linear", "weight_norm"), "weight norm");
+  assert.equal(seriesLabel("optimizer", "value", METRICS), "Learning rate");
+  assert.equal(seriesLabel("loss", "value", METRICS), "Loss");
+  assert.equal(seriesLabel("Linear", "grad_norm", METRICS), "Gradient norm");
+  // Labels come from the metric table (the server's when it sends one).
+  assert.equal(seriesLabel("Linear", "weight_norm", METRICS), "Weight norm");
+  assert.equal(seriesLabel("Linear", "brand_new_metric", METRICS), "brand new metric");
 });
 
 test("the layer detail asks for the shown series only, with fallbacks in order", () => {

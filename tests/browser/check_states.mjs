@@ -1,7 +1,9 @@
 // Page states and stale answers of the tab against the mock backend
 // (tests/browser/mock_server.mjs, docs/API.md shapes): loading -> ready,
-// empty (no runs), error (server error), and a slow answer that a newer
-// request superseded must be dropped. Run by tests/test_browser.py.
+// empty (no runs), error (server error), a slow answer that a newer
+// request superseded must be dropped, and the tables of states and metrics:
+// the server's when meta sends them, the built-in ones when it does not.
+// Run by tests/test_browser.py.
 // Environment: CHROMIUM (default /usr/bin/chromium). Exits 1 on failure.
 import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
@@ -74,6 +76,37 @@ try {
   const name = await label.getAttribute("data-layer");
   check(title.startsWith(name), `devicePixelRatio 2: hover finds the row under the mouse (${title})`);
   await hidpi.close();
+
+  // Tables: an older server (no tables in meta) draws with the built-in ones...
+  const legend = (p) => p.$$eval(".nd-legend-list li", (lis) => lis.map((li) => {
+    const rgb = getComputedStyle(li.querySelector(".nd-swatch")).backgroundColor.match(/\d+/g).map(Number);
+    return { text: li.textContent.trim(), color: `#${rgb.map((v) => v.toString(16).padStart(2, "0")).join("")}` };
+  }));
+  const builtin = await legend(page);
+  const vanishing = builtin.find((x) => x.text === "vanishing gradient");
+  check(vanishing?.color === "#9b8cff" && builtin.at(-1).text === "no data" && builtin.at(-1).color === "#f3f4f6",
+    `without tables in meta: the built-in colours and labels (${JSON.stringify([vanishing, builtin.at(-1)])})`);
+  // ... and a server that sends its tables draws with those: legend, toolbar, canvas.
+  await page.goto(`${base}?mode=tables`);
+  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  const served = await page.evaluate(() => fetch("./meta?run=vanishing_sigmoid").then((r) => r.json()));
+  await page.waitForFunction(() => document.querySelector(".nd-toolbar select option").textContent === "Server gradient norm", null, { timeout: 10000 });
+  const shown = await legend(page);
+  const want = served.states.filter((s) => s.code !== 0).map((s) => s.label).sort();
+  check(JSON.stringify(shown.slice(0, -1).map((x) => x.text).sort()) === JSON.stringify(want),
+    `with tables in meta: the legend lists the server's labels (${shown.length - 1})`);
+  check(shown.every((x) => x.text === "no data" ? x.color === served.colors.no_data : served.states.some((s) => s.label === x.text && s.color === x.color)),
+    "with tables in meta: the legend has the server's colours", JSON.stringify(shown));
+  const legendTitle = await page.textContent(".nd-legend-title");
+  check(legendTitle === "Server gradient norm, healthy cells", `the server's metric label and scale (linear: no "log scale"): ${legendTitle}`);
+  const vanishingColor = served.states.find((s) => s.name === "vanishing").color;
+  const onCanvas = await page.$eval(".nd-canvas", (c, hex) => {
+    const want = parseInt(hex.slice(1), 16);
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    for (let i = 0; i < d.length; i += 4) if (d[i + 3] && ((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]) === want) return true;
+    return false;
+  }, vanishingColor);
+  check(onCanvas, `the heatmap paints vanishing cells in the server's colour (${vanishingColor})`);
 
   await page.goto(`${base}?mode=empty`);
   await page.waitForSelector(".nd-root[data-state=empty]", { timeout: 10000 });

@@ -7,7 +7,10 @@
 // Usage: node mock_server.mjs [port]   (prints "listening <port>")
 // Scenario switches via the query of "/": ?mode=empty | error | stale (a
 // heatmap of the whole run, i.e. without start=, answers 900 ms late, to test
-// that superseded answers are dropped).
+// that superseded answers are dropped) | tables (meta sends tables of states
+// and metrics, with colours and labels unlike the built-in ones, which the tab
+// must draw with; in the other modes meta has the shape of an older server,
+// without tables, and the tab falls back to its built-in copy).
 import http from "node:http";
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -20,6 +23,13 @@ const STATES = ["healthy", "vanishing", "exploding", "nonfinite", "no_gradient",
   "act_exploding", "frozen", "data_anomaly", "loss_spike", "loss_plateau", "scaler_collapse", "initial_loss"];
 const SEV = { healthy: "info", exploding: "error", nonfinite: "error", no_gradient: "error", act_exploding: "error",
   data_anomaly: "error", scaler_collapse: "error" };
+/** ?mode=tables: what meta sends (docs/API.md "GET meta"), unlike the built-in tables. */
+const SERVER_TABLES = {
+  states: STATES.map((name, code) => ({ code, name, severity: SEV[name] ?? "warning", rank: code, kind: null, evidence: null,
+    color: `#${(0x102030 + code * 0x0a0b0c).toString(16).padStart(6, "0")}`, label: `server ${name}` })),
+  metric_info: [{ name: "grad_norm", scale: "linear", label: "Server gradient norm", description: "from the server" }],
+  colors: { no_data: "#fafaf0", unknown_state: "#00ffee" },
+};
 const METRICS = ["grad_norm", "grad_nonfinite", "grad_missing", "weight_norm", "update_ratio", "act_mean", "act_std",
   "act_absmax", "act_zero_frac", "act_dead_frac", "act_sat_frac", "act_nonfinite", "in_zero_frac", "in_dead_frac",
   "in_nonfinite", "value", "scale"];
@@ -138,8 +148,9 @@ const server = http.createServer((req, res) => {
   const start = q.has("start") ? +q.get("start") : 0;
   const end = q.has("end") ? +q.get("end") : run.nSteps - 1;
   if (route === "meta") {
-    return json(res, { run: run.name, layers: run.layers, metrics: METRICS,
-      states: STATES.map((name, code) => ({ code, name, severity: SEV[name] ?? "warning" })),
+    const tables = mode === "tables" ? SERVER_TABLES
+      : { states: STATES.map((name, code) => ({ code, name, severity: SEV[name] ?? "warning" })) };
+    return json(res, { run: run.name, layers: run.layers, metrics: METRICS, ...tables,
       first_step: 0, last_step: run.nSteps - 1, num_steps: run.nSteps });
   }
   if (route === "heatmap") {

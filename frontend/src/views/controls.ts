@@ -1,7 +1,7 @@
 /** The toolbar (metric, zoom and pan buttons, range) and the run selector. */
-import { METRIC_MENU } from "../colormap";
 import { el, setChildren } from "../dom";
 import { formatSteps } from "../format";
+import type { MetricTable } from "../metrics";
 import { CLASS } from "../styles";
 import type { RunInfo, StepRange } from "../types";
 
@@ -15,20 +15,23 @@ export interface ToolbarCallbacks {
 export class Toolbar {
   readonly element: HTMLElement;
   private readonly metric: HTMLSelectElement;
+  /** The table the metric choices are labelled with. */
+  private metrics: MetricTable;
   private readonly range = el("span", { class: "nd-range", attrs: { "aria-live": "polite" } });
-  readonly status = el("span", { class: "nd-status-line", attrs: { "aria-live": "polite" } });
+  readonly status = el("span", { class: CLASS.statusLine, attrs: { "aria-live": "polite" } });
 
-  constructor(cb: ToolbarCallbacks) {
+  constructor(cb: ToolbarCallbacks, metrics: MetricTable) {
+    this.metrics = metrics;
     this.metric = el(
       "select",
       { attrs: { "aria-label": "Metric" }, on: { change: () => cb.onMetric(this.metric.value) } },
-      METRIC_MENU.map((m) => el("option", { text: m.label, attrs: { value: m.id } })),
+      metrics.menu().map((m) => el("option", { text: m.label, attrs: { value: m.id, title: m.description || undefined } })),
     );
     const btn = (text: string, label: string, fn: () => void) =>
-      el("button", { class: "nd-btn", text, attrs: { type: "button", "aria-label": label, title: label }, on: { click: fn } });
+      el("button", { class: CLASS.btn, text, attrs: { type: "button", "aria-label": label, title: label }, on: { click: fn } });
     this.element = el("header", { class: "nd-toolbar" }, [
       el("span", { class: "nd-title" }, ["NeuralDbg", el("small", { text: "layer × step failure map" })]),
-      el("label", { class: "nd-field" }, ["Metric", this.metric]),
+      el("label", { class: CLASS.field }, ["Metric", this.metric]),
       el("span", { class: "nd-btngroup", attrs: { role: "group", "aria-label": "Zoom and pan" } }, [
         btn("−", "Zoom out (-)", () => cb.onZoom(2)),
         btn("+", "Zoom in (+)", () => cb.onZoom(0.5)),
@@ -37,13 +40,25 @@ export class Toolbar {
         btn("Fit", "Show all steps", () => cb.onFit()),
       ]),
       this.range,
-      el("span", { class: "nd-spacer" }),
+      el("span", { class: CLASS.spacer }),
       this.status,
     ]);
   }
 
   setMetric(metric: string): void {
     this.metric.value = metric;
+  }
+
+  /** Label the metric choices (same ones, same order) with this table: the server's once a run is in. */
+  setMetricTable(metrics: MetricTable): void {
+    if (metrics === this.metrics) return;
+    this.metrics = metrics;
+    metrics.menu().forEach((m, i) => {
+      const option = this.metric.options[i];
+      option.textContent = m.label;
+      if (m.description) option.title = m.description;
+      else option.removeAttribute("title");
+    });
   }
 
   setRange(r: StepRange | null, zoomed: boolean): void {
@@ -63,7 +78,7 @@ export class RunList {
   private readonly list = el("ul", { class: "nd-runlist" });
 
   constructor(private readonly cb: RunListCallbacks) {
-    this.element = el("section", { class: "nd-card", attrs: { "aria-label": "Runs" } }, [el("h2", { text: "Runs" }), this.list]);
+    this.element = el("section", { class: CLASS.card, attrs: { "aria-label": "Runs" } }, [el("h2", { text: "Runs" }), this.list]);
   }
 
   update(runs: readonly RunInfo[], selected: readonly string[]): void {

@@ -3,26 +3,28 @@
  * canvas line chart, a strip of its per-step states, its events as markers
  * and as a list.
  */
-import { metricInfo, METRIC_MENU } from "../colormap";
 import { el, setChildren, swatch } from "../dom";
 import { formatSteps, formatValue, humanize } from "../format";
 import { chartScale, segments, xPixel, yPixel, type ChartBox } from "../linechart";
-import { stateColor, STATE_HEALTHY, STATE_UNKNOWN, type StateTable } from "../states";
+import { METRIC_MENU, type MetricTable } from "../metrics";
+import { STATE_HEALTHY, STATE_UNKNOWN } from "../states";
+import { CLASS } from "../styles";
+import type { Tables } from "../tables";
 import type { LayerSeries, NdEvent } from "../types";
 
 /** Metrics of the layer that have at least one finite value: the menu's first, then the rest. */
 export function seriesWithData(s: LayerSeries): string[] {
   const has = (m: string) => s.metrics[m]?.some((v) => Number.isFinite(v)) ?? false;
-  const menu = METRIC_MENU.map((m) => m.id).filter(has);
+  const menu = METRIC_MENU.filter(has);
   return [...menu, ...Object.keys(s.metrics).filter((m) => !menu.includes(m) && has(m))];
 }
 
 /** What a series is called for this kind of row ("value" is the loss or the learning rate). */
-export function seriesLabel(layerType: string, metric: string): string {
+export function seriesLabel(layerType: string, metric: string, metrics: MetricTable): string {
   if (metric === "value" && layerType === "loss") return "Loss";
   if (metric === "value" && layerType === "optimizer") return "Learning rate";
   if (metric === "scale" && layerType === "optimizer") return "AMP loss scale";
-  return metricInfo(metric).label;
+  return metrics.info(metric).label;
 }
 
 /** The series to draw first: the heatmap's metric when this layer has it, else the first with data. */
@@ -38,7 +40,7 @@ const PSEUDO_SERIES = ["value", "scale"];
 export function seriesChoices(layerType: string, metrics: readonly string[]): string[] {
   if (layerType === "loss") return metrics.filter((m) => m === "value");
   if (layerType === "optimizer") return metrics.filter((m) => PSEUDO_SERIES.includes(m));
-  const menu = METRIC_MENU.map((m) => m.id).filter((m) => metrics.includes(m));
+  const menu = METRIC_MENU.filter((m) => metrics.includes(m));
   return [...menu, ...metrics.filter((m) => !menu.includes(m) && !PSEUDO_SERIES.includes(m))];
 }
 
@@ -68,9 +70,9 @@ export class DetailView {
   private readonly body = el("div");
   private readonly canvas = el("canvas", { class: "nd-chart", attrs: { role: "img" } });
   private readonly events = el("ul", { class: "nd-detail-events" });
-  private readonly note = el("div", { class: "nd-note", attrs: { role: "status" } });
+  private readonly note = el("div", { class: CLASS.note, attrs: { role: "status" } });
   private series: LayerSeries | null = null;
-  private states: StateTable | null = null;
+  private tables: Tables | null = null;
   private metric = "grad_norm";
   /** Menu of the open layer (seriesChoices); loaded ones without data are left out. */
   private choices: string[] = [];
@@ -78,7 +80,7 @@ export class DetailView {
   private readonly requested = new Set<string>();
 
   constructor(private readonly cb: DetailCallbacks) {
-    this.element = el("section", { class: "nd-card", attrs: { "data-testid": "layer-detail", "aria-label": "Layer detail" } }, [
+    this.element = el("section", { class: CLASS.card, attrs: { "data-testid": "layer-detail", "aria-label": "Layer detail" } }, [
       this.head,
       this.body,
     ]);
@@ -96,22 +98,22 @@ export class DetailView {
     this.element.setAttribute("data-layer", layer);
     this.element.setAttribute("data-state", "loading");
     this.renderHead(layer, "", run);
-    setChildren(this.body, [el("div", { class: "nd-note" }, [el("span", { class: "nd-spinner" }), "Loading layer…"])]);
+    setChildren(this.body, [el("div", { class: CLASS.note }, [el("span", { class: CLASS.spinner }), "Loading layer…"])]);
   }
 
   error(layer: string, message: string): void {
     this.element.setAttribute("data-state", "error");
     this.renderHead(layer, "", "");
-    setChildren(this.body, [el("div", { class: "nd-note", text: message })]);
+    setChildren(this.body, [el("div", { class: CLASS.note, text: message })]);
   }
 
   /**
    * Show a layer. `metric` is the series to draw when it has data; `choices`
    * the series the menu offers (fetched on demand through onNeedSeries).
    */
-  show(series: LayerSeries, metric: string, states: StateTable, choices: readonly string[] = Object.keys(series.metrics)): void {
+  show(series: LayerSeries, metric: string, tables: Tables, choices: readonly string[] = Object.keys(series.metrics)): void {
     this.series = series;
-    this.states = states;
+    this.tables = tables;
     this.choices = [...choices];
     this.requested.clear();
     for (const m of Object.keys(series.metrics)) this.requested.add(m);
@@ -166,7 +168,7 @@ export class DetailView {
     this.requested.delete(metric);
     if (message === undefined || !this.series) return;
     this.element.setAttribute("data-state", "error");
-    this.setNote(`Could not load ${seriesLabel(this.series.type, metric)}: ${message}`);
+    this.setNote(`Could not load ${this.label(this.series.type, metric)}: ${message}`);
   }
 
   private setNote(text: string): void {
@@ -175,7 +177,7 @@ export class DetailView {
   }
 
   private renderHead(layer: string, type: string, run: string): void {
-    const available = this.menu().map((id) => ({ id, label: seriesLabel(type, id) }));
+    const available = this.menu().map((id) => ({ id, label: this.label(type, id) }));
     const select = el(
       "select",
       { attrs: { "aria-label": "Detail metric" }, on: { change: () => this.choose(select.value) } },
@@ -190,22 +192,27 @@ export class DetailView {
             text: `${formatSteps(this.series.steps[0], this.series.steps[this.series.steps.length - 1])} · ${run}`,
           })
         : null,
-      el("span", { class: "nd-spacer" }),
-      available.length ? el("label", { class: "nd-field" }, ["Series", select]) : null,
-      el("button", { class: "nd-btn", text: "Close", attrs: { type: "button", "aria-label": "Close layer detail" }, on: { click: () => this.cb.onClose() } }),
+      el("span", { class: CLASS.spacer }),
+      available.length ? el("label", { class: CLASS.field }, ["Series", select]) : null,
+      el("button", { class: CLASS.btn, text: "Close", attrs: { type: "button", "aria-label": "Close layer detail" }, on: { click: () => this.cb.onClose() } }),
     ]);
+  }
+
+  private label(layerType: string, metric: string): string {
+    return this.tables ? seriesLabel(layerType, metric, this.tables.metrics) : metric;
   }
 
   private renderEvents(): void {
     const evs = this.series!.events;
+    const states = this.tables!.states;
     setChildren(
       this.events,
       evs.length
         ? evs.map((ev) =>
             el("li", {}, [
-              swatch(stateColor(ev.to_state)),
+              swatch(states.colorOf(ev.to_state)),
               el("button", {
-                class: "nd-btn",
+                class: CLASS.btn,
                 text: `step ${ev.step}`,
                 attrs: { type: "button" },
                 on: { click: () => this.cb.onEvent(ev) },
@@ -220,8 +227,9 @@ export class DetailView {
   /** Paint the chart (also called on resize). */
   draw(): void {
     const s = this.series;
-    if (!s || this.element.style.display === "none") return;
-    const info = { ...metricInfo(this.metric), label: seriesLabel(s.type, this.metric) };
+    const tables = this.tables;
+    if (!s || !tables || this.element.style.display === "none") return;
+    const info = { ...tables.metrics.info(this.metric), label: seriesLabel(s.type, this.metric, tables.metrics) };
     const values = s.metrics[this.metric] ?? new Float64Array(s.steps.length).fill(NaN);
     const dpr = window.devicePixelRatio || 1;
     const w = Math.max(200, this.canvas.clientWidth || 600);
@@ -254,7 +262,7 @@ export class DetailView {
     // Events: vertical markers in the colour of the state they lead to.
     for (const ev of s.events) {
       const x = xPixel(scale, box, ev.step);
-      ctx.strokeStyle = stateColor(ev.to_state);
+      ctx.strokeStyle = tables.states.colorOf(ev.to_state);
       ctx.setLineDash([3, 3]);
       ctx.beginPath();
       ctx.moveTo(x, box.top);
@@ -279,8 +287,7 @@ export class DetailView {
       while (j < s.steps.length && s.states[j] === s.states[i]) j++;
       const code = s.states[i];
       if (code !== STATE_UNKNOWN) {
-        const name = code === STATE_HEALTHY ? "" : this.states?.get(code)?.name ?? "unknown";
-        ctx.fillStyle = code === STATE_HEALTHY ? "#d1e7d8" : stateColor(name);
+        ctx.fillStyle = code === STATE_HEALTHY ? "#d1e7d8" : tables.states.color(code);
         const x0 = xPixel(scale, box, s.steps[i]);
         const x1 = j < s.steps.length ? xPixel(scale, box, s.steps[j]) : box.left + box.width;
         ctx.fillRect(x0, stripY, Math.max(1, x1 - x0), 6);

@@ -4,7 +4,7 @@
  */
 import { el, setChildren, swatch } from "../dom";
 import { humanize } from "../format";
-import { stateColor } from "../states";
+import type { StateTable } from "../states";
 import { CLASS } from "../styles";
 import type { EventList, NdEvent, RootCause, StepRange } from "../types";
 
@@ -21,29 +21,29 @@ export class EventListView {
   readonly element: HTMLElement;
   private readonly title = el("h2");
   private readonly list = el("ul", { class: "nd-eventlist", attrs: { "aria-label": "Events" } });
-  private readonly foot = el("div", { class: "nd-status-line" });
+  private readonly foot = el("div", { class: CLASS.statusLine });
   private items: { ev: NdEvent; button: HTMLButtonElement }[] = [];
-  private shown: { run: string | null; data: EventList | null } = { run: null, data: null };
+  private shown: { run: string | null; data: EventList | null; states: StateTable | null } = { run: null, data: null, states: null };
 
   constructor(private readonly cb: EventListCallbacks) {
-    this.element = el("section", { class: "nd-card nd-events-col", attrs: { "data-testid": "events" } }, [this.title, this.list, this.foot]);
+    this.element = el("section", { class: `${CLASS.card} nd-events-col`, attrs: { "data-testid": "events" } }, [this.title, this.list, this.foot]);
   }
 
   /** Rebuild the list; a no-op when the same answer is already shown (keeps hover/focus). */
-  update(run: string | null, data: EventList | null, rc: RootCause | null): void {
-    if (this.shown.data && this.shown.run === run && this.shown.data === data) return;
-    this.shown = { run, data };
+  update(run: string | null, data: EventList | null, rc: RootCause | null, states: StateTable): void {
+    if (this.shown.data && this.shown.run === run && this.shown.data === data && this.shown.states === states) return;
+    this.shown = { run, data, states };
     if (run) this.element.setAttribute("data-run", run);
     else this.element.removeAttribute("data-run");
     this.title.textContent = data ? `Events · ${data.total}` : "Events";
     this.foot.textContent = data?.truncated ? `showing the first ${data.events.length} of ${data.total}` : "";
     if (!run || !data) {
-      setChildren(this.list, [el("li", { class: "nd-note", text: run ? "Loading…" : "No run selected." })]);
+      setChildren(this.list, [el("li", { class: CLASS.note, text: run ? "Loading…" : "No run selected." })]);
       this.items = [];
       return;
     }
     if (data.events.length === 0) {
-      setChildren(this.list, [el("li", { class: "nd-note", text: "No events: every layer stayed healthy." })]);
+      setChildren(this.list, [el("li", { class: CLASS.note, text: "No events: every layer stayed healthy." })]);
       this.items = [];
       return;
     }
@@ -63,7 +63,7 @@ export class EventListView {
           },
         },
         [
-          swatch(stateColor(ev.to_state)),
+          swatch(states.colorOf(ev.to_state)),
           el("span", { class: "nd-event-top" }, [
             el("span", { class: "nd-event-step", text: `step ${ev.step}` }),
             el("span", { class: "nd-event-layer", text: ev.layer, attrs: { title: ev.layer } }),

@@ -4,10 +4,11 @@
  * event pointer, tooltip). Mouse moves only move overlays with `transform`;
  * the canvas is repainted only when data or size changes.
  */
-import { colorIndices, type MetricInfo, type Scale } from "../colormap";
+import { colorIndices, type Scale } from "../colormap";
 import { el, setChildren } from "../dom";
 import { formatSteps, niceTicks } from "../format";
 import { cellAt, cellRect, colForStep, computeLayout, LABEL_MIN_ROW, type Layout } from "../layout";
+import type { MetricInfo } from "../metrics";
 import { paintHeatmap } from "../paint";
 import type { StateTable } from "../states";
 import { CLASS } from "../styles";
@@ -67,6 +68,9 @@ export class HeatmapPanel {
   private cursorRef: CellRef | null = null;
   private pointRef: CellRef | null = null;
   private labelEls: HTMLElement[] = [];
+  /** Layer name -> type, of `typesOf` (the labels' titles and the tooltip read it). */
+  private types = new Map<string, string>();
+  private typesOf: Meta | null = null;
   private labelsKey = "";
   /** Last mouse position over the canvas (client px), null when outside. */
   private hoverAt: { x: number; y: number } | null = null;
@@ -103,7 +107,7 @@ export class HeatmapPanel {
     this.onsetTag = ov("nd-onset-tag");
     this.pointer = ov("nd-pointer");
     this.tooltip = ov("nd-tooltip");
-    this.note = el("div", { class: "nd-note", style: { display: "none" } });
+    this.note = el("div", { class: CLASS.note, style: { display: "none" } });
     this.wrap = el("div", { class: "nd-canvas-wrap" }, [
       this.canvas,
       this.rootRow,
@@ -116,7 +120,7 @@ export class HeatmapPanel {
     ]);
     this.axis = el("div", { class: "nd-axis" });
     this.live = el("div", { class: "nd-sr", attrs: { "aria-live": "polite" } });
-    this.element = el("section", { class: "nd-card nd-panel", attrs: { "data-run": run } }, [
+    this.element = el("section", { class: `${CLASS.card} nd-panel`, attrs: { "data-run": run } }, [
       this.head,
       this.note,
       el("div", { class: "nd-plot" }, [this.labels, this.wrap, el("div"), this.axis]),
@@ -156,6 +160,10 @@ export class HeatmapPanel {
   /** New data: recolour and repaint now (the app batches calls per frame). */
   update(data: PanelData): void {
     this.data = data;
+    if (data.meta !== this.typesOf) {
+      this.typesOf = data.meta;
+      this.types = new Map(data.meta.layers.map((l) => [l.name, l.type]));
+    }
     const hm = data.heatmap;
     this.renderHead();
     if (hm.rows === 0 || hm.cols === 0) {
@@ -251,7 +259,7 @@ export class HeatmapPanel {
     const key = JSON.stringify([d.heatmap.layers, d.info.root_cause?.layer ?? null, layout.rowHeightCss, layout.dpr]);
     if (key === this.labelsKey) return;
     this.labelsKey = key;
-    const types = new Map(d.meta.layers.map((l) => [l.name, l.type]));
+    const types = this.types;
     const root = d.info.root_cause?.layer;
     const rootRow = root === undefined ? -1 : d.heatmap.layers.indexOf(root);
     // Rows too thin for a label each: label every k-th row (away from the
@@ -383,7 +391,7 @@ export class HeatmapPanel {
     const events = d.events.filter((e) => e.layer === layer && e.step >= first && e.step <= last).length;
     return tooltipLines({
       layer,
-      type: d.meta.layers.find((l) => l.name === layer)?.type ?? "",
+      type: this.types.get(layer) ?? "",
       first,
       last,
       value: hm.values[i],

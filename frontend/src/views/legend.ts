@@ -1,17 +1,19 @@
 /** The legend: the healthy colour ramp with its value range, and every failing state. */
-import { NO_DATA_COLOR, HEALTHY_FLAT_COLOR, rampColor, scaleValue, type MetricInfo, type Scale } from "../colormap";
+import { rampColor, scaleValue, type Scale } from "../colormap";
 import { el, setChildren, swatch } from "../dom";
 import { formatValue } from "../format";
-import { stateColor, stateLabel, type StateTable } from "../states";
+import type { MetricInfo } from "../metrics";
+import { NO_DATA_LABEL, STATE_HEALTHY, type StateTable } from "../states";
+import { CLASS } from "../styles";
 
 export class Legend {
-  readonly element = el("section", { class: "nd-card", attrs: { "aria-label": "Legend" } });
+  readonly element = el("section", { class: CLASS.card, attrs: { "aria-label": "Legend" } });
 
   /** `present`: state codes that appear in the shown data (listed in bold). */
   update(metric: MetricInfo, scale: Scale, states: StateTable, present: ReadonlySet<number>): void {
     const parts: HTMLElement[] = [el("h2", { text: "Legend" })];
     if (metric.kind === "state") {
-      parts.push(el("div", { class: "nd-legend-title" }, [swatch(HEALTHY_FLAT_COLOR), " healthy"]));
+      parts.push(el("div", { class: "nd-legend-title" }, [swatch(states.healthyColor()), ` ${states.name(STATE_HEALTHY)}`]));
     } else {
       const stops = Array.from({ length: 9 }, (_, i) => rampColor(i / 8)).join(", ");
       parts.push(
@@ -26,11 +28,11 @@ export class Legend {
     }
     const items = states.failing().map((s) =>
       el("li", { class: present.has(s.code) ? "nd-present" : "", attrs: { title: `${s.name} (${s.severity})` } }, [
-        swatch(stateColor(s.name)),
-        stateLabel(s.name),
+        swatch(s.color),
+        s.label,
       ]),
     );
-    items.push(el("li", {}, [swatch(NO_DATA_COLOR), "no data"]));
+    items.push(el("li", {}, [swatch(states.colors.no_data), NO_DATA_LABEL]));
     parts.push(el("ul", { class: "nd-legend-list" }, items));
     setChildren(this.element, parts);
   }

@@ -1,10 +1,11 @@
 /** The root-cause panel: what failed, where, when, what to try, and a jump button. */
 import { el, setChildren } from "../dom";
 import { humanize } from "../format";
+import { CLASS } from "../styles";
 import type { RunInfo } from "../types";
 
 export class RootCausePanel {
-  readonly element = el("section", { class: "nd-card nd-rootcause", attrs: { "aria-live": "polite" } });
+  readonly element = el("section", { class: `${CLASS.card} nd-rootcause`, attrs: { "aria-live": "polite" } });
 
   constructor(private readonly onJump: (run: string) => void) {}
 
@@ -44,7 +45,7 @@ export class RootCausePanel {
         el("div", { class: "nd-rootcause-try" }, [el("b", { text: "What to try:" }), rc.message || "See the layer's events."]),
       ]),
       el("button", {
-        class: warning ? "nd-btn nd-btn-warning" : "nd-btn nd-btn-primary",
+        class: warning ? `${CLASS.btn} nd-btn-warning` : `${CLASS.btn} nd-btn-primary`,
         text: "Jump there",
         attrs: { type: "button", title: `Zoom the heatmap to ${rc.layer} at step ${rc.step}` },
         on: { click: () => this.onJump(info.run) },
