@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { computeLayout } from "../src/layout";
 import { bucketRects, paintHeatmap, type PaintContext } from "../src/paint";
-import { colorIndices, computeScale, NO_DATA } from "../src/colormap";
+import { colorIndices, computeScale, NO_DATA, RAMP_START, STATE_START } from "../src/colormap";
 import { testPalette, worstCaseMatrix } from "./fixtures";
 
 /** A fake 2D context: records fills and ImageData writes, rasterises both. */
@@ -94,21 +94,24 @@ test("equal neighbours in a row merge into one rect", () => {
   assert.equal(b.counts[9], 1);
 });
 
-test("1000 rows x 2000 columns: scale + colour indices + pixels under budget (node, fake canvas)", () => {
+test("1000 rows x 2000 columns: every failing cell keeps its state colour (timing: benchmarks/frontend_draw.mjs)", () => {
+  // The draw time is a benchmark's job (benchmarks/frontend_draw.mjs), not a
+  // unit test's: this checks the same worst-case matrix paints correctly.
   const rows = 1000;
   const cols = 2000;
   const { values, states } = worstCaseMatrix(rows, cols);
-  const palette = testPalette();
-  const noop = new Recorder();
-  const layout = computeLayout(2000, rows, cols, 1, 1);
-  let best = Infinity;
-  for (let k = 0; k < 3; k++) {
-    const t0 = performance.now();
-    const scale = computeScale("log", [{ values, states }]);
-    const idx = colorIndices(scale, values, states);
-    paintHeatmap(noop, layout, idx, palette);
-    best = Math.min(best, performance.now() - t0);
+  const scale = computeScale("log", [{ values, states }]);
+  const idx = colorIndices(scale, values, states);
+  assert.equal(idx.length, rows * cols);
+  let failing = 0;
+  for (let i = 0; i < states.length; i++) {
+    if (states[i] !== 0) {
+      failing++;
+      assert.equal(idx[i], STATE_START + states[i]);
+    } else {
+      assert.ok(idx[i] >= RAMP_START && idx[i] < STATE_START, `healthy cell ${i} -> ${idx[i]}`);
+    }
   }
-  console.log(`# cpu part of a 1000x2000 paint: ${best.toFixed(1)} ms (best of 3)`);
-  assert.ok(best < 100, `took ${best} ms`);
+  assert.ok(failing > 0.01 * rows * cols);
+  paintHeatmap(new Recorder(), computeLayout(2000, rows, cols, 1, 1), idx, testPalette());
 });
