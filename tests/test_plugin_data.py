@@ -1,10 +1,12 @@
-"""plugin_data: dense stacking of per-step tensors and the bounded cache."""
+"""plugin_data: dense stacking of per-step tensors (through format.decode)
+and the bounded cache."""
 
 import numpy as np
 
 from tb_neuraldbg import metadata
+from tb_neuraldbg.format import decode
 from tb_neuraldbg.server import plugin_data
-from tb_neuraldbg.server.plugin_data import Series, _LRU, _dense, _json_series
+from tb_neuraldbg.server.plugin_data import Series, _LRU
 
 
 class Point:
@@ -14,6 +16,17 @@ class Point:
 
 def series(nbytes):
     return Series(np.zeros(0, np.int64), None, nbytes)
+
+
+def _dense(points, fill, dtype):
+    """A provider's points (step, numpy) as the plugin decodes them."""
+    return Series.from_rows(decode.decode_rows([p.step for p in points],
+                                               [p.numpy for p in points], dtype, fill))
+
+
+def _json_series(points):
+    return Series.from_json(decode.decode_json([p.step for p in points],
+                                               [p.numpy for p in points]))
 
 
 def test_dense_pads_rows_of_a_grown_layer_list_and_sorts_steps():
@@ -89,7 +102,12 @@ from tensorboard.data import grpc_provider, provider  # noqa: E402
 from tensorboard.data.proto import data_provider_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
-from tb_neuraldbg.server.plugin_data import PluginData, _dense_proto  # noqa: E402
+from tb_neuraldbg.server.plugin_data import PluginData  # noqa: E402
+
+
+def _dense_proto(data, fill, dtype):
+    """A TensorData answer of the Rust data server as the plugin decodes it (in bulk)."""
+    return Series.from_rows(decode.decode_rows(data.step, data.value, dtype, fill))
 
 
 def tensor_data(points):

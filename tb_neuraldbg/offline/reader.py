@@ -13,7 +13,6 @@ a newer format version is refused with ``FormatError``. Nothing is unpickled.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -21,10 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.compat import tf
-from tensorboard.compat.proto import types_pb2
-from tensorboard.util import tensor_util
 
-from ..format import metadata
+from ..format import decode, metadata
 from ..format.contract import NeuralDbgDataWarning
 
 __all__ = ["Run", "FormatError", "NeuralDbgDataWarning", "read_logdir", "read_run", "use_fast_crc"]
@@ -72,236 +69,96 @@ class Run:
         return len(self.layers)
 
 
-# More rows than any model has layers: a shape beyond it is corrupt data.
-_MAX_ROWS = 1 << 20
+def _warner(run: str) -> decode.Note:
+    """The decoder's note for ``run``: a NeuralDbgDataWarning naming the run."""
 
+    def note(message: str) -> None:
+        warnings.warn(f"run {run!r}: {message}", NeuralDbgDataWarning, stacklevel=2)
 
-def _warn(run: str, message: str) -> None:
-    warnings.warn(f"run {run!r}: {message}", NeuralDbgDataWarning, stacklevel=4)
-
-
-# ---------------------------------------------------------------------------
-# Decoding one tag
-
-
-def _json_records(run: str, tag: str, tensor_events) -> list:
-    """[(step, decoded JSON)] of a string-scalar tag; bad records skipped."""
-    out = []
-    for ev in tensor_events:
-        proto = ev.tensor_proto
-        try:
-            if proto.dtype != types_pb2.DT_STRING or len(proto.string_val) != 1:
-                raise ValueError("not a string scalar")
-            payload = json.loads(proto.string_val[0].decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            # json.JSONDecodeError is a ValueError; RecursionError: absurd nesting.
-            _warn(run, f"skipped a {tag} record at step {ev.step}: {e}")
-            continue
-        out.append((int(ev.step), payload))
-    return out
-
-
-def _vector(proto, dtype: int, np_dtype) -> np.ndarray | None:
-    """A 1-D tensor proto of TensorFlow type ``dtype`` as numpy, else None."""
-    if proto.dtype != dtype or len(proto.tensor_shape.dim) != 1:
-        return None
-    n = proto.tensor_shape.dim[0].size
-    if not 0 <= n <= _MAX_ROWS:
-        # make_ndarray would allocate whatever the (untrusted) shape says.
-        return None
-    try:
-        arr = tensor_util.make_ndarray(proto)
-    except (ValueError, TypeError):
-        return None
-    if arr.shape != (n,):
-        return None
-    return arr.astype(np_dtype, copy=False)
-
-
-def _vectors(run: str, tag: str, tensor_events, dtype: int, np_dtype, fill):
-    """Decode a series of 1-D tensors into (steps int64 [n], values [n, Lmax], lengths [n]).
-
-    The common case (every tensor stored as raw ``tensor_content`` of the
-    expected type) is decoded with one ``np.frombuffer`` over the joined
-    bytes; anything else goes through ``make_ndarray`` one by one. Rows
-    shorter than the longest are padded with ``fill``.
-    """
-    itemsize = np.dtype(np_dtype).itemsize
-    steps, lengths, chunks = [], [], []
-    for ev in tensor_events:
-        proto = ev.tensor_proto
-        content = proto.tensor_content
-        dims = proto.tensor_shape.dim
-        if (
-            proto.dtype == dtype
-            and len(dims) == 1
-            and content
-            and len(content) == dims[0].size * itemsize
-        ):
-            chunk = content
-        else:
-            arr = _vector(proto, dtype, np_dtype)
-            if arr is None:
-                _warn(run, f"skipped a {tag} record at step {ev.step}: not a 1-D {np.dtype(np_dtype).name} tensor")
-                continue
-            chunk = np.ascontiguousarray(arr, dtype=np.dtype(np_dtype).newbyteorder("<")).tobytes()
-        steps.append(ev.step)
-        lengths.append(len(chunk) // itemsize)
-        chunks.append(chunk)
-    n = len(steps)
-    steps = np.asarray(steps, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    width = int(lengths.max()) if n else 0
-    values = np.full((n, width), fill, dtype=np_dtype)
-    if n and width:
-        flat = np.frombuffer(b"".join(chunks), dtype=np.dtype(np_dtype).newbyteorder("<"))
-        if (lengths == width).all():
-            values[:] = flat.reshape(n, width)
-        else:
-            # Scatter the ragged rows: row index and column of every element.
-            rows = np.repeat(np.arange(n), lengths)
-            starts = np.cumsum(lengths) - lengths
-            cols = np.arange(flat.shape[0]) - np.repeat(starts, lengths)
-            values[rows, cols] = flat
-    return steps, values, lengths
-
-
-def _last_per_step(steps: np.ndarray) -> np.ndarray:
-    """Indices keeping the last record of each step (a rewrite wins), in step order."""
-    rev = steps[::-1]
-    _, first_in_rev = np.unique(rev, return_index=True)
-    return (len(steps) - 1 - first_in_rev).astype(np.int64)
-
-
-# ---------------------------------------------------------------------------
-# Layers
-
-
-def _layer_list(run: str, records) -> list:
-    """The run's final layer list from its ``neuraldbg/layers`` records."""
-    current: list = []
-    for step, payload in records:
-        raw = payload.get("layers") if isinstance(payload, dict) else None
-        if not isinstance(raw, list):
-            _warn(run, f"skipped a layer list at step {step}: no 'layers' list")
-            continue
-        layers = []
-        for item in raw:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                _warn(run, f"skipped a layer list at step {step}: bad entry {item!r:.80}")
-                layers = None
-                break
-            layers.append({"name": item["name"], "type": str(item.get("type", ""))})
-        if layers is None:
-            continue
-        if layers[: len(current)] != current:
-            # The writer only appends; a changed prefix means the rows changed
-            # meaning. Trust the newest list, but say so.
-            _warn(run, f"the layer list changed at step {step} (it should only grow)")
-        current = layers
-    return current
+    return note
 
 
 # ---------------------------------------------------------------------------
 # Runs
 
 
-def _check_version(name: str, accumulator, tags) -> None:
-    for tag in tags:
+def _neuraldbg_tags(name: str, accumulator) -> set:
+    """The run's neuraldbg tags (empty without any); FormatError for data
+    from a newer format version."""
+    try:
+        tags = set(accumulator.PluginTagToContent(metadata.PLUGIN_NAME))
+    except KeyError:  # TensorBoard's answer for "no data of this plugin"
+        return set()
+    for tag in sorted(tags):
         meta = accumulator.SummaryMetadata(tag)
         try:
             metadata.parse_plugin_metadata(meta.plugin_data.content)
         except ValueError as e:
             raise FormatError(f"run {name!r}, tag {tag!r}: {e}") from None
+    return tags
+
+
+def _records(accumulator, tag: str) -> tuple[list, list]:
+    """(steps, TensorProtos) of one tag, in the order written."""
+    events = accumulator.Tensors(tag)
+    return [ev.step for ev in events], [ev.tensor_proto for ev in events]
+
+
+def _row_series(accumulator, tags: set, note: decode.Note) -> dict:
+    """{tag: decode.Rows} of the run's per-step tags (every metric, the states)."""
+    row_tags = [t for t in sorted(tags) if metadata.metric_of_tag(t) or t == metadata.TAG_STATES]
+    return {t: decode.decode_tag_rows(t, *_records(accumulator, t), note) for t in row_tags}
+
+
+def _json_series(accumulator, tags: set, note: decode.Note) -> dict:
+    """{tag: [(step, parsed JSON)]} of every JSON tag (empty when absent)."""
+    out = {}
+    for tag in sorted(decode.JSON_TAGS):
+        out[tag] = []
+        if tag in tags:
+            out[tag] = decode.decode_json(*_records(accumulator, tag), note, tag).pairs()
+    return out
+
+
+def _step_axis(series: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(every step logged by any per-step tag, ascending; the number of rows
+    stored at each of those steps)."""
+    if not series:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    steps = np.unique(np.concatenate([rows.steps for rows in series.values()]))
+    layer_counts = np.zeros(len(steps), dtype=np.int64)
+    for rows in series.values():
+        np.maximum.at(layer_counts, np.searchsorted(steps, rows.steps), rows.lengths)
+    return steps, layer_counts
+
+
+def _place(rows: decode.Rows, steps: np.ndarray, out: np.ndarray) -> None:
+    """Write ``rows`` into ``out`` ([len(steps), num_layers]) at their steps."""
+    if len(rows.steps):
+        out[np.searchsorted(steps, rows.steps), : rows.values.shape[1]] = rows.values
+
+
+def _matrices(series: dict, steps: np.ndarray, num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stats [S, L, M] float32, states [S, L] uint8) on the run's step axis."""
+    stats = np.full((len(steps), num_layers, len(metadata.METRICS)), np.nan, dtype=np.float32)
+    states = np.full((len(steps), num_layers), metadata.STATE_UNKNOWN, dtype=np.uint8)
+    for tag, rows in series.items():
+        metric = metadata.metric_of_tag(tag)
+        _place(rows, steps, stats[..., metadata.METRIC_INDEX[metric]] if metric else states)
+    return stats, states
 
 
 def _build_run(name: str, path: str, accumulator) -> Run | None:
-    try:
-        tag_content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
-    except KeyError:  # TensorBoard's answer for "no data of this plugin"
-        return None
-    tags = sorted(tag_content)
+    tags = _neuraldbg_tags(name, accumulator)
     if not tags:
         return None
-    _check_version(name, accumulator, tags)
-
-    # Per-step tensors: every metric tag and the states.
-    series = {}
-    for tag in tags:
-        metric = metadata.metric_of_tag(tag)
-        if metric is not None:
-            series[metric] = _vectors(
-                name, tag, accumulator.Tensors(tag), types_pb2.DT_FLOAT, np.float32, np.nan
-            )
-    state_series = None
-    if metadata.TAG_STATES in tag_content:
-        state_series = _vectors(
-            name,
-            metadata.TAG_STATES,
-            accumulator.Tensors(metadata.TAG_STATES),
-            types_pb2.DT_UINT8,
-            np.uint8,
-            metadata.STATE_UNKNOWN,
-        )
-
-    all_parts = list(series.values()) + ([state_series] if state_series else [])
-    steps = (
-        np.unique(np.concatenate([p[0] for p in all_parts]))
-        if all_parts
-        else np.zeros(0, dtype=np.int64)
-    )
-    layer_counts = np.zeros(len(steps), dtype=np.int64)
-    for p_steps, _, p_lengths in all_parts:
-        if len(p_steps):
-            np.maximum.at(layer_counts, np.searchsorted(steps, p_steps), p_lengths)
-
-    def json_tag(tag):
-        if tag not in tag_content:
-            return []
-        return _json_records(name, tag, accumulator.Tensors(tag))
-
-    layers = _layer_list(name, json_tag(metadata.TAG_LAYERS))
-    width = int(layer_counts.max()) if len(steps) else 0
-    if width > len(layers):
-        _warn(name, f"{width - len(layers)} rows have no layer name; named by row number")
-        layers = layers + [{"name": metadata.unnamed_row(i), "type": ""} for i in range(len(layers), width)]
-    num_layers = len(layers)
-
-    stats = np.full((len(steps), num_layers, len(metadata.METRICS)), np.nan, dtype=np.float32)
-    for metric, (p_steps, values, _) in series.items():
-        if len(p_steps):
-            keep = _last_per_step(p_steps)
-            stats[np.searchsorted(steps, p_steps[keep]), : values.shape[1], metadata.METRIC_INDEX[metric]] = values[keep]
-    states = np.full((len(steps), num_layers), metadata.STATE_UNKNOWN, dtype=np.uint8)
-    if state_series is not None and len(state_series[0]):
-        p_steps, values, _ = state_series
-        keep = _last_per_step(p_steps)
-        states[np.searchsorted(steps, p_steps[keep]), : values.shape[1]] = values[keep]
-
-    events = []
-    for step, payload in json_tag(metadata.TAG_EVENTS):
-        if not isinstance(payload, list):
-            _warn(name, f"skipped an events record at step {step}: not a list")
-            continue
-        for event in payload:
-            if isinstance(event, dict):
-                events.append(event)
-            else:
-                _warn(name, f"skipped an event at step {step}: not an object")
-
-    diagnosis = None
-    for step, payload in json_tag(metadata.TAG_DIAGNOSIS):
-        if isinstance(payload, dict):
-            diagnosis = payload  # the last one written is the current one
-        else:
-            _warn(name, f"skipped a diagnosis at step {step}: not an object")
-
-    config = None
-    for step, payload in json_tag(metadata.TAG_CONFIG):
-        if isinstance(payload, dict):
-            config = payload
-            break
-
+    note = _warner(name)
+    series = _row_series(accumulator, tags, note)
+    steps, layer_counts = _step_axis(series)
+    records = _json_series(accumulator, tags, note)
+    width = int(layer_counts.max(initial=0))
+    layers = decode.layer_list(records[metadata.TAG_LAYERS], width, note)
+    stats, states = _matrices(series, steps, len(layers))
     return Run(
         name=name,
         path=path,
@@ -311,9 +168,9 @@ def _build_run(name: str, path: str, accumulator) -> Run | None:
         stats=stats,
         states=states,
         layer_counts=layer_counts,
-        events=events,
-        diagnosis=diagnosis,
-        config=config,
+        events=decode.run_events(records[metadata.TAG_EVENTS], note),
+        diagnosis=decode.last_diagnosis(records[metadata.TAG_DIAGNOSIS], note),
+        config=decode.run_config(records[metadata.TAG_CONFIG], note),
     )
 
 

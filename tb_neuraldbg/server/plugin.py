@@ -216,7 +216,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return listing
 
     def _run_report(self, run: str, series: dict) -> dict:
-        return contract.run_report(run, self._data.diagnosis(series), self._data.events(series))
+        return contract.run_report(run, self._data.diagnosis(series, run),
+                                   self._data.events(series, run))
 
     @staticmethod
     def _axis_tag(listing: dict) -> str:
@@ -258,7 +259,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                 "run": run,
                 "status": rep["status"],
                 "root_cause": rep["root_cause"],
-                "num_layers": len(self._data.layers(series, self._width(series))),
+                "num_layers": len(self._data.layers(series, self._width(series), run)),
                 "first_step": int(steps[0]) if steps.size else None,
                 "last_step": int(steps[-1]) if steps.size else None,
                 "num_steps": int(steps.size),
@@ -274,7 +275,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         steps = self._axis(series)
         return {
             "run": run,
-            "layers": self._data.layers(series, self._width(series)),
+            "layers": self._data.layers(series, self._width(series), run),
             "metrics": list(metadata.METRICS),
             "states": _STATES,
             "metric_info": _METRIC_INFO,
@@ -299,7 +300,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             stats = metadata.stats_tag(metric)
             tags.append(stats)
         series = self._data.read(ctx, eid, run, tags, listing)
-        layers = self._data.layers(series, self._width(series))
+        layers = self._data.layers(series, self._width(series), run)
         width = len(layers)
         axis = series[stats].steps if stats in series else self._axis(series)
         window = _step_slice(axis, start, end)
@@ -354,7 +355,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                                                metadata.TAG_EVENTS, self._axis_tag(listing)),
                                listing)
         stats_tags = [metadata.stats_tag(m) for m in metrics]
-        layers = self._data.layers(head, self._width(head))
+        layers = self._data.layers(head, self._width(head), run)
         names = [l["name"] for l in layers]
         if layer not in names:
             raise errors.NotFoundError(f"unknown layer {layer[:200]!r} in run {run[:200]!r}")

@@ -9,6 +9,9 @@ the layer list grew) and kept in a small LRU cache keyed by
 from ``list_tensors``: repeated zooms never re-read, and a run that gains
 steps is re-read once (its stale entry is replaced, not kept beside it).
 
+Decoding is ``format.decode``'s, the offline reader's too: the same records
+are skipped (each distinct note logged once), the same rows named.
+
 With the Rust data server (``--load_fast``, a GrpcDataProvider) the same
 ReadTensors request is sent on the provider's own gRPC stub, one matrix per
 request and two in flight, and each answer is decoded in bulk (the raw
@@ -20,14 +23,12 @@ one ``make_ndarray`` per step; a failed request falls back to the public
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from tensorboard.data import provider
-from tensorboard.util import tensor_util
 
 try:  # the Rust data server's provider (load_fast); absent in odd installs
     import grpc
@@ -36,7 +37,7 @@ try:  # the Rust data server's provider (load_fast); absent in odd installs
 except ImportError:  # pragma: no cover
     grpc = grpc_provider = data_provider_pb2 = None
 
-from ..format import metadata
+from ..format import decode, metadata
 
 __all__ = ["PluginData", "Series", "DEFAULT_CACHE_BYTES", "FULL_DOWNSAMPLE"]
 
@@ -53,12 +54,15 @@ _MAX_READ_BYTES = 160 * 1024 * 1024
 # ReadTensors requests sent to the Rust data server at once (each answer of
 # a 1,000 x 20,000 matrix is ~80 MB in memory while it is decoded).
 _IN_FLIGHT = 2
+# Distinct notes about bad records remembered (so each is logged once).
+_MAX_NOTES = 10_000
 
 
 class Series:
-    """One tag of one run: ``steps`` int64 [S] ascending and unique, and
-    ``data``: a dense [S, L] array for per-step tensors, or a list of parsed
-    JSON values for JSON tags."""
+    """One tag of one run: ``steps`` int64 [S] and ``data``: for per-step
+    tensors a dense [S, L] array (steps ascending and unique), for JSON tags
+    a list of parsed JSON values (the step of each, in the order written).
+    ``nbytes`` is what the cache counts."""
 
     __slots__ = ("steps", "data", "nbytes")
 
@@ -66,6 +70,22 @@ class Series:
         self.steps = steps
         self.data = data
         self.nbytes = nbytes
+
+    @classmethod
+    def from_rows(cls, rows: decode.Rows) -> "Series":
+        """The Series of a per-step tag decoded by ``decode.decode_rows``."""
+        return cls(rows.steps, rows.values, rows.values.nbytes + 8 * rows.steps.shape[0])
+
+    @classmethod
+    def from_json(cls, records: decode.JsonRecords) -> "Series":
+        """The Series of a JSON tag decoded by ``decode.decode_json``."""
+        # Rough: parsed objects outweigh their text.
+        return cls(records.steps, records.values,
+                   4 * records.text_bytes + 8 * records.steps.shape[0])
+
+    def records(self) -> list:
+        """(step, value) pairs of a JSON tag, as ``decode``'s run-level views take."""
+        return list(zip(self.steps.tolist(), self.data))
 
 
 class _LRU:
@@ -108,119 +128,13 @@ class _LRU:
         return self._bytes
 
 
-def _dedupe_sorted(points: list) -> list:
-    """Points sorted by step; for a repeated step the last one read wins
-    (a run restarted from a checkpoint rewrites steps)."""
-    by_step = {}
-    for p in points:
-        by_step[int(p.step)] = p
-    return [by_step[s] for s in sorted(by_step)]
-
-
-def _dense(points: list, fill, dtype) -> Series:
-    """Stack 1-D per-step arrays into [S, L], padding short rows with fill.
-    Points that are not 1-D arrays are dropped (with a log line)."""
-    points = _dedupe_sorted(points)
-    arrays, steps = [], []
-    for p in points:
-        a = np.asarray(p.numpy)
-        if a.ndim != 1 or a.dtype.kind not in "biuf":
-            logger.warning("neuraldbg: skipping a malformed tensor at step %d", p.step)
-            continue
-        arrays.append(a)
-        steps.append(int(p.step))
-    width = max((a.shape[0] for a in arrays), default=0)
-    if arrays and all(a.shape[0] == width for a in arrays):
-        data = np.stack(arrays).astype(dtype, copy=False)
-    else:
-        data = np.full((len(arrays), width), fill, dtype=dtype)
-        for i, a in enumerate(arrays):
-            data[i, : a.shape[0]] = a
-    return Series(np.array(steps, dtype=np.int64), data, data.nbytes + 8 * len(steps))
-
-
-class _Point:
-    __slots__ = ("step", "wall_time", "numpy")
-
-    def __init__(self, step, wall_time, value):
-        self.step, self.wall_time, self.numpy = step, wall_time, value
-
-
-def _proto_points(data) -> list:
-    """A TensorData proto (steps, wall times, TensorProtos) as points, one
-    TensorProto decoded at a time (what GrpcDataProvider.read_tensors does)."""
-    return [_Point(int(st), wt, tensor_util.make_ndarray(v))
-            for st, wt, v in zip(data.step, data.wall_time, data.value)]
-
-
-def _dense_proto(data, fill, dtype) -> Series:
-    """``_dense`` of a TensorData proto, decoding all steps at once.
-
-    When every step is a 1-D numeric tensor of one dtype and one length held
-    in ``tensor_content`` (what the writer produces), the raw bytes of all
-    steps are joined into one buffer and viewed as an [S, L] matrix: one
-    np.frombuffer instead of 20,000 make_ndarray calls and a np.stack. Any
-    other shape of data goes through the per-step path (padding, dropping).
-    """
-    values = data.value
-    n = len(values)
-    if n == 0:
-        return _dense([], fill, dtype)
-    first = values[0]
-    try:
-        a0 = tensor_util.make_ndarray(first)
-    except Exception:  # an unknown dtype: let the slow path log and drop it
-        a0 = None
-    content = first.tensor_content
-    if (a0 is None or a0.ndim != 1 or a0.dtype.kind not in "biuf" or not content
-            or len(content) != a0.nbytes):
-        return _dense(_proto_points(data), fill, dtype)
-    nbytes, pb_dtype = len(content), first.dtype
-    contents = []
-    for v in values:
-        c = v.tensor_content
-        if len(c) != nbytes or v.dtype != pb_dtype or len(v.tensor_shape.dim) != 1:
-            return _dense(_proto_points(data), fill, dtype)
-        contents.append(c)
-    # A bytearray so that the matrix is writable like np.stack's would be.
-    buf = bytearray().join(contents)
-    del contents
-    matrix = np.frombuffer(buf, dtype=a0.dtype).reshape(n, a0.shape[0])
-    matrix = matrix.astype(dtype, copy=False)
-    steps = np.fromiter(data.step, dtype=np.int64, count=n)
-    if n > 1 and not bool(np.all(steps[1:] > steps[:-1])):
-        # Sort by step; for a repeated step the last one read wins.
-        order = np.argsort(steps, kind="stable")
-        ordered = steps[order]
-        last = np.ones(n, dtype=bool)
-        last[:-1] = ordered[1:] != ordered[:-1]
-        keep = order[last]
-        steps, matrix = steps[keep], matrix[keep]
-    return Series(steps, matrix, matrix.nbytes + 8 * steps.shape[0])
-
-
-def _json_series(points: list) -> Series:
-    """Parse JSON string tensors, in step order; unreadable ones are dropped
-    with a log line. Repeated steps are all kept: two event records written
-    at one step (say, the events only decidable at the end of a run, after
-    that step's own) both count."""
-    points = sorted(points, key=lambda p: p.step)
-    steps, values, nbytes = [], [], 0
-    for p in points:
-        try:
-            raw = np.asarray(p.numpy).item()
-            text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            values.append(json.loads(text))
-            steps.append(int(p.step))
-            nbytes += len(text) * 4  # rough: parsed objects outweigh their text
-        except (ValueError, TypeError) as e:
-            logger.warning("neuraldbg: skipping unreadable JSON at step %d: %s", p.step, e)
-    return Series(np.array(steps, dtype=np.int64), values, nbytes + 8 * len(steps))
-
-
-_JSON_TAGS = frozenset(
-    {metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, metadata.TAG_CONFIG}
-)
+def _steps_and_tensors(raw) -> tuple:
+    """(steps, tensors) of one tag of a provider's answer: a list of points
+    (``step``, ``numpy``: read_tensors) or a TensorData proto (the Rust data
+    server's ReadTensors answer, TensorProtos decoded in bulk)."""
+    if isinstance(raw, list):
+        return [p.step for p in raw], [p.numpy for p in raw]
+    return raw.step, raw.value
 
 
 class PluginData:
@@ -236,6 +150,7 @@ class PluginData:
         self._provider = data_provider
         self._downsample = int(downsample) if downsample else FULL_DOWNSAMPLE
         self._cache = _LRU(cache_bytes)
+        self._noted: set = set()
 
     @property
     def cache_bytes(self) -> int:
@@ -282,13 +197,13 @@ class PluginData:
         if stub is not None:
             # One matrix per request (a 160 MB answer takes longer than two
             # 80 MB ones), JSON tags together, two requests in flight.
-            groups = [[m for m in missing if m[0] in _JSON_TAGS]]
-            groups += [[m] for m in missing if m[0] not in _JSON_TAGS]
+            groups = [[m for m in missing if m[0] in decode.JSON_TAGS]]
+            groups += [[m] for m in missing if m[0] not in decode.JSON_TAGS]
             groups = [g for g in groups if g]
             done = set()
             try:
                 for group, got in self._grpc_reads(stub, experiment_id, run, groups):
-                    self._store(group, got, out, keep)
+                    self._store(run, group, got, out, keep)
                     done.update(tag for tag, _ in group)
             except grpc.RpcError as e:
                 logger.info("neuraldbg: direct ReadTensors failed (%s); using read_tensors", e)
@@ -302,27 +217,38 @@ class PluginData:
                 downsample=self._downsample,
                 run_tag_filter=provider.RunTagFilter(runs=[run], tags=[t for t, _ in group]),
             ).get(run, {})
-            self._store(group, got, out, keep)
+            self._store(run, group, got, out, keep)
         return out
 
-    def _store(self, group: list, got: dict, out: dict, keep: bool) -> None:
-        """Build the Series of each (tag, cache key) of ``group`` from
+    def _store(self, run: str, group: list, got: dict, out: dict, keep: bool) -> None:
+        """Decode the Series of each (tag, cache key) of ``group`` from
         ``got`` ({tag: list of points, or a TensorData proto}) into ``out``."""
+        note = self.note(run)
         for tag, key in group:
-            raw = got.pop(tag, [])
-            if tag in _JSON_TAGS:
-                if not isinstance(raw, list):
-                    raw = _proto_points(raw)
-                series = _json_series(raw)
+            steps, tensors = _steps_and_tensors(got.pop(tag, []))
+            if tag in decode.JSON_TAGS:
+                series = Series.from_json(decode.decode_json(steps, tensors, note, tag))
             else:
-                fill, dtype = ((metadata.STATE_UNKNOWN, np.uint8)
-                               if tag == metadata.TAG_STATES else (np.nan, np.float32))
-                dense = _dense if isinstance(raw, list) else _dense_proto
-                series = dense(raw, fill, dtype)
-            del raw
+                series = Series.from_rows(decode.decode_tag_rows(tag, steps, tensors, note))
+            del steps, tensors
             if keep:
                 self._cache.put(*key, series)
             out[tag] = series
+
+    def note(self, run: str) -> decode.Note:
+        """The decoder's note for ``run``: a warning log line, once per
+        distinct message (a run's views are decoded again on every request)."""
+
+        def log(message: str) -> None:
+            key = (run, message)
+            if key in self._noted:
+                return
+            if len(self._noted) >= _MAX_NOTES:
+                self._noted.clear()
+            self._noted.add(key)
+            logger.warning("neuraldbg: run %r: %s", run, message)
+
+        return log
 
     def _grpc_reads(self, stub, experiment_id: str, run: str, groups: list):
         """Yield (group, {tag: TensorData proto}) for each group of
@@ -331,7 +257,7 @@ class PluginData:
 
         GrpcDataProvider.read_tensors decodes each step's TensorProto on its
         own (make_ndarray: ~13 us a step); here the answer is decoded in
-        bulk by ``_dense_proto``. Requests are sent as gRPC futures (gRPC's
+        bulk by ``decode.decode_rows``. Requests are sent as gRPC futures (gRPC's
         own I/O threads; none started here), at most _IN_FLIGHT at once, so
         the next answer is transferred while this one is decoded. A failed
         request raises grpc.RpcError after the others are cancelled.
@@ -379,9 +305,9 @@ class PluginData:
         bytes a cell), so that one answer stays under _MAX_READ_BYTES; with
         nothing known yet, one matrix is read alone first.
         """
-        json_tags = [m for m in missing if m[0] in _JSON_TAGS]
+        json_tags = [m for m in missing if m[0] in decode.JSON_TAGS]
         if json_tags:
-            return json_tags, [m for m in missing if m[0] not in _JSON_TAGS]
+            return json_tags, [m for m in missing if m[0] not in decode.JSON_TAGS]
         cells = max((s.data.size for s in known.values() if isinstance(s.data, np.ndarray)),
                     default=0)
         per_group = max(1, _MAX_READ_BYTES // (4 * cells)) if cells else 1
@@ -389,37 +315,22 @@ class PluginData:
 
     # -- run-level views -------------------------------------------------
 
-    def layers(self, series: dict, width: int = 0) -> list[dict]:
-        """The run's layer list (last written; it only grows), padded with
-        placeholder names to ``width`` rows if the stats have more rows."""
-        layers: list[dict] = []
-        s = series.get(metadata.TAG_LAYERS)
-        if s is not None:
-            for value in reversed(s.data):
-                if isinstance(value, dict) and isinstance(value.get("layers"), list):
-                    layers = [
-                        {"name": str(l.get("name", "")), "type": str(l.get("type", ""))}
-                        for l in value["layers"]
-                        if isinstance(l, dict)
-                    ]
-                    break
-        for i in range(len(layers), width):
-            layers.append({"name": metadata.unnamed_row(i), "type": ""})
-        return layers
+    def layers(self, series: dict, width: int = 0, run: str = "") -> list[dict]:
+        """The run's layer list (``decode.layer_list``: the newest, which only
+        grows), rows without a name up to ``width`` named by row number."""
+        records = self._records(series, metadata.TAG_LAYERS)
+        return decode.layer_list(records, width, self.note(run))
 
-    @staticmethod
-    def events(series: dict) -> list[dict]:
+    def events(self, series: dict, run: str = "") -> list[dict]:
         """Every event dict written for the run, in the order written."""
-        s = series.get(metadata.TAG_EVENTS)
-        out = []
-        if s is not None:
-            for value in s.data:
-                if isinstance(value, list):
-                    out += [e for e in value if isinstance(e, dict)]
-        return out
+        return decode.run_events(self._records(series, metadata.TAG_EVENTS), self.note(run))
+
+    def diagnosis(self, series: dict, run: str = "") -> dict | None:
+        """The last diagnosis written for the run, or None."""
+        records = self._records(series, metadata.TAG_DIAGNOSIS)
+        return decode.last_diagnosis(records, self.note(run))
 
     @staticmethod
-    def diagnosis(series: dict) -> Any:
-        """The last diagnosis written for the run, or None."""
-        s = series.get(metadata.TAG_DIAGNOSIS)
-        return s.data[-1] if s is not None and s.data else None
+    def _records(series: dict, tag: str) -> list:
+        s = series.get(tag)
+        return s.records() if s is not None else []
