@@ -29,7 +29,7 @@ from torch import nn
 
 from ..diagnosis.thresholds import Thresholds
 from ..training import stats as S
-from ..training.instrument import first_tensor, iter_tensors, behaviour_of, unwrap
+from ..training.modules import first_tensor, iter_tensors, behaviour_of, unwrap
 
 __all__ = [
     "CheckResult",
