@@ -1,6 +1,6 @@
 """tb_neuraldbg: find the first failing layer of a PyTorch training run.
 
-Public face only. ``DebugWriter``, ``register_module``, ``unwatch`` and
+Public face only. ``DebugWriter``, ``register_module``, ``Behaviour`` and
 ``checks`` (need torch) and ``diagnose`` are imported lazily so that the
 TensorBoard plugin and the report CLI load without torch.
 
@@ -13,7 +13,7 @@ preflight protocol).
 
 from ._version import __version__
 
-__all__ = ["DebugWriter", "diagnose", "checks", "__version__"]
+__all__ = ["DebugWriter", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
 
 
 def __getattr__(name):
@@ -21,6 +21,10 @@ def __getattr__(name):
         from .training.writer import DebugWriter
 
         return DebugWriter
+    if name in ("register_module", "Behaviour"):
+        from .training import modules
+
+        return getattr(modules, name)
     if name == "diagnose":
         from .offline.rediagnose import diagnose
 

@@ -13,7 +13,9 @@ from torch import nn
 
 from tb_neuraldbg import metadata
 from tb_neuraldbg.training import stats as S
-from tb_neuraldbg.training.instrument import Instrument, WatchConfig, select_modules
+from tb_neuraldbg.training.instrument import Instrument
+from tb_neuraldbg.training.modules import select_modules
+from tb_neuraldbg.training.schedule import WatchConfig
 from tests.faults import InfBackward
 
 M = metadata.METRIC_INDEX
@@ -332,7 +334,7 @@ def test_nonfinite_activation_is_flagged_then_counted_exactly():
     # Step 11 is a cheap step (stats_every=10): the flag says "at least one".
     assert rec.value("fc1", "act_nonfinite", 11) >= 1
     assert rec.value("<input>", "act_nonfinite", 11) == 0
-    rec.inst.exact_nonfinite = True  # what the worker sets after seeing it
+    rec.inst.count_nonfinite_exactly()  # what the worker asks for after seeing it
     x, y = batches((8, 10), 3)()
     # fc1's first output column is +-inf or NaN for every sample: 8 values.
     out = model.fc1(x)
@@ -577,7 +579,7 @@ def test_output_gradient_shows_where_a_nonfinite_is_born_in_backward():
         assert np.isnan(rec.value(pseudo, "gout_nonfinite"))
     # Once non-finite values were seen, counts are exact: every element of
     # the Tanh output's gradient (4 x 8) is inf or NaN.
-    rec.inst.exact_nonfinite = True
+    rec.inst.count_nonfinite_exactly()
     x, y = batches((4, 6), 3)()
     opt = rec.inst.optimizer
     opt.zero_grad()
@@ -718,3 +720,123 @@ def test_inplace_activation_input_is_the_previous_rows_output():
     assert rec.value("act", "in_zero_frac") == pytest.approx(float((ref == 0).float().mean()))
     assert rec.value("act", "act_zero_frac") == pytest.approx(float((ref <= 0).float().mean()))
     assert rec.value("fc2", "in_zero_frac") == pytest.approx(float((ref <= 0).float().mean()))
+
+
+# -- teaching the table a type of your own ----------------------------------
+
+
+class FusedAttention(nn.Module):
+    """Self-attention that uses its children's weights without calling them
+    (as nn.MultiheadAttention does with out_proj)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = F.linear(x, self.qkv.weight, self.qkv.bias).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
+        return F.linear(a, self.proj.weight, self.proj.bias)
+
+
+class AttentionNet(nn.Module):
+    def __init__(self, attention):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = attention()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.attn(x).mean(1))
+
+
+def test_a_registered_atomic_type_is_one_row_owning_its_childrens_weights():
+    from tb_neuraldbg import Behaviour, register_module
+
+    class Unregistered(FusedAttention):
+        pass
+
+    class Registered(FusedAttention):
+        pass
+
+    register_module(Registered, Behaviour(atomic=True))
+    # Unknown: a container whose children (never called) would be the rows.
+    assert [n for n, _ in select_modules(AttentionNet(Unregistered))] == ["attn.qkv", "attn.proj", "head"]
+    rec, _ = train(AttentionNet(Unregistered), batches((4, 5, 8), 3), steps=1, recorder_kwargs={})
+    assert rec.names == ["<input>", "head", "<loss>", "<optimizer>"]  # attention unseen
+
+    model = AttentionNet(Registered)
+    assert [n for n, _ in select_modules(model)] == ["attn", "head"]
+    rec, refs = train(model, batches((4, 5, 8), 3), steps=2, recorder_kwargs={},
+                      hook=lambda: layer_grad_norm(model.attn))
+    assert rec.names == ["<input>", "attn", "head", "<loss>", "<optimizer>"]
+    assert rec.value("attn", "grad_norm") == pytest.approx(refs[-1], rel=1e-5)
+
+
+def test_a_registered_bounded_activation_gets_its_saturation_measured():
+    from tb_neuraldbg import Behaviour, register_module
+    from tb_neuraldbg.training.modules import behaviour_of
+
+    class Clamp01(nn.Module):
+        def forward(self, x):
+            return x.clamp(0.0, 1.0)
+
+    def model():
+        torch.manual_seed(2)
+        return nn.Sequential(nn.Linear(6, 40), Clamp01(), nn.Linear(40, 2))
+
+    rec, _ = train(model(), batches((16, 6), 2), steps=1, lr=0.0, recorder_kwargs={})
+    assert np.isnan(rec.value("1", "act_sat_frac"))  # not known to be bounded
+
+    register_module(Clamp01, Behaviour(saturation=lambda m: (0.0, 1.0), pointwise=True))
+    m = model()
+    outs, handles = capture_outputs(m[1])
+    rec, _ = train(m, batches((16, 6), 2), steps=1, lr=0.0, recorder_kwargs={})
+    y = outs[m[1]].detach()
+    sat = ((y <= 0) | (y >= 1)).float().mean().item()
+    assert 0.2 < sat < 1
+    assert rec.value("1", "act_sat_frac") == pytest.approx(sat)
+    for hd in handles:
+        hd.remove()
+
+    class Sub(Clamp01):  # subclasses inherit the entry
+        pass
+
+    assert behaviour_of(Sub) is behaviour_of(Clamp01()) is behaviour_of(Clamp01)
+    assert behaviour_of(Sub).saturation(Sub()) == (0.0, 1.0)
+
+
+def test_register_module_refuses_to_replace_unless_asked_and_bad_input():
+    from tb_neuraldbg import Behaviour, register_module
+    from tb_neuraldbg.training.modules import MODULE_TABLE, behaviour_of
+
+    class Block(nn.Module):
+        pass
+
+    register_module(Block, Behaviour(atomic=True))
+    with pytest.raises(ValueError, match="already has a Behaviour.*overwrite=True"):
+        register_module(Block, Behaviour(watch=False))
+    assert behaviour_of(Block).atomic
+    register_module(Block, Behaviour(watch=False), overwrite=True)
+    assert behaviour_of(Block) == Behaviour(watch=False)
+
+    gelu = behaviour_of(nn.GELU)
+    with pytest.raises(ValueError, match="GELU already has"):
+        register_module(nn.GELU, Behaviour())  # a built-in entry too
+    assert behaviour_of(nn.GELU) is gelu
+    with pytest.raises(ValueError, match="every module"):
+        register_module(nn.Module, Behaviour())
+    with pytest.raises(TypeError, match="nn.Module subclass"):
+        register_module(nn.Linear(2, 2), Behaviour())  # an instance, not a type
+    with pytest.raises(TypeError, match="nn.Module subclass"):
+        register_module(int, Behaviour())
+    with pytest.raises(TypeError, match="needs a Behaviour"):
+        register_module(Block, {"atomic": True}, overwrite=True)
+    with pytest.raises(TypeError, match="saturation"):
+        Behaviour(saturation=(0.0, 1.0))
+    with pytest.raises(TypeError, match="atomic must be a bool"):
+        Behaviour(atomic="yes")
+    with pytest.raises(TypeError):
+        MODULE_TABLE[Block] = Behaviour()  # read-only: register_module() adds
+    assert behaviour_of(Block) == Behaviour(watch=False)

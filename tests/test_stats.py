@@ -2,6 +2,7 @@
 torch/numpy reference computations."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -151,15 +152,47 @@ def test_foreach_norm_matches_vector_norm_across_dtypes_and_sparse():
     assert float(out[-1]) == pytest.approx(5.0)
 
 
-def test_foreach_norm_falls_back_when_the_private_op_fails(monkeypatch):
-    def broken(_):
+def test_foreach_norm_falls_back_per_call_when_the_private_op_fails(monkeypatch):
+    working = torch._foreach_norm
+    calls = []
+
+    def broken(ts):
+        calls.append(len(ts))
         raise RuntimeError("no foreach here")
 
     monkeypatch.setattr(torch, "_foreach_norm", broken)
-    monkeypatch.setattr(S, "_FOREACH_OK", True)
     with pytest.warns(UserWarning, match="_foreach_norm"):
         out = S.foreach_norm([torch.ones(4)])
     assert float(out[0]) == 2.0
+    # No flag left behind: once the op works again, it is used again.
+    monkeypatch.setattr(torch, "_foreach_norm", lambda ts: calls.append(-len(ts)) or working(ts))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = S.foreach_norm([torch.ones(4), torch.ones(9)])
+    assert [float(n) for n in out] == [2.0, 3.0] and calls == [1, -2]
+
+
+def test_foreach_norm_without_the_private_op(monkeypatch):
+    monkeypatch.delattr(torch, "_foreach_norm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = S.foreach_norm([torch.ones(4), torch.ones(9, dtype=torch.float64)])
+    assert [float(n) for n in out] == [2.0, 3.0]
+
+
+def test_foreach_sub_groups_devices_and_dtypes_and_falls_back(monkeypatch):
+    xs = [torch.full((3,), 5.0), torch.full((2,), 5.0, dtype=torch.float64), torch.full((4,), 5.0)]
+    ys = [torch.ones(3), torch.full((2,), 2.0, dtype=torch.float64), torch.full((4,), 3.0)]
+    S.foreach_sub_(xs, ys)
+    assert [x.tolist() for x in xs] == [[4.0] * 3, [3.0] * 2, [2.0] * 4]
+
+    def broken(a, b):
+        raise RuntimeError("no foreach here")
+
+    monkeypatch.setattr(torch, "_foreach_sub_", broken)
+    with pytest.warns(UserWarning, match="_foreach_sub_"):
+        S.foreach_sub_(xs, ys)
+    assert [x.tolist() for x in xs] == [[3.0] * 3, [1.0] * 2, [-1.0] * 4]
 
 
 def test_assemble_parameters_input_reference_and_pseudo_values():
@@ -231,17 +264,21 @@ def test_one_thread_for_small_cpu_tensors_only_and_restored():
     try:
         with S.one_thread(torch.ones(10)):
             assert torch.get_num_threads() == 2  # runs inline anyway: no switch
-        with S.one_thread(torch.ones(S._GRAIN), None):
+        with S.one_thread(torch.ones(S.GRAIN), None):
             assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 2
         with S.one_thread(torch.ones(10), torch.ones(S.SMALL)):
             assert torch.get_num_threads() == 2  # a large tensor keeps the threads
         with pytest.raises(KeyError):
-            with S.one_thread(torch.ones(S._GRAIN)):
+            with S.one_thread(torch.ones(S.GRAIN)):
                 raise KeyError("restored on errors too")
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+    # The rule itself, as the hooks ask it inline.
+    assert S.one_thread_pays(None, torch.ones(S.GRAIN)) and not S.one_thread_pays(None, None)
+    assert not S.one_thread_pays(torch.ones(S.GRAIN), torch.empty(S.GRAIN, device="meta"))
+    assert not S.one_thread_pays(torch.ones(S.GRAIN - 1), torch.ones(8))
 
 
 def test_saturated_top_end_only():

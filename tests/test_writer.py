@@ -19,7 +19,7 @@ from torch import nn
 import tb_neuraldbg.diagnosis as diagnosis
 from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
-from tb_neuraldbg.training.instrument import WatchConfig
+from tb_neuraldbg.training.schedule import WatchConfig
 from tb_neuraldbg.training.writer import TrainingFailure
 from tests.faults import InfBackward
 
@@ -310,7 +310,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     hists = sum(cfg.is_hist(s) for s in range(n_steps))
     # Measure what one more row and one more histogram cost on disk.
     from torch.utils.tensorboard.summary import histogram_raw
-    from tb_neuraldbg.training.writer import _Worker
+    from tb_neuraldbg.training.worker import Worker
 
     class Fake:
         def __init__(self, d):
@@ -320,7 +320,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
             return self.fw
 
     fake = Fake(str(tmp_path))
-    worker = _Worker.__new__(_Worker)
+    worker = Worker.__new__(Worker)
     worker.writer, worker._seen_fw, worker._seen_tags = fake, None, set()
     worker.rows_written, worker.last_written = 0, -1
     row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
@@ -417,7 +417,7 @@ def test_a_step_that_goes_backwards_is_analysed_not_written(tmp_path, planned):
 
 def test_fast_row_summary_equals_the_builder_without_metadata():
     from tb_neuraldbg.format import summary
-    from tb_neuraldbg.training.writer import row_summary_without_metadata
+    from tb_neuraldbg.format.summary import row_summary_without_metadata
 
     row = np.random.default_rng(1).random((5, len(metadata.METRICS)), dtype=np.float32)
     row[2, 3] = np.nan
@@ -544,3 +544,69 @@ def test_record_with_an_odd_loss_warns_and_training_goes_on(tmp_path):
     w.record(loss={"a": 1})
     w.close()
     assert w.stats_info["steps_analysed"] == 5
+
+
+# -- one declaration of the settings, one owner per job -------------------------
+
+
+def test_watch_settings_are_declared_once_in_watchconfig(tmp_path):
+    import dataclasses
+    import inspect
+
+    fields = {f.name: f.default for f in dataclasses.fields(WatchConfig)}
+    params = inspect.signature(DebugWriter.watch).parameters
+    knobs = {n: p.default for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert knobs == fields  # same names, same defaults
+    doc = inspect.getdoc(DebugWriter.watch)
+    assert all(f"\n{name}" in doc or f" {name}" in doc for name in fields)
+    assert "\nstats_every: full activation statistics" in doc  # WatchConfig's own words, unindented
+
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 2, stats_every=3, include=[nn.Linear, "2"], on_error="raise")
+    (config,) = json_values(load(tmp_path), metadata.TAG_CONFIG)
+    assert set(fields) <= set(config)
+    assert config["stats_every"] == 3 and config["include"] == ["Linear", "2"] and config["on_error"] == "raise"
+    assert config["optimizer"] == "SGD" and config["scaler"] is False and config["num_classes"] == 2
+    assert config["thresholds"] is None and config["format_version"] == metadata.FORMAT_VERSION
+    assert {"tb_neuraldbg", "torch"} <= set(config)
+
+
+def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
+    import queue
+    import threading
+
+    from tb_neuraldbg.training.instrument import Instrument
+    from tb_neuraldbg.training.worker import Worker
+
+    before = threading.active_count()
+    packets = queue.SimpleQueue()
+    config = WatchConfig()
+    inst = Instrument(tiny(), packets.put, config)
+    worker = Worker(None, inst, config, packets, failure=TrainingFailure)
+    assert worker.thread is None and threading.active_count() == before
+    assert worker.sync(1.0) is False and worker.stop(1.0) is True  # nothing to wait for
+    worker.start()
+    assert worker.thread.is_alive() and threading.active_count() == before + 1
+    assert worker.sync(5.0) is True
+    inst.remove()
+
+
+def test_kept_batches_and_saved_files_share_one_budget(monkeypatch, tmp_path):
+    from tb_neuraldbg.training import batches as B
+
+    monkeypatch.setattr(B, "BUDGET_BYTES", 1000)
+    keeper = B.BatchKeeper()
+    for step in range(5):
+        keeper.keep(step, (torch.zeros(100),), {})  # 400 bytes each
+    assert [keeper.batch_for(s)[0] if keeper.batch_for(s) else None for s in range(5)] == [None, None, None, 3, 4]
+    keeper.keep(5, (torch.zeros(10_000),), {})  # alone over budget: still kept, with one before it
+    assert keeper.batch_for(5)[0] == 5 and keeper.batch_for(4)[0] == 4
+    keeper.attach_target(5, torch.arange(3))
+
+    class Ev:
+        kind, step = "data_anomaly", 5
+
+    path = keeper.save_for(Ev(), str(tmp_path))
+    saved = np.load(path, allow_pickle=False)
+    assert saved["arg0"].nbytes <= 1000 and saved["arg0"].shape == (250,)  # cut to the budget
+    assert "target" not in saved  # the budget was spent

@@ -10,7 +10,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from ..training.instrument import first_tensor, iter_tensors, unwrap
+from ..training.modules import first_tensor, iter_tensors, unwrap
 
 __all__ = [
     "CheckResult",

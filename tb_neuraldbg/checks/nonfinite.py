@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..training.instrument import unwrap
+from ..training.modules import unwrap
 from ._harness import CheckResult, Hooks, Preserved, all_finite, call, float_tensors, output
 
 __all__ = ["NonfiniteResult", "find_nonfinite"]

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..diagnosis.thresholds import Thresholds
 from ..training import stats as S
-from ..training.instrument import Behaviour, behaviour_of, unwrap
+from ..training.modules import Behaviour, behaviour_of, unwrap
 from ._harness import CheckResult, Hooks, Preserved, call, output
 
 __all__ = ["LayerUnits", "UnitsResult", "dead_and_saturated_units"]
@@ -44,7 +44,7 @@ def dead_and_saturated_units(
 ) -> UnitsResult:
     """Dead and saturated units of every activation module, on one batch.
 
-    The module table of ``instrument`` says which modules count: the ReLU
+    The module table of ``training.modules`` says which modules count: the ReLU
     family (a unit, one element of a sample, is dead when it is zero for
     every sample of the batch) and bounded activations (tanh, sigmoid,
     hardtanh, ...: the fraction of outputs in the flat ends, e.g.

@@ -39,16 +39,47 @@ __all__ = [
     "nonzero_count",
     "histogram",
     "foreach_norm",
+    "foreach_sub_",
+    "float_view",
+    "acc_dtype",
+    "ACC_DTYPE",
     "assemble",
     "histogram_parts",
     "one_thread",
+    "one_thread_pays",
     "HIST_BINS",
     "SMALL",
+    "GRAIN",
 ]
 
 HIST_BINS = 30
 SMALL = 1 << 22  # elements: below this, CPU reductions go faster on one thread
-_GRAIN = 32768  # at::internal::GRAIN_SIZE: smaller ops never use a second thread
+GRAIN = 32768  # at::internal::GRAIN_SIZE: smaller ops never use a second thread
+
+
+def one_thread_pays(*tensors: torch.Tensor | None) -> bool:
+    """True when the instrumentation's reductions over ``tensors`` (None
+    entries ignored) go faster on one intra-op thread: every one is a CPU
+    tensor under ``SMALL`` elements, and one at least reaches ``GRAIN`` (torch
+    runs smaller ops inline anyway: nothing to save). The one statement of
+    the rule: :class:`one_thread` and the hooks (which switch inline, without
+    a context manager, since they run for every module at every step) ask it.
+    """
+    # Sizes first: most hook calls stop there. ``is_cpu`` costs a tenth of
+    # ``device.type`` (which builds a torch.device).
+    big = False
+    for t in tensors:
+        if t is not None:
+            n = t.numel()
+            if n >= SMALL:
+                return False
+            big = big or n >= GRAIN
+    if not big:
+        return False
+    for t in tensors:
+        if t is not None and not t.is_cpu:
+            return False
+    return True
 
 
 class one_thread:
@@ -66,15 +97,8 @@ class one_thread:
         # threads: the current torch.get_num_threads() if the caller knows it
         # (asking costs microseconds right after a parallel op).
         self.n = 0
-        big = False
-        for t in tensors:  # a plain loop: this runs for every module, every step
-            if t is None:
-                continue
-            if t.is_cuda or t.numel() >= SMALL or t.device.type != "cpu":
-                return
-            big = big or t.numel() >= _GRAIN
-        if not big:
-            return  # torch runs ops this small inline anyway: nothing to save
+        if not one_thread_pays(*tensors):
+            return
         n = torch.get_num_threads() if threads is None else threads
         if n > 1:
             self.n = n
@@ -137,24 +161,31 @@ class Key:
 # --------------------------------------------------------------------------
 
 
-def _float_view(x: torch.Tensor) -> torch.Tensor:
-    # Integer batches (token ids, labels) have statistics too; reductions such
-    # as vector_norm need a floating dtype. Float inputs are used as they are.
+def float_view(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself if floating, else as float32: integer batches (token
+    ids, labels) have statistics too, and reductions such as vector_norm need
+    a floating dtype."""
     return x if x.is_floating_point() else x.to(torch.float32)
 
 
-def _acc(x: torch.Tensor) -> torch.dtype | None:
-    # Half-precision sums and norms overflow at 65504 and would read as a
-    # non-finite flag: accumulate and return them in float32.
-    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+#: dtype -> the dtype its sums and norms accumulate in, where not its own:
+#: half-precision sums overflow at 65504 and would read as a non-finite flag.
+#: (A dict: the output-gradient hook reads it inline, ``ACC_DTYPE.get``.)
+ACC_DTYPE: dict[torch.dtype, torch.dtype] = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def acc_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype to accumulate sums and norms of ``x`` in (see
+    :data:`ACC_DTYPE`); None: ``x``'s own."""
+    return ACC_DTYPE.get(x.dtype)
 
 
 def flag_moment(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x``: gives the mean, and is non-finite iff ``x`` has a
     non-finite value (NaN and inf propagate; +inf and -inf give NaN), barring
     an overflow of the float sum itself. The cheapest every-step check."""
-    x = _float_view(x)
-    return x.sum(dtype=_acc(x))
+    x = float_view(x)
+    return x.sum(dtype=acc_dtype(x))
 
 
 def moments(x: torch.Tensor, dead: bool = False) -> list[torch.Tensor]:
@@ -165,8 +196,8 @@ def moments(x: torch.Tensor, dead: bool = False) -> list[torch.Tensor]:
     From them, on the host: mean, std, max |x| and the zero fraction
     (see :func:`assemble`). Four reductions, no temporaries.
     """
-    x = _float_view(x)
-    acc = _acc(x)
+    x = float_view(x)
+    acc = acc_dtype(x)
     mn, mx = torch.aminmax(x)
     out = [mn, mx, x.sum(dtype=acc), torch.linalg.vector_norm(x, dtype=acc)]
     if dead:
@@ -217,7 +248,7 @@ def saturated(x: torch.Tensor, lo: float | None, hi: float) -> torch.Tensor:
 def nonfinite_count(x: torch.Tensor) -> torch.Tensor:
     """Exact count of NaN/inf values: ``x - x`` is NaN exactly there (0
     elsewhere), and this is 3-4x cheaper than ``(~isfinite(x)).sum()``."""
-    x = _float_view(x)
+    x = float_view(x)
     return (x - x).bool().sum(dtype=_count_dtype(x))
 
 
@@ -238,7 +269,7 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX
     subsampled with a fixed stride (the temporaries here are several times
     the input's size), so counts are of the sample.
     """
-    x = _float_view(x).detach().reshape(-1)
+    x = float_view(x).detach().reshape(-1)
     if x.numel() > max_values:
         x = x[:: -(-x.numel() // max_values)]
     x = x.to(torch.float32)
@@ -256,39 +287,59 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX
     return torch.cat([counts, extras])
 
 
-_FOREACH_OK = hasattr(torch, "_foreach_norm")
+def _foreach(name: str, per_tensor, *lists: Sequence[torch.Tensor]) -> list:
+    """``torch._foreach_<name>(*lists)`` (one kernel per call, as in
+    ``clip_grad_norm_``), or ``per_tensor`` over the zipped lists.
+
+    Chosen per call, never through a module-level flag: the private op is
+    used where this torch has it, and a call it refuses (an unsupported
+    dtype or device, mixed devices) runs per tensor, with a warning (shown
+    once per message by the warnings filter), while later calls try it again.
+    """
+    op = getattr(torch, f"_foreach_{name}", None)
+    if op is not None:
+        try:
+            return op(*lists)
+        except Exception as e:  # noqa: BLE001 -- any refusal: per tensor instead
+            warnings.warn(f"tb_neuraldbg: torch._foreach_{name} failed ({e}); one op per tensor instead")
+    return [per_tensor(*ts) for ts in zip(*lists)]
+
+
+def _by_device_and_dtype(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Indices of ``tensors`` grouped by (device, dtype), the unit a foreach
+    kernel takes; sparse tensors are left out."""
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if not t.is_sparse:
+            groups.setdefault((t.device, t.dtype), []).append(i)
+    return list(groups.values())
 
 
 def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """L2 norm of each tensor, as 0-d tensors, in the order given.
 
-    Uses the private ``torch._foreach_norm`` (one kernel per device and dtype
-    group, as ``clip_grad_norm_`` does) and falls back to one
-    ``vector_norm`` per tensor if it is missing or refuses the input; sparse
-    tensors are measured through their values.
+    One ``torch._foreach_norm`` per device and dtype group, or one
+    ``vector_norm`` per tensor where it is missing or refuses the group (see
+    ``_foreach``); sparse tensors are measured through their values.
     """
-    global _FOREACH_OK
-    out: list[torch.Tensor | None] = [None] * len(tensors)
-    groups: dict[tuple, list[int]] = {}
-    for i, t in enumerate(tensors):
-        if t.is_sparse:
-            out[i] = torch.linalg.vector_norm(t.coalesce().values())
-        else:
-            groups.setdefault((t.device, t.dtype), []).append(i)
-    for idxs in groups.values():
-        group = [tensors[i] for i in idxs]
-        norms = None
-        if _FOREACH_OK:
-            try:
-                norms = torch._foreach_norm(group)
-            except Exception as e:  # unsupported dtype/device: degrade, once
-                _FOREACH_OK = False
-                warnings.warn(f"tb_neuraldbg: torch._foreach_norm failed ({e}); using vector_norm")
-        if norms is None:
-            norms = [torch.linalg.vector_norm(t) for t in group]
+    out: list[torch.Tensor | None] = [
+        torch.linalg.vector_norm(t.coalesce().values()) if t.is_sparse else None for t in tensors
+    ]
+    for idxs in _by_device_and_dtype(tensors):
+        norms = _foreach("norm", torch.linalg.vector_norm, [tensors[i] for i in idxs])
         for i, n in zip(idxs, norms):
             out[i] = n
     return out  # type: ignore[return-value]
+
+
+def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
+    """``xs[i] -= ys[i]`` in place, one ``torch._foreach_sub_`` per device
+    and dtype group of ``xs`` where torch allows (see ``_foreach``)."""
+    for idxs in _by_device_and_dtype(xs):
+        _foreach("sub_", torch.Tensor.sub_, [xs[i] for i in idxs], [ys[i] for i in idxs])
+    for x, y in zip(xs, ys):
+        if x.is_sparse:
+            x.sub_(y)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,169 @@
+"""One step's data on its way from the hooks to the worker.
+
+The hooks add 0-d device tensors (and a few 1-d runs) to a :class:`Collector`
+with the row and the :class:`stats.Key` each describes; at the step's end
+:meth:`Collector.finish` stacks them once per device and dtype and starts one
+host copy per device (non-blocking into pinned memory on CUDA), and the
+result travels to the worker as a :class:`StepPacket`, whose
+:meth:`StepPacket.host_values` waits for the copies on the worker's thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["StepPacket", "Collector"]
+
+
+@dataclass
+class StepPacket:
+    """Everything the worker needs for one step.
+
+    :meth:`host_values` gives the step vector; ``rows`` and
+    ``keys`` describe each value (see :class:`stats.Key`); ``layers`` is the
+    full layer list at this step (it only grows).
+    """
+
+    step: int
+    rows: np.ndarray
+    keys: np.ndarray
+    layers: list
+    stats: bool
+    host: list = field(default_factory=list)  # numpy arrays, or (pinned, event): see Collector.finish
+
+    def host_values(self) -> np.ndarray:
+        """The step vector, float64, once its device copies are done (this
+        waits for them: call it on the worker, never in training)."""
+        parts = []
+        for p in self.host:
+            if isinstance(p, tuple):  # CUDA: wait on the worker, not in training
+                pinned, event = p
+                event.synchronize()
+                parts.append(pinned.numpy().astype(np.float64))
+            else:
+                parts.append(np.asarray(p, dtype=np.float64))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+
+class Collector:
+    """Device values of one step, grouped by device, with their descriptions.
+
+    Single values (0-d tensors, the bulk: one or more per hook call) are kept
+    as they are and stacked once per device and dtype in :meth:`finish`:
+    no per-value reshape. Runs (histograms) and pre-stacked groups are kept
+    as 1-d tensors.
+    """
+
+    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals")
+
+    def __init__(self):
+        # device -> (scalar tensors, their rows, their keys, 1-d runs, rows, keys)
+        self.by_device: dict[torch.device, tuple[list, list, list, list, list, list]] = {}
+        self.c_rows: list[int] = []
+        self.c_keys: list[int] = []
+        self.c_vals: list[float] = []
+
+    def _slot(self, dev):
+        d = self.by_device.get(dev)
+        if d is None:
+            d = self.by_device[dev] = ([], [], [], [], [], [])
+        return d
+
+    def add(self, t: torch.Tensor, row: int, key: int) -> None:
+        d = self._slot(t.device)
+        d[0].append(t if t.dim() == 0 else t.reshape(()))
+        d[1].append(row)
+        d[2].append(key)
+
+    def add_run(self, t: torch.Tensor, row: int, key: int) -> None:
+        d = self._slot(t.device)
+        d[3].append(t.reshape(-1))
+        n = t.numel()
+        d[4].extend([row] * n)
+        d[5].extend([key] * n)
+
+    def add_many(
+        self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
+    ) -> None:
+        """0-d tensors (e.g. per-parameter norms), stacked per device: one
+        kernel per device instead of one entry each; ``divisor`` (a 0-d
+        tensor, e.g. the GradScaler scale) divides them all at once."""
+        if divisor is None:
+            for t, r in zip(tensors, rows):
+                d = self._slot(t.device)
+                d[0].append(t if t.dim() == 0 else t.reshape(()))
+                d[1].append(r)
+                d[2].append(key)
+            return
+        groups: dict[torch.device, tuple[list, list]] = {}
+        for t, r in zip(tensors, rows):
+            ts, rs = groups.setdefault(t.device, ([], []))
+            ts.append(t)
+            rs.append(r)
+        for dev, (ts, rs) in groups.items():
+            v = torch.stack(ts) if len(ts) > 1 else ts[0].reshape(1)
+            v = v / divisor.to(dev)
+            d = self._slot(dev)
+            d[3].append(v.reshape(-1))
+            d[4].extend(rs)
+            d[5].extend([key] * len(rs))
+
+    def const(self, row: int, key: int, value: float) -> None:
+        self.c_rows.append(row)
+        self.c_keys.append(key)
+        self.c_vals.append(float(value))
+
+    def extend(self, other: "Collector") -> None:
+        for dev, parts in other.by_device.items():
+            d = self._slot(dev)
+            for mine, theirs in zip(d, parts):
+                mine.extend(theirs)
+        self.c_rows.extend(other.c_rows)
+        self.c_keys.extend(other.c_keys)
+        self.c_vals.extend(other.c_vals)
+
+    def finish(self) -> tuple[list, np.ndarray, np.ndarray]:
+        """One concatenation and one host copy per device; no waiting."""
+        host, rows, keys = [], [], []
+        for dev, (sts, srs, sks, rts, rrs, rks) in self.by_device.items():
+            wide = dev.type in ("cpu", "cuda")  # float64: counts above 2**24 stay exact
+            flat_parts: list[torch.Tensor] = []
+            if sts:
+                by_dtype: dict[torch.dtype, list[int]] = {}
+                for i, t in enumerate(sts):
+                    by_dtype.setdefault(t.dtype, []).append(i)
+                if len(by_dtype) == 1:
+                    flat_parts.append(torch.stack(sts))
+                    rows.extend(srs)
+                    keys.extend(sks)
+                else:
+                    for idxs in by_dtype.values():
+                        v = torch.stack([sts[i] for i in idxs])
+                        flat_parts.append(v.to(torch.float64) if wide else v)
+                        rows.extend(srs[i] for i in idxs)
+                        keys.extend(sks[i] for i in idxs)
+            if rts:
+                flat_parts.extend(rts)
+                rows.extend(rrs)
+                keys.extend(rks)
+            if not flat_parts:
+                continue
+            if wide:
+                flat_parts = [f if f.dtype == torch.float64 else f.to(torch.float64) for f in flat_parts]
+            flat = torch.cat(flat_parts) if len(flat_parts) > 1 else flat_parts[0]
+            if dev.type == "cuda":
+                pinned = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+                pinned.copy_(flat, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                host.append((pinned, event))
+            else:
+                host.append(flat.detach().cpu().numpy())
+        host.append(np.asarray(self.c_vals, dtype=np.float64))
+        rows.extend(self.c_rows)
+        keys.extend(self.c_keys)
+        return host, np.asarray(rows, dtype=np.int64), np.asarray(keys, dtype=np.int64)

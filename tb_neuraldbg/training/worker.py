@@ -1,0 +1,348 @@
+"""The writer's background thread: rows, diagnosis, summaries, file writes.
+
+The training thread only runs hooks (see :mod:`.instrument`) and enqueues one
+packet per step. The :class:`Worker` turns each packet into a
+``[layers, metrics]`` row (numpy), feeds the diagnosis engine every step,
+and writes summaries into the writer's own event file:
+
+* rows go through a ring of the last ``ring`` steps; a row is written when it
+  leaves the ring if it is on the write stride (see
+  :meth:`.schedule.WatchConfig.stride`) or within ``ring`` steps after an
+  event, and the whole ring is written, in order, when an event occurs. So a
+  tag's steps never go backwards and the steps around every event keep full
+  resolution;
+* events, the diagnosis (on change) and the layer list (when it grows) are
+  written at the step they happen, and the file is flushed right after an
+  event; the batch behind an event is saved next to it (see :mod:`.batches`);
+* summary metadata is written only the first time a tag is written to an
+  event file (TensorBoard keeps the first-seen metadata).
+
+What it tells the training side goes through two methods of the instrument:
+``count_nonfinite_exactly()`` and ``fail_at_next_hook()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import threading
+import warnings
+from typing import Callable
+
+import numpy as np
+from torch.utils.tensorboard.summary import histogram_raw
+
+from ..format import metadata, summary
+from . import stats as S
+from .collector import StepPacket
+from .instrument import Instrument
+from .schedule import WatchConfig
+from .stats import Key
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("tb_neuraldbg")
+
+# Once a row has a non-finite flag in one of these, the instrument counts
+# non-finite values exactly from then on.
+_NONFINITE_COLUMNS = [
+    metadata.METRIC_INDEX[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")
+]
+
+
+class Worker:
+    """The background side: rows, diagnosis, summaries, file writes.
+
+    ``packets``: the queue the instrument's sink puts each step into (built
+    first, so that neither needs the other to exist: the instrument gets its
+    ``put``, the worker reads it). ``writer``: the ``DebugWriter`` whose event
+    file and run directory this writes to. ``failure``: the exception type
+    raised in training after an error-level event with ``on_error="raise"``
+    (the writer's ``TrainingFailure``: passed in so that this module does not
+    import the writer).
+
+    The constructor starts nothing: :meth:`start` starts the daemon thread.
+    Every failure is warned once and the worker carries on (a broken engine
+    only stops the diagnosis).
+    """
+
+    _STOP = object()
+
+    def __init__(
+        self,
+        writer,
+        instrument: Instrument,
+        config: WatchConfig,
+        packets: queue.SimpleQueue,
+        failure: Callable[[dict, list], BaseException],
+    ):
+        self.writer = writer
+        self.instrument = instrument
+        self.config = config
+        self.queue = packets
+        self.failure = failure
+        self.thread: threading.Thread | None = None
+        self.layers: list[dict] = []
+        self.engine = None
+        self.engine_broken = False
+        self.ring: collections.deque = collections.deque()  # (step, row, states)
+        self.last_written = -1
+        self.last_event_step: int | None = None
+        self.diagnosis: dict | None = None
+        self.last_events_step = -1
+        self.steps_analysed = 0
+        self.rows_written = 0
+        self.warned: set[str] = set()
+        self._seen_fw = None
+        self._seen_tags: set[str] = set()
+
+    # -- thread plumbing --------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread that processes the queued packets (once)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="tb_neuraldbg-writer", daemon=True)
+            self.thread.start()
+
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has been processed (at most
+        ``timeout`` seconds); False if the worker did not get there."""
+        if self.thread is None or not self.thread.is_alive() or threading.current_thread() is self.thread:
+            return False
+        done = threading.Event()
+        self.queue.put(done)
+        return done.wait(timeout)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the worker after what is queued; False if it is still
+        running after ``timeout`` seconds (it is a daemon: it cannot keep
+        the interpreter alive)."""
+        if self.thread is None:
+            return True  # never started: nothing was processed, nothing to finish
+        self.queue.put(self._STOP)
+        if threading.current_thread() is self.thread:
+            return False
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            msg = f"tb_neuraldbg: the writer's worker did not finish within {timeout} s; the last steps may be missing"
+            warnings.warn(msg, RuntimeWarning)
+            log.warning(msg)
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is self._STOP:
+                self._safe("finish", self._finish)
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            self._safe("step", self._process, item)
+
+    def _safe(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 -- the worker must not die
+            self._warn_once(what, e)
+            return None
+
+    def _warn_once(self, what: str, e: BaseException) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            msg = f"tb_neuraldbg: writer {what} failed: {type(e).__name__}: {e}"
+            warnings.warn(msg, RuntimeWarning)
+            log.warning(msg)
+
+    # -- writing ----------------------------------------------------------
+
+    def _file_writer(self):
+        fw = self.writer._get_file_writer()
+        if fw is not self._seen_fw:  # a new event file: metadata again
+            self._seen_fw = fw
+            self._seen_tags = set()
+        return fw
+
+    def _add(self, summ, step: int) -> None:
+        fw = self._file_writer()
+        for v in summ.value:
+            if v.tag in self._seen_tags:
+                v.ClearField("metadata")
+            else:
+                self._seen_tags.add(v.tag)
+        fw.add_summary(summ, global_step=step)
+
+    def _write_row(self, step: int, row: np.ndarray, states: np.ndarray) -> None:
+        if self._seen_fw is not None and self._seen_tags.issuperset(summary.ROW_TAGS):
+            self._file_writer().add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
+        else:
+            self._add(summary.stats_summary(row, states), step)
+        self.last_written = step
+        self.rows_written += 1
+
+    def _flush_ring(self) -> None:
+        for step, row, states in self.ring:
+            self._write_row(step, row, states)
+        self.ring.clear()
+
+    def _drain_ring(self, now: int) -> None:
+        K = self.config.ring
+        while self.ring and self.ring[0][0] <= now - K:
+            step, row, states = self.ring.popleft()
+            near_event = self.last_event_step is not None and 0 < step - self.last_event_step <= K
+            if self.config.is_written(step) or near_event:
+                self._write_row(step, row, states)
+
+    # -- per step ---------------------------------------------------------
+
+    def _grow_layers(self, layers: list, step: int) -> None:
+        if len(layers) <= len(self.layers):
+            return
+        new = [dict(l) for l in layers[len(self.layers):]]
+        first = not self.layers
+        self.layers.extend(new)
+        if first:
+            self._add(summary.config_summary(self._config_json()), step)
+        self._add(summary.layers_summary(self.layers), step)
+        if self.engine_broken:
+            return
+        try:
+            if self.engine is None:
+                # Looked up now, through the package attribute: the diagnosis
+                # loads only with a first row, and tests swap the Engine there.
+                from ..diagnosis import Engine
+
+                self.engine = Engine(self.layers, thresholds=self.config.thresholds)
+            else:
+                self.engine.add_layers(new)
+        except Exception as e:  # noqa: BLE001
+            self.engine_broken = True
+            self._warn_once("diagnosis", e)
+
+    def _config_json(self) -> dict:
+        inst = self.instrument
+        return self.config.to_json(
+            optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
+            scaler=inst.scaler is not None,
+            num_classes=inst.num_classes,
+        )
+
+    def _process(self, packet: StepPacket) -> None:
+        step = packet.step
+        values = packet.host_values()
+        self._grow_layers(packet.layers, step)
+        L = len(self.layers)
+        row = S.assemble(values, packet.rows, packet.keys, L)
+        if not self.instrument.exact_nonfinite:
+            nf = row[:, _NONFINITE_COLUMNS]
+            if np.nanmax(nf, initial=0) > 0:
+                self.instrument.count_nonfinite_exactly()
+        events = []
+        states = np.full(L, metadata.STATE_UNKNOWN, dtype=np.uint8)
+        if self.engine is not None and not self.engine_broken:
+            try:
+                k = self.instrument.num_classes
+                if k is not None and getattr(self.engine, "num_classes", k) is None:
+                    self.engine.num_classes = k
+                events = list(self.engine.update(step, row))
+                states = np.asarray(self.engine.states, dtype=np.uint8).copy()
+            except Exception as e:  # noqa: BLE001
+                self.engine_broken = True
+                self._warn_once("diagnosis", e)
+        self.steps_analysed += 1
+        if step <= self.last_written or (self.ring and step <= self.ring[-1][0]):
+            # A step that goes backwards (a restart without start_step): keep
+            # the file monotonic per tag; the row was still analysed.
+            self._warn_once("order", ValueError(f"step {step} is not after the last one; not written"))
+        else:
+            self.ring.append((step, row, states))
+            self._write_histograms(packet, values, step)
+        if events:
+            self._on_events(step, events)
+        else:
+            self._drain_ring(step)
+
+    def _write_histograms(self, packet: StepPacket, values: np.ndarray, step: int) -> None:
+        m = packet.keys == Key.HIST
+        if not m.any():
+            return
+        width = S.HIST_BINS + 5
+        hv, hr = values[m], packet.rows[m]
+        fw = self._file_writer()
+        for i in range(0, len(hv), width):
+            parts = S.histogram_parts(hv[i : i + width])
+            if not parts.get("num"):
+                continue
+            name = self.layers[int(hr[i])]["name"]
+            summ = histogram_raw(
+                metadata.hist_tag(name),
+                parts["min"],
+                parts["max"],
+                parts["num"],
+                parts["sum"],
+                parts["sum_squares"],
+                parts["bucket_limits"],
+                parts["bucket_counts"],
+            )
+            fw.add_summary(summ, global_step=step)
+
+    def _on_events(self, step: int, events: list) -> None:
+        self._flush_ring()
+        self.last_event_step = step
+        dicts = []
+        for e in events:
+            d = e.to_dict()
+            path = self._safe("batch save", self._save_batch, e)
+            if path:
+                d["batch_file"] = os.path.basename(path)
+            dicts.append(d)
+            if d.get("severity") == "error":
+                log.warning("tb_neuraldbg: step %s, %s: %s", d.get("step"), d.get("layer"), d.get("message"))
+        self._add(summary.events_summary(dicts), step)
+        self.last_events_step = step
+        self._write_diagnosis(step)
+        # Flush first: a run that stops here (on_error="raise", a crash) has
+        # its events on disk.
+        self.writer._get_file_writer().flush()
+        if (
+            self.config.on_error == "raise"
+            and any(d.get("severity") == "error" for d in dicts)
+            and self.diagnosis is not None
+        ):
+            self.instrument.fail_at_next_hook(self.failure(dict(self.diagnosis), dicts))
+
+    def _write_diagnosis(self, step: int) -> None:
+        if self.engine is None:
+            return
+        rc = self.engine.root_cause
+        diag = {"status": self.engine.status, "root_cause": dict(rc) if rc else None}
+        if diag != self.diagnosis:
+            self.diagnosis = diag
+            self._add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
+
+    def _save_batch(self, event) -> str | None:
+        if not self.config.save_batches:
+            return None
+        return self.instrument.batches.save_for(event, self.writer.log_dir)
+
+    def _finish(self) -> None:
+        last = self.ring[-1][0] if self.ring else self.last_written
+        # The end of a run is what a user looks at after a crash: write it all.
+        self._flush_ring()
+        if self.engine is not None and not self.engine_broken and last >= 0:
+            try:
+                events = list(self.engine.finish())
+            except Exception as e:  # noqa: BLE001
+                events = []
+                self._warn_once("diagnosis", e)
+            if events:
+                # One events value per step: after events already written at
+                # the last step, the end-of-run ones go one step later.
+                at = max(last, self.last_events_step + 1)
+                self._add(summary.events_summary([e.to_dict() for e in events]), at)
+                self.last_events_step = last = at
+            self._write_diagnosis(last)
+        self.writer._get_file_writer().flush()
