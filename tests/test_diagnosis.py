@@ -840,6 +840,60 @@ def test_add_layers_grows_every_array_and_new_layers_can_fail():
     assert ev.extra["born_failing"] is True
 
 
+# ----------------------------------------------------------- state table
+
+#: the variants of a kind's message head (the extra fields that choose them)
+_HEAD_VARIANTS = {
+    "nonfinite": [{"side": "backward", "forward_nonfinite": True}, {"side": "backward", "received": True},
+                  {"side": "backward", "bwd_origin": True, "via": "input"}, {"side": "backward"},
+                  {"side": "loss", "from_layer": "fc0"}, {"side": "loss"},
+                  {"side": "forward", "from_layer": "fc0"}, {"side": "forward", "input_nonfinite": True},
+                  {"side": "forward"}],
+    "data_anomaly": [{"reason": r, "std": 0.0} for r in ("nonfinite", "constant", "scale_up", "scale_down")],
+    "dead_activation": [{}, {"via": "functional_activation"}],
+    "activation_explosion": [{}, {"amplified": "cumulative"}],
+    "loss_plateau": [{"reason": "flat", "num_classes": 10}, {"reason": "chance", "num_classes": 10}],
+    "initial_loss": [{"num_classes": 10}],
+    "scaler_collapse": [{}, {"origin": "fc0", "origin_side": "forward"}],
+}
+#: kinds whose cause depends on the event (where the value was born, what is
+#: wrong with the batch): each variant of their head says it (explain.CAUSES)
+_CAUSE_IN_HEAD = {"nonfinite", "data_anomaly"}
+
+
+def test_every_state_of_the_table_is_known_to_the_diagnosis():
+    """Walk metadata.STATE_TABLE: every failing state has an event kind of the
+    contract that the engine maps, a persistence, and a message with a
+    specific head (never the fallback "x -> y") and a cause text; every kind
+    of the contract is produced by some state."""
+    from tb_neuraldbg.diagnosis import engine, explain
+
+    persist = engine.persistence(Thresholds())
+    assert len(persist) == len(metadata.STATE_TABLE)
+    produced = set()
+    for s in metadata.STATE_TABLE:
+        assert persist[s.code] >= 1, s.name
+        if s.name == "healthy":
+            assert s.kind is None and s.name not in engine.EVENT_KIND
+            continue
+        assert s.kind in metadata.KINDS, s.name
+        assert engine.EVENT_KIND[s.name] == s.kind
+        assert s.severity in ("warning", "error"), s.name
+        assert s.evidence in metadata.METRIC_INDEX, s.name
+        produced.add(s.kind)
+        cause = explain.CAUSES.get(s.kind)
+        assert (cause is not None) != (s.kind in _CAUSE_IN_HEAD), s.kind
+        for extra in _HEAD_VARIANTS.get(s.kind, [{}]):
+            for layer, kind_of_layer in (("fc1", "Linear"), ("<loss>", "loss")):
+                msg = explain.event_message(s.kind, layer, kind_of_layer, "healthy", s.name, 7, 2.0, 1.0, extra)
+                assert f"healthy -> {s.name}" not in msg, (s.kind, extra, msg)
+                assert cause is None or msg.endswith(" " + cause), (s.kind, extra, msg)
+                # recovering from the state has its own wording too
+                back = explain.event_message(s.kind, layer, kind_of_layer, s.name, "healthy", 9, 1.0, 2.0, extra)
+                assert "recovered from" in back, back
+    assert set(metadata.KINDS) <= produced, set(metadata.KINDS) - produced
+
+
 # ----------------------------------------------------------- performance
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["event_message", "fmt"]
+__all__ = ["CAUSES", "event_message", "fmt"]
 
 
 def fmt(x) -> str:
@@ -31,7 +31,11 @@ def _pct(x) -> str:
     return f"{100 * float(x):.0f}%"
 
 
-_CAUSE = {
+#: the likely cause and what to try, per event kind, after the message head.
+#: "nonfinite" and "data_anomaly" have none: their cause depends on the event
+#: (where the value was born, what is wrong with the batch), so each variant
+#: of their head says it.
+CAUSES = {
     "vanishing_gradient": (
         "Likely cause: saturating or dead activations after it, a poor initialisation, or a deep "
         "stack without normalisation or residual paths. Try: ReLU/GELU instead of sigmoid/tanh, "
@@ -103,7 +107,7 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
         return (f"{where}: recovered from {from_state} at step {step} "
                 f"({fmt(before)} -> {fmt(value)}).")
     head = _head(kind, where, from_state, to_state, step, value, before, extra)
-    return f"{head} {_CAUSE.get(kind, '')}".strip()
+    return f"{head} {CAUSES.get(kind, '')}".strip()
 
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:

@@ -50,7 +50,7 @@ from .events import Event
 from .explain import fmt
 from .thresholds import Thresholds
 
-__all__ = ["Failure", "find_root_cause"]
+__all__ = ["Failure", "RunFacts", "find_root_cause"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,18 @@ class Failure:
         return self.event.step
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What the root cause reads about the run besides its failures: a
+    read-only summary the classifier builds when asked."""
+
+    lr_jumps: tuple = ()  # (step, lr_before, lr_after): discontinuities of the rate
+    lr_steps: tuple = ()  # (step, lr) of the last steps
+    high_update_steps: tuple = ()  # (step, lr): most layers moved > update_ratio_high
+    input_rms0: float = math.nan  # RMS of the first healthy batch
+    module_rows: tuple = ()  # rows that are modules (not pseudo-layers), forward order
+
+
 # failures a learning rate too high produces in the layers
 _LR_KINDS = {"exploding_gradient", "activation_explosion", "nonfinite", "dead_activation",
              "saturated_activation", "activation_collapse", "loss_spike"}
@@ -76,15 +88,15 @@ _INPUT_KINDS = {"saturated_activation", "activation_explosion", "exploding_gradi
                 "dead_activation"}
 
 
-def find_root_cause(failures, ctx, t: Thresholds) -> tuple[dict | None, Event | None]:
+def find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | None, Event | None]:
     """(root, attribution): the root cause {"kind", "layer", "step", "message"}
     (None without failures) and, when it is attributed to a pseudo-layer
     (``<optimizer>``, ``<input>``) rather than to a failure event, the Event
     that records that attribution (else None). The root cause's (kind, layer,
     step) is always that of an event: the picked failure's or the attribution.
 
-    ``ctx`` is the Classifier (learning-rate jumps, high-update steps, the
-    first batch's scale, which rows are modules).
+    ``ctx`` holds the facts of the run it reads (learning-rate jumps and
+    steps, high-update steps, the first batch's scale, which rows are modules).
     """
     if not failures:
         return None, None
@@ -129,7 +141,7 @@ def find_root_cause(failures, ctx, t: Thresholds) -> tuple[dict | None, Event | 
 _DIVERGENCE = {"exploding_gradient", "activation_explosion", "nonfinite"}
 
 
-def _optimizer_cause(pick, failures, ctx, t: Thresholds):
+def _optimizer_cause(pick, failures, ctx: RunFacts, t: Thresholds):
     """The ``<optimizer>`` attribution of a failure right after a learning-rate
     jump, or (not born failing) after a step where most layers moved far."""
     jumps = [j for j in ctx.lr_jumps if 0 <= pick.onset - j[0] <= t.lr_window]
@@ -175,14 +187,14 @@ def _optimizer_cause(pick, failures, ctx, t: Thresholds):
     return _attribution(what, PSEUDO_OPTIMIZER, kind, to, s, lr, msg, extra)
 
 
-def _lr_rise(ctx, onset: int, t: Thresholds):
+def _lr_rise(ctx: RunFacts, onset: int, t: Thresholds):
     """(step, lr_before, lr_after) of a rate that a schedule kept raising, by
     ``lr_jump_factor`` or more in all, over the ``lr_window`` steps up to the
     onset, with no single jump: a geometric (or faster) growth, as large in
     the second half of the window as in the first. A warmup (linear, cosine)
     rises most at its start and levels off: not blamed. The step is the first
     one at ``lr_jump_factor`` above the window's first rate. None without one."""
-    pts = [(s, lr) for s, lr in getattr(ctx, "lr_steps", ())
+    pts = [(s, lr) for s, lr in ctx.lr_steps
            if onset - t.lr_window <= s <= onset and lr == lr and lr > 0]
     if len(pts) < 3:
         return None
@@ -206,11 +218,9 @@ def _attribution(symptom: Event, layer, kind, to_state, step, value, message, ex
     return {"kind": kind, "layer": layer, "step": int(step), "message": message}, ev
 
 
-def _near_input(index: int, ctx) -> bool:
+def _near_input(index: int, ctx: RunFacts) -> bool:
     """The row is the first module or the one right after it."""
-    import numpy as np
-
-    mods = np.flatnonzero(ctx.kinds.is_mod)
+    mods = ctx.module_rows
     return len(mods) > 0 and index <= mods[min(1, len(mods) - 1)]
 
 
