@@ -94,7 +94,7 @@ body { margin: 0; }
 .nd-bands { position: absolute; left: 0; top: 0; right: 0; pointer-events: none; }
 .nd-band { position: absolute; left: 0; right: 0; top: 0; background: #fff; border-top: 1px solid #e5e7eb; }
 .nd-rowbar { display: flex; align-items: center; gap: 10px; flex-wrap: wrap; padding: 6px 12px; }
-.nd-filter { font: inherit; width: 260px; max-width: 100%; padding: 3px 8px; border: 1px solid #d1d5db; border-radius: 6px; }
+.nd-filter { font: inherit; width: 210px; max-width: 100%; padding: 3px 8px; border: 1px solid #d1d5db; border-radius: 6px; }
 .nd-order .nd-btn[aria-pressed=true] { background: #eef2ff; border-color: #a5b4fc; color: #3730a3; font-weight: 500; }
 .nd-rowcount { font-variant-numeric: tabular-nums; }
 .nd-canvas-wrap { position: relative; overflow: hidden; cursor: crosshair; user-select: none; background: #f3f4f6; border-radius: 3px; }
