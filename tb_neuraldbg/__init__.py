@@ -13,14 +13,14 @@ preflight protocol).
 
 from ._version import __version__
 
-__all__ = ["DebugWriter", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
+__all__ = ["DebugWriter", "unwatch", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
 
 
 def __getattr__(name):
-    if name == "DebugWriter":
-        from .training.writer import DebugWriter
+    if name in ("DebugWriter", "unwatch"):
+        from .training import writer
 
-        return DebugWriter
+        return getattr(writer, name)
     if name in ("register_module", "Behaviour"):
         from .training import modules
 

@@ -290,7 +290,10 @@ class Worker:
             fw.add_summary(summ, global_step=step)
 
     def _on_events(self, step: int, events: list) -> None:
-        self._flush_ring()
+        # The ring first (steps stay in order), but a failure there must not
+        # cost the events: they are written and flushed whatever happens.
+        self._safe("ring", self._flush_ring)
+        self.ring.clear()
         self.last_event_step = step
         dicts = []
         for e in events:
