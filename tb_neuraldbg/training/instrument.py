@@ -308,12 +308,19 @@ class Instrument:
 
     def _on_model_input(self, module, args, kwargs):
         self._raise_pending()
-        if self._input_done or not torch.is_grad_enabled():
-            return None
+        self.observe_input(args, kwargs)
+        return None
+
+    def observe_input(self, args, kwargs) -> None:
+        """Measure this step's batch (the ``<input>`` row, the kept batch),
+        once a step. The model's input hook calls it; a framework's callback
+        does too, with the batch it hands the user's step (a LightningModule's
+        training_step may never call the model itself)."""
+        if self._input_done or self._removed or not torch.is_grad_enabled():
+            return
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
         self._guard("input", self._measure_input, args, kwargs)
-        return None
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
