@@ -32,7 +32,16 @@ from ..format import metadata
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
-from .modules import Behaviour, behaviour_of, first_tensor, loss_of_output, owned_params, select_modules, unwrap
+from .modules import (
+    Behaviour,
+    behaviour_of,
+    first_tensor,
+    is_compiled,
+    loss_of_output,
+    owned_params,
+    select_modules,
+    unwrap,
+)
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -160,14 +169,22 @@ class Instrument:
 
     def _install_hooks(self) -> None:
         h = self._handles
-        h.append(self.root.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
+        # The batch and the model's own loss are read outside a compiled
+        # region: on torch.compile's wrapper when that is what was watched.
+        entry = self.model if is_compiled(self.model) else self.root
+        h.append(entry.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
         for name, m in self._watched:
             self._install_module(name, m)
+        if entry is self.model and entry is not self.root:
+            # Compiled: forward hooks are silent, so the rows exist from the
+            # start, in definition order (their parameters are measured).
+            for name, m in self._watched:
+                self._row_for(name, m)
         if self.criterion is not None:
             h.append(self.criterion.register_forward_hook(self._on_loss, with_kwargs=True))
         else:
             # A model that computes its own loss (Hugging Face: output.loss).
-            h.append(self.root.register_forward_hook(self._on_model_output))
+            h.append(entry.register_forward_hook(self._on_model_output))
         if self.optimizer is not None:
             h.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             h.append(self.optimizer.register_step_post_hook(self._on_step_post))
@@ -306,7 +323,15 @@ class Instrument:
 
     # -- forward ----------------------------------------------------------
 
+    # Every module hook starts with torch.compiler.is_compiling(): dynamo
+    # traces hooks into the graph, and ours (weak references, Python state,
+    # thread settings) would break it. Constant at trace time, so the hook
+    # adds nothing to a compiled graph: inside one, only what runs outside
+    # (parameters, gradients, the batch and loss at the wrapper) is measured.
+
     def _on_model_input(self, module, args, kwargs):
+        if torch.compiler.is_compiling():
+            return None
         self._raise_pending()
         self.observe_input(args, kwargs)
         return None
@@ -360,6 +385,8 @@ class Instrument:
         instrument = weakref.ref(self)
 
         def hook(module, args, kwargs, output):
+            if torch.compiler.is_compiling():
+                return None
             inst = instrument()
             if inst is None or not torch.is_grad_enabled():
                 return None
@@ -523,6 +550,8 @@ class Instrument:
             self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
     def _on_model_output(self, module, args, output):
+        if torch.compiler.is_compiling():
+            return None
         if torch.is_grad_enabled() and self._loss is None:
             loss = loss_of_output(output)
             if loss is not None:
@@ -530,6 +559,8 @@ class Instrument:
         return None
 
     def _on_loss(self, module, args, kwargs, output):
+        if torch.compiler.is_compiling():
+            return None
         if torch.is_grad_enabled() and self._loss is None:
             self._guard("loss", self._measure_loss, module, args, output)
         return None

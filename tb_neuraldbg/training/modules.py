@@ -35,6 +35,7 @@ __all__ = [
     "first_tensor",
     "iter_tensors",
     "unwrap",
+    "is_compiled",
     "is_loss_module",
     "loss_modules",
     "loss_of_output",
@@ -171,10 +172,13 @@ def behaviour_of(module: nn.Module | type) -> Behaviour:
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
+def is_compiled(m: nn.Module) -> bool:
+    """True for torch.compile's wrapper of a module (``OptimizedModule``)."""
+    return type(m).__name__ == "OptimizedModule" and isinstance(getattr(m, "_orig_mod", None), nn.Module)
+
+
 def _is_wrapper(m: nn.Module) -> bool:
-    return isinstance(m, _WRAPPERS) or (
-        type(m).__name__ == "OptimizedModule" and isinstance(getattr(m, "_orig_mod", None), nn.Module)
-    )
+    return isinstance(m, _WRAPPERS) or is_compiled(m)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
