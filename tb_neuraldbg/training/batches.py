@@ -49,6 +49,7 @@ class BatchKeeper:
         self._suspect: tuple | None = None
         self.files_saved = 0
         self._saved_nonfinite = False
+        self._paths: dict[int, str] = {}  # step -> file already saved
 
     # -- training side ----------------------------------------------------
 
@@ -114,6 +115,8 @@ class BatchKeeper:
         if found is None:
             return None
         step, args, kwargs = found
+        if step in self._paths:  # two events of one batch: one file
+            return self._paths[step]
         arrays = _arrays(args, kwargs)
         if not arrays:
             return None
@@ -123,6 +126,7 @@ class BatchKeeper:
         with tf.io.gfile.GFile(path, "wb") as f:
             f.write(buf.getvalue())
         self.files_saved += 1
+        self._paths[step] = path
         if event.kind == "nonfinite":
             self._saved_nonfinite = True
         return path
