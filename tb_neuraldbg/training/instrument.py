@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..format import metadata
+from . import distributed
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
@@ -128,6 +129,10 @@ class Instrument:
         # Parameter norms; a distributed run swaps in one that reduces over
         # shards (see .distributed).
         self.norms: Callable = S.foreach_norm
+        # In a distributed run: gradients are measured after DDP's reducer
+        # has written the all-reduced ones (see _on_backward_end).
+        self.after_reduce = False
+        self._requeued = False
         # For the "stepped by another optimizer" check (see _check_stepped).
         self._probe_version: int | None = None
         self._committed = False
@@ -288,7 +293,7 @@ class Instrument:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
             self._broken.add(part)
-            msg = f"tb_neuraldbg: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
+            msg = f"{distributed.tag()}: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
             return None
@@ -600,6 +605,17 @@ class Instrument:
             self._broken.add("backward")
 
     def _on_backward_end(self) -> None:
+        if self.after_reduce and not self._requeued:
+            # DDP queues its end-of-backward callback (which waits for the
+            # all-reduce and writes the averaged gradients) after ours: run
+            # again behind it, to measure what the optimizer will apply.
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+                self._requeued = True
+                return
+            except Exception:  # noqa: BLE001 -- measure now rather than never
+                pass
+        self._requeued = False
         self._backward_queued = False
         if self.optimizer is not None and not self.warned_unstepped:
             self._guard("optimizer check", self._check_stepped)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from . import distributed
 from .filewriter import GuardedFileWriter
 from .instrument import Instrument
 from .modules import loss_modules, select_added, unwrap
@@ -146,14 +147,33 @@ class DebugWriter(SummaryWriter):
     histograms; ``close()`` (also at interpreter exit and on leaving a
     ``with`` block, exception or not) removes the hooks and writes what is
     left.
+
+    In a distributed run (an initialised process group of 2 ranks or more,
+    every rank making its own DebugWriter), ``ranks`` says who writes:
+    ``"gather"`` (default): rank 0 writes one run holding every rank's
+    statistics, other ranks write nothing into ``log_dir`` (SummaryWriter
+    calls of theirs go to ``<log_dir>/rank<r>``); ``"each"``: every rank
+    writes its own run ``<log_dir>/rank<r>`` (see :mod:`.distributed`).
     """
 
-    def __init__(self, log_dir: str | None = None, *args, **kwargs):
+    def __init__(self, log_dir: str | None = None, *args, ranks: str = "gather", **kwargs):
+        if ranks not in distributed.MODES:
+            raise ValueError(f"ranks must be one of {distributed.MODES}, got {ranks!r}")
+        self.ranks = ranks
+        w = distributed.world()
         # Born first: SummaryWriter.__init__ opens the event file through
         # _get_file_writer (a failure to open it then is raised: the user's
         # path is wrong before training starts).
         self._guarded: GuardedFileWriter | None = None
         self._opening = True
+        # A rank other than 0 of a "gather" run opens its own file only when
+        # the user writes something (two writers of one run directory would
+        # mix and lose each other's data in TensorBoard).
+        self._defer_open = False
+        if w is not None and log_dir:
+            if ranks == "each" or w[0] != 0:
+                log_dir = distributed.rank_dir(log_dir, w[0])
+            self._defer_open = ranks == "gather" and w[0] != 0
         super().__init__(log_dir, *args, **kwargs)
         self._opening = False
         self._handle: WatchHandle | None = None
@@ -227,7 +247,14 @@ class DebugWriter(SummaryWriter):
         packets: queue.SimpleQueue = queue.SimpleQueue()
         instrument = Instrument(model, packets.put, config, optimizer=optimizer, criterion=criterion, scaler=scaler)
         try:
-            worker = Worker(self, instrument, config, packets, failure=TrainingFailure)
+            gather = None
+            if distributed.world() is not None:
+                instrument.after_reduce = True
+                # A collective: every rank's watch() makes the gloo group.
+                gather = distributed.RankGather.create(everyone=self.ranks == "each")
+            if distributed.has_dtensors(model.parameters()):
+                instrument.norms = distributed.sharded_norms
+            worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
             handle = WatchHandle(self, model, instrument)
             handle.watch_added_modules()
             worker.start()
@@ -294,6 +321,8 @@ class DebugWriter(SummaryWriter):
     def _get_file_writer(self):
         """The event file writer, wrapped so that no write raises into
         training (SummaryWriter's own add_* go through here too)."""
+        if self._opening and self._defer_open:
+            return None  # SummaryWriter.__init__'s eager open: deferred
         guard = self._guarded
         if guard is not None and (guard.inner is None or guard.inner is self.file_writer):
             if guard.inner is None or self.all_writers is not None:
