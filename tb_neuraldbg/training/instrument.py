@@ -635,7 +635,7 @@ class Instrument:
         if self._probe_version is not None and not self._committed and version != self._probe_version:
             self.warned_unstepped = True
             msg = (
-                "tb_neuraldbg: the model's weights changed but the watched optimizer "
+                f"{distributed.tag()}: the model's weights changed but the watched optimizer "
                 f"({type(self.optimizer).__name__}) did not step: is the model stepped by "
                 "another optimizer? No step is recorded until the watched one steps"
             )

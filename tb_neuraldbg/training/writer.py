@@ -84,7 +84,7 @@ class WatchHandle:
                 try:
                     h._on_added(parent, name, sub)
                 except Exception as e:  # noqa: BLE001 -- never break model building
-                    warnings.warn(f"tb_neuraldbg: cannot watch the added module {name!r}: {e}", RuntimeWarning)
+                    warnings.warn(f"{distributed.tag()}: cannot watch the added module {name!r}: {e}", RuntimeWarning)
             return None
 
         self._added_hook = torch.nn.modules.module.register_module_module_registration_hook(on_register)
@@ -103,7 +103,7 @@ class WatchHandle:
         inst.add_modules(found)
         self.added.extend(n for n, _ in found)
         msg = (
-            f"tb_neuraldbg: module {full!r} was added to the model after watch(); it is "
+            f"{distributed.tag()}: module {full!r} was added to the model after watch(); it is "
             "watched from its first call (its row is appended)"
         )
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
@@ -332,11 +332,11 @@ class DebugWriter(SummaryWriter):
         except Exception as e:  # noqa: BLE001
             if self._opening:
                 raise
-            guard = self._guarded = GuardedFileWriter(None, str(self.log_dir))
+            guard = self._guarded = GuardedFileWriter(None, str(self.log_dir), distributed.tag())
             guard.failed = False
             guard.fail("open", e)
             return guard
-        self._guarded = GuardedFileWriter(fw, str(self.log_dir))
+        self._guarded = GuardedFileWriter(fw, str(self.log_dir), distributed.tag())
         return self._guarded
 
     def _quietly(self, what: str, fn) -> None:
@@ -396,7 +396,7 @@ def _take_over(existing: WatchHandle) -> None:
     old = existing._writer()
     where = f" (log_dir {old.log_dir})" if old is not None else ""
     del old
-    msg = f"tb_neuraldbg: the model was watched by a DebugWriter no longer in use{where}; it is closed and the new one watches"
+    msg = f"{distributed.tag()}: the model was watched by a DebugWriter no longer in use{where}; it is closed and the new one watches"
     warnings.warn(msg, RuntimeWarning, stacklevel=4)
     log.warning(msg)
     _release(existing)
