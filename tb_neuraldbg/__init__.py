@@ -8,7 +8,8 @@ Where things are, along the data path (see README "Where things are"):
 ``training/`` (hooks, statistics, the writer), ``format/`` (the stored format,
 imported by every side), ``diagnosis/`` (pure numpy), ``server/`` (the
 TensorBoard plugin), ``offline/`` (reader and reports), ``checks/`` (the
-preflight protocol).
+preflight protocol), ``integrations/`` (Lightning and Hugging Face callbacks,
+imported on their own).
 """
 
 from ._version import __version__
