@@ -628,8 +628,8 @@ class Instrument:
         the watched optimizer stepping (another optimizer steps the model,
         and nothing is recorded). A parameter's in-place version counter
         tells, without reading the weights."""
-        params, _ = self._param_rows()
-        version = _version_of(params[0]) if params else None
+        probe = next((p for ps in self._params_of_row.values() for p in ps if p.requires_grad), None)
+        version = _version_of(probe) if probe is not None else None
         if version is None:
             return
         if self._probe_version is not None and not self._committed and version != self._probe_version:
