@@ -322,7 +322,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     fake = Fake(str(tmp_path))
     worker = Worker.__new__(Worker)
     worker.writer, worker._seen_fw, worker._seen_tags = fake, None, set()
-    worker.rows_written, worker.last_written = 0, -1
+    worker.rows_written, worker.last_written, worker.silent = 0, -1, False
     row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
     states = np.zeros(L, np.uint8)
     path = lambda: glob.glob(str(tmp_path / "events.out.tfevents.*"))[0]  # noqa: E731

@@ -211,6 +211,17 @@ def _multiplexer():
     )
 
 
+def _refuse_bucket_root(path: str) -> None:
+    """A bucket root (``s3://bucket``, ``s3://bucket/``): TensorBoard's S3
+    layer lists only below a key prefix (it fails with ``ValueError:
+    substring not found`` or finds nothing), so say so in one line."""
+    bucket = path[len("s3://"):].strip("/")
+    raise FileNotFoundError(
+        f"{path} is the root of bucket {bucket!r}, which TensorBoard's S3 reader cannot list; "
+        f"point at a folder in it (e.g. s3://{bucket}/runs)"
+    )
+
+
 def _check_dir(path) -> str:
     """The path as TensorBoard will read it; raises for a missing or non-directory path.
 
@@ -220,11 +231,16 @@ def _check_dir(path) -> str:
     path = os.fspath(path)
     if "://" not in path:
         path = os.path.expanduser(path)
+    elif path.startswith("s3://") and not path[len("s3://"):].partition("/")[2].strip("/"):
+        _refuse_bucket_root(path)
     gfile = tf.io.gfile
     try:
         exists, isdir = gfile.exists(path), gfile.isdir(path)
     except ImportError as e:  # e.g. "Install s3fs to access S3"
         raise FileNotFoundError(f"cannot open {path}: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- a missing bucket, no credentials, no network
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise FileNotFoundError(f"cannot open {path}: {reason}") from None
     if not exists:
         raise FileNotFoundError(f"no such directory: {path}")
     if not isdir:

@@ -29,10 +29,20 @@ import torch
 from torch import nn
 
 from ..format import metadata
+from . import distributed
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
-from .modules import Behaviour, behaviour_of, first_tensor, owned_params, select_modules, unwrap
+from .modules import (
+    Behaviour,
+    behaviour_of,
+    first_tensor,
+    is_compiled,
+    loss_of_output,
+    owned_params,
+    select_modules,
+    unwrap,
+)
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -110,11 +120,23 @@ class Instrument:
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
+        self._params_done: set[int] = set()  # ids of parameters some row owns
         self.batches = BatchKeeper()  # the worker saves the batch behind an event from here
         self._scaler_update: Callable | None = None
         # Without an optimizer, the weights of a record() before the next
         # update (see _commit); taken over by the next iteration.
         self._next_upd_snapshot: tuple | None = None
+        # Parameter norms; a distributed run swaps in one that reduces over
+        # shards (see .distributed).
+        self.norms: Callable = S.foreach_norm
+        # In a distributed run: gradients are measured after DDP's reducer
+        # has written the all-reduced ones (see _on_backward_end).
+        self.after_reduce = False
+        self._requeued = False
+        # For the "stepped by another optimizer" check (see _check_stepped).
+        self._probe_version: int | None = None
+        self._committed = False
+        self.warned_unstepped = False
         self._reset_iteration()
 
         self._install()
@@ -142,18 +164,32 @@ class Instrument:
     # -- installation -----------------------------------------------------
 
     def _install(self) -> None:
+        # All or nothing: a watch() that fails half-way (a module refusing a
+        # hook) leaves no hook behind, so a retry does not double them.
+        try:
+            self._install_hooks()
+        except BaseException:
+            self.remove()
+            raise
+
+    def _install_hooks(self) -> None:
         h = self._handles
-        h.append(self.root.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
-        params_done: set[int] = set()
+        # The batch and the model's own loss are read outside a compiled
+        # region: on torch.compile's wrapper when that is what was watched.
+        entry = self.model if is_compiled(self.model) else self.root
+        h.append(entry.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
         for name, m in self._watched:
-            h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
-            owned = [p for p in owned_params(m) if id(p) not in params_done]
-            params_done.update(id(p) for p in owned)
-            self._params_pending[id(m)] = owned
-            for p in owned:
-                h.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+            self._install_module(name, m)
+        if entry is self.model and entry is not self.root:
+            # Compiled: forward hooks are silent, so the rows exist from the
+            # start, in definition order (their parameters are measured).
+            for name, m in self._watched:
+                self._row_for(name, m)
         if self.criterion is not None:
             h.append(self.criterion.register_forward_hook(self._on_loss, with_kwargs=True))
+        else:
+            # A model that computes its own loss (Hugging Face: output.loss).
+            h.append(entry.register_forward_hook(self._on_model_output))
         if self.optimizer is not None:
             h.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             h.append(self.optimizer.register_step_post_hook(self._on_step_post))
@@ -171,6 +207,27 @@ class Instrument:
             # GradScaler has no hook API: shadow the bound method on this
             # instance only, and restore it in remove().
             self.scaler.update = update
+
+    def _install_module(self, name: str, m: nn.Module) -> None:
+        h = self._handles
+        h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
+        owned = [p for p in owned_params(m) if id(p) not in self._params_done]
+        self._params_done.update(id(p) for p in owned)
+        self._params_pending[id(m)] = owned
+        for p in owned:
+            h.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+
+    def add_modules(self, modules: list) -> None:
+        """Watch ``[(name, module)]`` added to the model after watch(): their
+        rows are appended when they first run."""
+        if self._removed:
+            return
+        for name, m in modules:
+            self._watched.append((name, m))
+            self._install_module(name, m)
+            row = self._row_of.get(name)
+            if row is not None:  # a replaced module: its row now owns the new parameters
+                self._params_of_row[row] = self._params_pending[id(m)]
 
     def remove(self) -> None:
         """Remove every hook and the scaler wrapper. Safe to call twice."""
@@ -236,7 +293,7 @@ class Instrument:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
             self._broken.add(part)
-            msg = f"tb_neuraldbg: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
+            msg = f"{distributed.tag()}: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
             return None
@@ -271,14 +328,29 @@ class Instrument:
 
     # -- forward ----------------------------------------------------------
 
+    # Every module hook starts with torch.compiler.is_compiling(): dynamo
+    # traces hooks into the graph, and ours (weak references, Python state,
+    # thread settings) would break it. Constant at trace time, so the hook
+    # adds nothing to a compiled graph: inside one, only what runs outside
+    # (parameters, gradients, the batch and loss at the wrapper) is measured.
+
     def _on_model_input(self, module, args, kwargs):
-        self._raise_pending()
-        if self._input_done or not torch.is_grad_enabled():
+        if torch.compiler.is_compiling():
             return None
+        self._raise_pending()
+        self.observe_input(args, kwargs)
+        return None
+
+    def observe_input(self, args, kwargs) -> None:
+        """Measure this step's batch (the ``<input>`` row, the kept batch),
+        once a step. The model's input hook calls it; a framework's callback
+        does too, with the batch it hands the user's step (a LightningModule's
+        training_step may never call the model itself)."""
+        if self._input_done or self._removed or not torch.is_grad_enabled():
+            return
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
         self._guard("input", self._measure_input, args, kwargs)
-        return None
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
@@ -318,6 +390,8 @@ class Instrument:
         instrument = weakref.ref(self)
 
         def hook(module, args, kwargs, output):
+            if torch.compiler.is_compiling():
+                return None
             inst = instrument()
             if inst is None or not torch.is_grad_enabled():
                 return None
@@ -416,7 +490,9 @@ class Instrument:
         col = self._col
         exact = self.exact_nonfinite
         col.const(row, Key.OUT_N, y.numel())
-        if not self._sched_stats:
+        # One value (a 0-d output, a [1, 1] score) has no spread: only its
+        # non-finite flag and value, never a "constant activation".
+        if not self._sched_stats or y.numel() == 1:
             if behaviour.pointwise and same_as_prev and not exact:
                 col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
             else:
@@ -478,7 +554,18 @@ class Instrument:
         if self.exact_nonfinite:
             self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
+    def _on_model_output(self, module, args, output):
+        if torch.compiler.is_compiling():
+            return None
+        if torch.is_grad_enabled() and self._loss is None:
+            loss = loss_of_output(output)
+            if loss is not None:
+                self._loss = loss.detach()
+        return None
+
     def _on_loss(self, module, args, kwargs, output):
+        if torch.compiler.is_compiling():
+            return None
         if torch.is_grad_enabled() and self._loss is None:
             self._guard("loss", self._measure_loss, module, args, output)
         return None
@@ -518,10 +605,44 @@ class Instrument:
             self._broken.add("backward")
 
     def _on_backward_end(self) -> None:
+        if self.after_reduce and not self._requeued:
+            # DDP queues its end-of-backward callback (which waits for the
+            # all-reduce and writes the averaged gradients) after ours: run
+            # again behind it, to measure what the optimizer will apply.
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+                self._requeued = True
+                return
+            except Exception:  # noqa: BLE001 -- measure now rather than never
+                pass
+        self._requeued = False
         self._backward_queued = False
+        if self.optimizer is not None and not self.warned_unstepped:
+            self._guard("optimizer check", self._check_stepped)
         col = self._guard("backward", self._measure_grads)
         if col is not None:
             self._grad_col = col  # with accumulation, the last backward wins
+
+    def _check_stepped(self) -> None:
+        """Warn once when the weights changed between two backwards without
+        the watched optimizer stepping (another optimizer steps the model,
+        and nothing is recorded). A parameter's in-place version counter
+        tells, without reading the weights."""
+        probe = next((p for ps in self._params_of_row.values() for p in ps if p.requires_grad), None)
+        version = _version_of(probe) if probe is not None else None
+        if version is None:
+            return
+        if self._probe_version is not None and not self._committed and version != self._probe_version:
+            self.warned_unstepped = True
+            msg = (
+                f"{distributed.tag()}: the model's weights changed but the watched optimizer "
+                f"({type(self.optimizer).__name__}) did not step: is the model stepped by "
+                "another optimizer? No step is recorded until the watched one steps"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+        self._probe_version = version
+        self._committed = False
 
     def _grads_scaled(self) -> bool:
         """True while the gradients still carry the GradScaler's scale."""
@@ -551,7 +672,7 @@ class Instrument:
             return col
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        col.add_many(S.foreach_norm(grads), grows, Key.GRAD_NORM, divisor=divisor)
+        col.add_many(self.norms(grads), grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact_nonfinite:
             col.add_many([S.nonfinite_count(g) for g in grads], grows, Key.GRAD_NF)
         return col
@@ -574,7 +695,7 @@ class Instrument:
         params, rows = self._param_rows()
         with torch.no_grad():
             old = [p.detach().clone() for p in params]
-        return params, rows, old, S.foreach_norm(old)
+        return params, rows, old, self.norms(old)
 
     def _on_step_post(self, optimizer, args, kwargs):
         if self.scaler is None:
@@ -626,14 +747,14 @@ class Instrument:
         col.extend(self._gout_col)
         params, prow = self._param_rows()
         if full and params:
-            col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
+            col.add_many(self.norms([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot
         if snap is not None:
             sparams, srows, old, base = snap
             with torch.no_grad():
                 # In place: the copy becomes w_{t-1} - w_t, no second buffer.
                 S.foreach_sub_(old, [p.detach() for p in sparams])
-            col.add_many(S.foreach_norm(old), srows, Key.UPD_NORM)
+            col.add_many(self.norms(old), srows, Key.UPD_NORM)
             col.add_many(base, srows, Key.UPD_BASE)
         if self.optimizer is None and self.config.is_update(step + 1):
             # Without optimizer hooks the update happens after record():
@@ -658,5 +779,6 @@ class Instrument:
         self.batches.note_step(step, host)
         packet = StepPacket(step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host)
         self._reset_iteration()
+        self._committed = True
         self.step = step + 1
         self.sink(packet)
