@@ -22,7 +22,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..format import contract, metadata
+from ..format import contract, decode, metadata
 from . import heatmap, jsonfast
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
@@ -55,6 +55,9 @@ MAX_CELLS = 8_000_000
 DEFAULT_EVENT_LIMIT = 1000
 MAX_EVENT_LIMIT = 10000
 MAX_LAYER_POINTS = 100_000
+# Events per run in a `report` answer unless `limit` says otherwise.
+DEFAULT_REPORT_LIMIT = 1000
+_MAX_OFFSET = 2**31
 _MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
 _FORMATS = ("json", "b64")
 _FAST_GZIP_BYTES = 1 << 20
@@ -210,14 +213,40 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     # -- shared reads ---------------------------------------------------
 
     def _listing(self, ctx, eid: str, run: str) -> dict:
-        listing = self._data.list_series(ctx, eid, run).get(run)
+        found = self._data.listing(ctx, eid, run)
+        if run in found.refused:
+            raise errors.NotFoundError(f"run {run[:200]!r} is not read: {found.refused[run]}")
+        listing = found.runs.get(run)
         if not listing:
             raise errors.NotFoundError(f"no neuraldbg data for run {run[:200]!r}")
         return listing
 
-    def _run_report(self, run: str, series: dict) -> dict:
-        return contract.run_report(run, self._data.diagnosis(series, run),
-                                   self._data.events(series, run))
+    @staticmethod
+    def _version(listing: dict, tags) -> tuple:
+        """What a value derived from ``tags`` depends on: their listed versions."""
+        return tuple((t, listing[t].max_step, listing[t].max_wall_time)
+                     for t in sorted(set(tags)) if t in listing)
+
+    def _run_report(self, ctx, eid: str, run: str, listing: dict) -> dict:
+        """The run's contract report (cached per version of its events and
+        diagnosis: 200,000 events are not coerced again on every request).
+        Shared: callers copy what they change."""
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+
+        def build() -> dict:
+            series = self._data.read(ctx, eid, run, tags, listing)
+            note = self._data.note(run)
+            return contract.run_report(run, self._data.diagnosis(series, run),
+                                       self._data.events(series, run), note)
+
+        # Coerced events weigh about 400 bytes each in memory.
+        return self._data.memo(eid, run, "report", self._version(listing, tags), build,
+                               lambda rep: 4096 + 400 * len(rep["events"]))
+
+    def _annotated(self, run: str, body: dict) -> dict:
+        """``body`` with the notes kept about the run (``contract.annotate``)."""
+        notes = self._data.warnings(run)
+        return contract.annotate(body, notes, any(decode.is_skip(n) for n in notes))
 
     @staticmethod
     def _axis_tag(listing: dict) -> str:
@@ -246,26 +275,35 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     # -- impls ------------------------------------------------------------
 
     def runs_impl(self, ctx, eid: str) -> dict:
-        """Every run with neuraldbg data, its status and root cause."""
+        """Every run with neuraldbg data, its status and root cause; the
+        runs refused (a newer format version) under "skipped"."""
         out = []
-        listings = self._data.list_series(ctx, eid)
+        found = self._data.listing(ctx, eid)
         tags = (metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
-        for run in sorted(listings):
-            listing = listings[run]
-            series = self._data.read(ctx, eid, run, (self._axis_tag(listing), *tags), listing)
-            steps = self._axis(series)
-            rep = self._run_report(run, series)
-            out.append({
-                "run": run,
-                "status": rep["status"],
-                "root_cause": rep["root_cause"],
-                "num_layers": len(self._data.layers(series, self._width(series), run)),
-                "first_step": int(steps[0]) if steps.size else None,
-                "last_step": int(steps[-1]) if steps.size else None,
-                "num_steps": int(steps.size),
-                "num_events": len(rep["events"]),
-            })
-        return {"runs": out}
+        for run in sorted(found.runs):
+            listing = found.runs[run]
+            axis = self._axis_tag(listing)
+
+            def build(run=run, listing=listing, axis=axis) -> dict:
+                series = self._data.read(ctx, eid, run, (axis, *tags), listing)
+                steps = self._axis(series)
+                rep = self._run_report(ctx, eid, run, listing)
+                return {
+                    "run": run,
+                    "status": rep["status"],
+                    "root_cause": rep["root_cause"],
+                    "num_layers": len(self._data.layers(series, self._width(series), run)),
+                    "first_step": int(steps[0]) if steps.size else None,
+                    "last_step": int(steps[-1]) if steps.size else None,
+                    "num_steps": int(steps.size),
+                    "num_events": len(rep["events"]),
+                }
+
+            summary = self._data.memo(eid, run, "summary",
+                                      self._version(listing, (axis, *tags)), build)
+            out.append(self._annotated(run, dict(summary)))
+        skipped = [{"run": run, "reason": found.refused[run]} for run in sorted(found.refused)]
+        return {"runs": out, "skipped": skipped}
 
     def meta_impl(self, ctx, eid: str, run: str) -> dict:
         """Layers, metrics, state codes and step span of one run."""
@@ -283,6 +321,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "first_step": int(steps[0]) if steps.size else None,
             "last_step": int(steps[-1]) if steps.size else None,
             "num_steps": int(steps.size),
+            "warnings": self._data.warnings(run),
         }
 
     def heatmap_impl(self, ctx, eid: str, run: str, metric: str, start: int, end: int,
@@ -331,29 +370,31 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = _MAX_STEP,
-                    limit: int = DEFAULT_EVENT_LIMIT) -> dict:
-        """The run's events (contract keys, sorted by onset step), filtered."""
+                    limit: int = DEFAULT_EVENT_LIMIT, offset: int = 0) -> dict:
+        """The run's events (contract keys, sorted by onset step), filtered;
+        ``limit`` of them from ``offset`` on (a page)."""
         listing = self._listing(ctx, eid, run)
-        series = self._data.read(ctx, eid, run, (metadata.TAG_EVENTS,), listing)
         events = [
-            e for e in self._run_report(run, series)["events"]
+            e for e in self._run_report(ctx, eid, run, listing)["events"]
             if start <= e["step"] <= end
             and (not kinds or e["kind"] in kinds)
             and (not layers or e["layer"] in layers)
             and (not severities or e["severity"] in severities)
         ]
-        return {"run": run, "total": len(events), "truncated": len(events) > limit,
-                "events": events[:limit]}
+        page = events[offset: offset + limit]
+        return {"run": run, "total": len(events), "offset": offset,
+                "truncated": offset + len(page) < len(events), "events": page}
 
     def layer_impl(self, ctx, eid: str, run: str, layer: str, start: int, end: int,
-                   metrics: Sequence[str] = ()) -> dict:
+                   metrics: Sequence[str] = (), event_limit: int = DEFAULT_EVENT_LIMIT,
+                   event_offset: int = 0) -> dict:
         """One layer at full resolution over [start, end]; ``metrics`` limits
-        the metrics returned (default: all)."""
+        the metrics returned (default: all); ``event_limit`` of the layer's
+        events in range from ``event_offset`` on."""
         metrics = list(dict.fromkeys(metrics)) or list(metadata.METRICS)
         listing = self._listing(ctx, eid, run)
         head = self._data.read(ctx, eid, run, (metadata.TAG_LAYERS, metadata.TAG_STATES,
-                                               metadata.TAG_EVENTS, self._axis_tag(listing)),
-                               listing)
+                                               self._axis_tag(listing)), listing)
         stats_tags = [metadata.stats_tag(m) for m in metrics]
         layers = self._data.layers(head, self._width(head), run)
         names = [l["name"] for l in layers]
@@ -380,20 +421,30 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         states = _column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
                          np.uint8)
         events = [
-            e for e in self._run_report(run, head)["events"]
+            e for e in self._run_report(ctx, eid, run, listing)["events"]
             if e["layer"] == layer and start <= e["step"] <= end
         ]
+        page = events[event_offset: event_offset + event_limit]
         return {"run": run, "layer": layer, "type": layers[row]["type"], "steps": steps,
-                "metrics": columns, "states": states, "events": events}
+                "metrics": columns, "states": states, "events": page,
+                "events_total": len(events),
+                "events_truncated": event_offset + len(page) < len(events)}
 
-    def report_impl(self, ctx, eid: str) -> dict:
-        """``neuraldbg report --json`` for every run."""
-        listings = self._data.list_series(ctx, eid)
-        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
-        return contract.logdir_report(
-            self._run_report(run, self._data.read(ctx, eid, run, tags, listings[run]))
-            for run in sorted(listings)
-        )
+    def report_impl(self, ctx, eid: str, limit: int = DEFAULT_REPORT_LIMIT) -> dict:
+        """``neuraldbg report --json`` for every run, at most ``limit`` events
+        per run (the first by onset step; a run cut says "truncated" and its
+        "total_events"); runs refused are named in "notes"."""
+        found = self._data.listing(ctx, eid)
+        runs = []
+        for run in sorted(found.runs):
+            rep = dict(self._run_report(ctx, eid, run, found.runs[run]))
+            if len(rep["events"]) > limit:
+                rep["total_events"] = len(rep["events"])
+                rep["truncated"] = True
+                rep["events"] = rep["events"][:limit]
+            runs.append(self._annotated(run, rep))
+        notes = [f"run {run[:200]!r}: {why}: run not read" for run, why in sorted(found.refused.items())]
+        return contract.logdir_report(runs, notes)
 
     def index_js_impl(self) -> str:
         """The frontend bundle, or a module that says it was not built."""
@@ -450,6 +501,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             severities=_choices(args, "severity", metadata.SEVERITIES),
             start=start, end=end,
             limit=_int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            offset=_int_arg(args, "offset", 0, 0, _MAX_OFFSET),
         )
         return _respond(request, body)
 
@@ -460,12 +512,17 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         layer = _required(args, "layer")
         start, end = _step_range(args)
         metrics = _choices(args, "metric", metadata.METRICS)
-        body = self.layer_impl(*self._ids(request), run, layer, start, end, metrics)
+        body = self.layer_impl(
+            *self._ids(request), run, layer, start, end, metrics,
+            event_limit=_int_arg(args, "event_limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            event_offset=_int_arg(args, "event_offset", 0, 0, _MAX_OFFSET),
+        )
         return _respond(request, body)
 
     @wrappers.Request.application
     def report_route(self, request):
-        return _respond(request, self.report_impl(*self._ids(request)))
+        limit = _int_arg(request.args, "limit", DEFAULT_REPORT_LIMIT, 1, MAX_EVENT_LIMIT)
+        return _respond(request, self.report_impl(*self._ids(request), limit))
 
 
 class NeuralDbgLoader(base_plugin.TBLoader):
