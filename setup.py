@@ -84,6 +84,7 @@ setup(
             "pytest==9.2.0",
             "jsonschema==4.26.0",  # the report's JSON against docs/report.schema.json
             "google-crc32c==1.9.0",  # the reader's fast CRC path
+            "hypothesis==6.170.17",  # fuzzing the reader and the routes (bounded budget)
         ],
     },
     entry_points={

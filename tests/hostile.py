@@ -1,9 +1,11 @@
 """Hostile logdirs: each builder writes one kind of bad input, to be put beside good runs.
 
-    from tests.hostile import good_runs, bad_tensor_run, frame, records
+    from tests.hostile import PluginApp, bad_tensor_run, frame, good_runs, records
 
     truths = good_runs(tmp_path)                  # "good/healthy" and "good/failing"
     bad_tensor_run(tmp_path, "bad", "dtype")     # a stats record TensorBoard cannot decode
+    app = PluginApp(tmp_path)                     # the plugin over TensorBoard's Python loader
+    app.every_route("bad")                        # {path: status}, asserting no 500
 
 Everything here writes real event files (TensorBoard's own ``EventFileWriter``
 for the good parts; raw TFRecord frames, with correct or deliberately wrong
@@ -17,20 +19,28 @@ import json
 import os
 import struct
 import time
+import urllib.parse
 from typing import Iterable
 
 import numpy as np
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_provider as tb_data_provider
+from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as _stub
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.plugins import base_plugin
 from tensorboard.util import tensor_util
+from werkzeug import test as werkzeug_test
 
 from tb_neuraldbg import metadata
 from tb_neuraldbg.format import summary
+from tb_neuraldbg.server import plugin
 from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
 
 __all__ = [
     "GOOD",
+    "PluginApp",
     "good_runs",
     "masked_crc",
     "frame",
@@ -52,6 +62,7 @@ __all__ = [
 
 # The good runs every hostile test keeps next to its bad input.
 GOOD = ("good/failing", "good/healthy")
+PLUGIN_ROUTES = "/data/plugin/neuraldbg"
 
 
 def good_runs(logdir) -> dict:
@@ -64,6 +75,55 @@ def good_runs(logdir) -> dict:
             events=[event(20, "fc1", "exploding_gradient", value=4e6)],
         ),
     }
+
+
+class _Generic:
+    """A data provider that is not TensorBoard's MultiplexerDataProvider: the
+    plugin reads it through the public read_tensors."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class PluginApp:
+    """The plugin in TensorBoard's WSGI app over TensorBoard's Python loader."""
+
+    def __init__(self, logdir, generic: bool = False):
+        self.mux = plugin_event_multiplexer.EventMultiplexer(
+            tensor_size_guidance={metadata.PLUGIN_NAME: 0})
+        self.mux.AddRunsFromDirectory(str(logdir))
+        self.mux.Reload()
+        provider = tb_data_provider.MultiplexerDataProvider(self.mux, str(logdir))
+        if generic:
+            provider = _Generic(provider)
+        ctx = base_plugin.TBContext(logdir=str(logdir), data_provider=provider,
+                                    multiplexer=self.mux)
+        self.plugin = plugin.NeuralDbgLoader().load(ctx)
+        self.client = werkzeug_test.Client(
+            application.TensorBoardWSGI([self.plugin], data_provider=provider))
+
+    def get(self, path: str):
+        r = self.client.get(PLUGIN_ROUTES + path)
+        assert r.status_code != 500, (path, r.get_data(as_text=True)[:300])
+        return r
+
+    def json(self, path: str):
+        r = self.get(path)
+        assert r.status_code == 200, (path, r.status_code, r.get_data(as_text=True)[:300])
+        return json.loads(r.get_data(as_text=True))
+
+    def every_route(self, run: str, layer: str = "fc0") -> dict:
+        """Status of every route for ``run``: never a 500."""
+        q = urllib.parse.quote(run)
+        paths = [
+            "/runs", "/report", f"/meta?run={q}", f"/heatmap?run={q}&metric=grad_norm",
+            f"/heatmap?run={q}&metric=state&format=b64", f"/events?run={q}",
+            f"/layer?run={q}&layer={layer}",
+        ]
+        return {p: self.get(p).status_code for p in paths}
 
 
 # -- TFRecord framing -----------------------------------------------------------

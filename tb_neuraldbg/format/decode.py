@@ -30,6 +30,7 @@ from . import metadata
 
 __all__ = [
     "MAX_ROWS",
+    "MAX_NAME",
     "JSON_TAGS",
     "is_skip",
     "row_limit",
@@ -101,6 +102,9 @@ class _Skips:
 
 # Distinct reasons told per tag.
 _MAX_REASONS = 10
+# A longer layer name is not a module's qualified name (it would also be
+# sent in every answer naming the layers): the row is named by its number.
+MAX_NAME = 4096
 
 
 def row_limit(named: int) -> int:
@@ -364,9 +368,10 @@ def _layer(index: int, item) -> tuple[dict, bool]:
     A type that is not a string is dropped (never ``str()``-ed: a nested
     value has no useful text, and making one can recurse without end)."""
     kind = item.get("type") if isinstance(item, dict) else ""
-    kind = kind if isinstance(kind, str) else ""
-    if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]:
-        return {"name": item["name"], "type": kind}, True
+    kind = kind[:MAX_NAME] if isinstance(kind, str) else ""
+    name = item.get("name") if isinstance(item, dict) else None
+    if isinstance(name, str) and 0 < len(name) <= MAX_NAME:
+        return {"name": name, "type": kind}, True
     return {"name": metadata.unnamed_row(index), "type": kind}, False
 
 

@@ -74,6 +74,32 @@ def _ancestors(path: str) -> set:
         current = parent
 
 
+def _listing(path: str, note: Note) -> tuple[list, list]:
+    """(event files, [(full path, name, (device, inode), is a link)] of
+    subdirectories) directly in local directory ``path``, sorted by name;
+    non-regular files named like event files are noted and left out.
+    Raises OSError when ``path`` cannot be listed."""
+    with os.scandir(path) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    files, subdirs = [], []
+    for entry in entries:
+        full = os.path.join(path, entry.name)
+        try:
+            st = entry.stat()  # follows symlinks
+        except OSError as e:  # a dangling link, a permission problem
+            if is_event_file(entry.name):
+                note(f"skipped {full}: {e.strerror or e}")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            subdirs.append((full, entry.name, (st.st_dev, st.st_ino), entry.is_symlink()))
+        elif is_event_file(entry.name):
+            if stat.S_ISREG(st.st_mode):
+                files.append(full)
+            else:
+                note(f"skipped {full}: {_kind(st.st_mode)}, not an event file")
+    return files, subdirs
+
+
 def _local_runs(logdir: str, note: Note) -> list[RunFiles]:
     above = _ancestors(logdir)
     root = os.stat(logdir)
@@ -87,36 +113,20 @@ def _local_runs(logdir: str, note: Note) -> list[RunFiles]:
                  "was not read")
             break
         try:
-            with os.scandir(path) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            files, found = _listing(path, note)
         except OSError as e:
             note(f"skipped {path}: cannot list it ({e.strerror or e})")
             continue
-        files, subdirs = [], []
-        for entry in entries:
-            full = os.path.join(path, entry.name)
-            try:
-                st = entry.stat()  # follows symlinks
-            except OSError as e:  # a dangling link, a permission problem
-                if is_event_file(entry.name):
-                    note(f"skipped {full}: {e.strerror or e}")
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                key = (st.st_dev, st.st_ino)
-                if entry.is_symlink() and key in above:
-                    note(f"skipped {full}: a link to {os.path.realpath(full)}, which holds the "
-                         "logdir")
-                elif key in seen:
-                    if entry.is_symlink():
-                        note(f"skipped {full}: a link to a directory already read")
-                else:
-                    seen.add(key)
-                    subdirs.append((full, os.path.join(rel, entry.name) if rel else entry.name))
-            elif is_event_file(entry.name):
-                if stat.S_ISREG(st.st_mode):
-                    files.append(full)
-                else:
-                    note(f"skipped {full}: {_kind(st.st_mode)}, not an event file")
+        subdirs = []
+        for full, name, key, link in found:
+            if link and key in above:
+                note(f"skipped {full}: a link to {os.path.realpath(full)}, which holds the logdir")
+            elif key in seen:
+                if link:
+                    note(f"skipped {full}: a link to a directory already read")
+            else:
+                seen.add(key)
+                subdirs.append((full, os.path.join(rel, name) if rel else name))
         if files:
             runs.append(RunFiles(rel or ".", path, files))
         stack.extend(reversed(subdirs))
@@ -151,19 +161,4 @@ def run_files(path: str, note: Note) -> list:
     if "://" in path:
         names = sorted(n for n in tf.io.gfile.listdir(path) if is_event_file(n))
         return [f"{path.rstrip('/')}/{n}" for n in names]
-    out = []
-    with os.scandir(path) as it:
-        for entry in sorted(it, key=lambda e: e.name):
-            if not is_event_file(entry.name):
-                continue
-            full = os.path.join(path, entry.name)
-            try:
-                mode = entry.stat().st_mode
-            except OSError as e:
-                note(f"skipped {full}: {e.strerror or e}")
-                continue
-            if stat.S_ISREG(mode):
-                out.append(full)
-            else:
-                note(f"skipped {full}: {_kind(mode)}, not an event file")
-    return out
+    return _listing(path, note)[0]

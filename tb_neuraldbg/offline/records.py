@@ -228,9 +228,10 @@ def _frames(reader: _Reader, stop: int, name: str, problem: Problem) -> Iterator
             return
         end = offset + 12 + length + 4
         if end > size:
+            why = ("cut short, or still being written" if length <= MAX_RECORD_BYTES
+                   else "the framing is lost")
             problem(f"{name}: the record at offset {offset} announces {length} bytes, beyond "
-                    f"the end of the file: {size - offset} bytes not read (cut short, or still "
-                    "being written)")
+                    f"the end of the file: {size - offset} bytes not read ({why})")
             return
         if length > _BLOCK:
             head = reader.peek_at(offset + 12, _HEAD)

@@ -57,6 +57,9 @@ MAX_EVENT_LIMIT = 10000
 MAX_LAYER_POINTS = 100_000
 # Events per run in a `report` answer unless `limit` says otherwise.
 DEFAULT_REPORT_LIMIT = 1000
+# Characters of one string from a logdir in an answer (a message, a layer or
+# state name); longer ones are cut with a marker (the CLI's JSON keeps them).
+MAX_TEXT = 10_000
 _MAX_OFFSET = 2**31
 _MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
 _FORMATS = ("json", "b64")
@@ -173,6 +176,19 @@ def _column(series, row: int, steps: np.ndarray, fill, dtype) -> np.ndarray:
     return out
 
 
+def _cut(text: str) -> str:
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]} [... {len(text) - MAX_TEXT} more characters]"
+
+
+def _capped(item: dict) -> dict:
+    """An event or root cause with its strings at most MAX_TEXT characters."""
+    if all(len(v) <= MAX_TEXT for v in item.values() if isinstance(v, str)):
+        return item
+    return {k: _cut(v) if isinstance(v, str) else v for k, v in item.items()}
+
+
 def _step_slice(steps: np.ndarray, start: int, end: int) -> slice:
     lo = int(np.searchsorted(steps, start, side="left"))
     hi = int(np.searchsorted(steps, end, side="right"))
@@ -236,8 +252,12 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         def build() -> dict:
             series = self._data.read(ctx, eid, run, tags, listing)
             note = self._data.note(run)
-            return contract.run_report(run, self._data.diagnosis(series, run),
-                                       self._data.events(series, run), note)
+            rep = contract.run_report(run, self._data.diagnosis(series, run),
+                                      self._data.events(series, run), note)
+            rep["events"] = [_capped(e) for e in rep["events"]]
+            if rep["root_cause"] is not None:
+                rep["root_cause"] = _capped(rep["root_cause"])
+            return rep
 
         # Coerced events weigh about 400 bytes each in memory.
         return self._data.memo(eid, run, "report", self._version(listing, tags), build,
