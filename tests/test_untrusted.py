@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 
+import jsonschema
 import numpy as np
 import pytest
 from tb_neuraldbg import cli, metadata
@@ -45,6 +46,15 @@ def deadline(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+SCHEMA = json.load(open(os.path.join(ROOT, "docs", "report.schema.json")))
+
+
+def valid(report: dict) -> dict:
+    """``report`` validated against docs/report.schema.json (extensions included)."""
+    jsonschema.validate(report, SCHEMA)
+    return report
 
 
 def good_in(runs) -> bool:
@@ -213,7 +223,7 @@ def test_lost_framing_makes_the_run_incomplete_not_healthy(tmp_path, capsys):
     assert f"{len(raw) - offset} bytes not read" in warning
     assert not runs["good/healthy"].incomplete and runs["good/healthy"].warnings == []
     code, rep, _ = cli_json(tmp_path, capsys)
-    got = next(r for r in rep["runs"] if r["run"] == "bad")
+    got = next(r for r in valid(rep)["runs"] if r["run"] == "bad")
     assert got["incomplete"] and got["warnings"] == [warning]
     clean = next(r for r in rep["runs"] if r["run"] == "good/healthy")
     assert set(clean) == {"run", "status", "root_cause", "events"}  # exactly the contract
@@ -302,6 +312,7 @@ def test_future_format_run_is_refused_alone(tmp_path, capsys, version):
     (note,) = rep["notes"]
     assert note.startswith("run 'future'") and f"version {version} is newer" in note
     assert lines == [f"neuraldbg: warning: {note}"]
+    valid(rep)
     app = App(tmp_path)
     runs = app.json("/runs")
     assert [r["run"] for r in runs["runs"]] == sorted(H.GOOD)
@@ -309,7 +320,7 @@ def test_future_format_run_is_refused_alone(tmp_path, capsys, version):
     assert f"version {version} is newer" in runs["skipped"][0]["reason"]
     r = app.get("/meta?run=future")
     assert r.status_code == 404 and "newer" in r.get_data(as_text=True)
-    assert "future" in app.json("/report")["notes"][0]
+    assert "future" in valid(app.json("/report"))["notes"][0]
 
 
 def test_a_logdir_of_future_runs_only_is_exit_2_with_the_reason(tmp_path, capsys):
@@ -381,7 +392,7 @@ def test_layer_events_are_paged(many):
 
 
 def test_report_route_is_bounded_per_run(many):
-    rep = many.json("/report?limit=50")
+    rep = valid(many.json("/report?limit=50"))
     big = next(r for r in rep["runs"] if r["run"] == "many")
     assert big["truncated"] is True and big["total_events"] == 30_000 and len(big["events"]) == 50
     small = next(r for r in rep["runs"] if r["run"] == "good/failing")

@@ -1,11 +1,16 @@
 """The NeuralDbg TensorBoard plugin: loader, plugin and HTTP routes.
 
 Routes and JSON shapes are specified in docs/API.md. Each ``*_route`` only
-parses the request and answers; the matching ``*_impl`` does the work and is
-testable without HTTP. Data comes only from ``context.data_provider``
-(through plugin_data.PluginData); bad input raises
+parses the request (``query.py``) and answers; the matching ``*_impl`` does
+the work and is testable without HTTP. Data comes only from
+``context.data_provider`` (through plugin_data.PluginData); bad input raises
 ``tensorboard.errors.InvalidArgumentError`` (400) or ``NotFoundError`` (404),
 which TensorBoard's WSGI app turns into plain-text answers.
+
+The logdir is untrusted (docs/API.md, "Untrusted logdirs"): bad data never
+makes a 500, answers are bounded (events paged, the report cut per run,
+strings at MAX_TEXT characters), a run of a newer format is refused alone,
+and what a run's report depends on is cached until its tags change.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..format import contract, decode, metadata
-from . import heatmap, jsonfast
+from . import heatmap, jsonfast, query
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
 __all__ = ["NeuralDbgLoader", "NeuralDbgPlugin"]
@@ -61,7 +66,6 @@ DEFAULT_REPORT_LIMIT = 1000
 # state name); longer ones are cut with a marker (the CLI's JSON keeps them).
 MAX_TEXT = 10_000
 _MAX_OFFSET = 2**31
-_MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
 _FORMATS = ("json", "b64")
 _FAST_GZIP_BYTES = 1 << 20
 
@@ -77,47 +81,6 @@ _METRIC_INFO = [
     for m in metadata.METRIC_TABLE
 ]
 _COLORS = {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_STATE_COLOR}
-
-
-# -- request parsing -------------------------------------------------------
-
-
-def _int_arg(args, name: str, default: int | None, lo: int, hi: int) -> int | None:
-    raw = args.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw[:40]!r}")
-    if not lo <= value <= hi:
-        raise errors.InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
-    return value
-
-
-def _required(args, name: str) -> str:
-    value = args.get(name)
-    if not value:
-        raise errors.InvalidArgumentError(f"missing required parameter {name!r}")
-    return value
-
-
-def _step_range(args) -> tuple[int, int]:
-    start = _int_arg(args, "start", 0, 0, _MAX_STEP)
-    end = _int_arg(args, "end", _MAX_STEP, 0, _MAX_STEP)
-    if start > end:
-        raise errors.InvalidArgumentError(f"start ({start}) must be <= end ({end})")
-    return start, end
-
-
-def _choices(args, name: str, allowed) -> list[str]:
-    values = args.getlist(name)
-    for v in values:
-        if v not in allowed:
-            raise errors.InvalidArgumentError(
-                f"unknown {name} {v[:60]!r}; expected one of: {', '.join(allowed)}"
-            )
-    return values
 
 
 def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
@@ -389,7 +352,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return body
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
-                    start: int = 0, end: int = _MAX_STEP,
+                    start: int = 0, end: int = query.MAX_STEP,
                     limit: int = DEFAULT_EVENT_LIMIT, offset: int = 0) -> dict:
         """The run's events (contract keys, sorted by onset step), filtered;
         ``limit`` of them from ``offset`` on (a page)."""
@@ -493,16 +456,16 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def meta_route(self, request):
-        run = _required(request.args, "run")
+        run = query.required(request.args, "run")
         return _respond(request, self.meta_impl(*self._ids(request), run))
 
     @wrappers.Request.application
     def heatmap_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        metric = _required(args, "metric")
-        start, end = _step_range(args)
-        max_cols = _int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
+        run = query.required(args, "run")
+        metric = query.required(args, "metric")
+        start, end = query.step_range(args)
+        max_cols = query.int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
         fmt = args.get("format") or "json"
         if fmt not in _FORMATS:
             raise errors.InvalidArgumentError(f"format must be one of {', '.join(_FORMATS)}")
@@ -512,36 +475,36 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def events_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        start, end = _step_range(args)
+        run = query.required(args, "run")
+        start, end = query.step_range(args)
         body = self.events_impl(
             *self._ids(request), run,
-            kinds=_choices(args, "kind", metadata.KINDS),
+            kinds=query.choices(args, "kind", metadata.KINDS),
             layers=args.getlist("layer"),
-            severities=_choices(args, "severity", metadata.SEVERITIES),
+            severities=query.choices(args, "severity", metadata.SEVERITIES),
             start=start, end=end,
-            limit=_int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
-            offset=_int_arg(args, "offset", 0, 0, _MAX_OFFSET),
+            limit=query.int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            offset=query.int_arg(args, "offset", 0, 0, _MAX_OFFSET),
         )
         return _respond(request, body)
 
     @wrappers.Request.application
     def layer_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        layer = _required(args, "layer")
-        start, end = _step_range(args)
-        metrics = _choices(args, "metric", metadata.METRICS)
+        run = query.required(args, "run")
+        layer = query.required(args, "layer")
+        start, end = query.step_range(args)
+        metrics = query.choices(args, "metric", metadata.METRICS)
         body = self.layer_impl(
             *self._ids(request), run, layer, start, end, metrics,
-            event_limit=_int_arg(args, "event_limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
-            event_offset=_int_arg(args, "event_offset", 0, 0, _MAX_OFFSET),
+            event_limit=query.int_arg(args, "event_limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            event_offset=query.int_arg(args, "event_offset", 0, 0, _MAX_OFFSET),
         )
         return _respond(request, body)
 
     @wrappers.Request.application
     def report_route(self, request):
-        limit = _int_arg(request.args, "limit", DEFAULT_REPORT_LIMIT, 1, MAX_EVENT_LIMIT)
+        limit = query.int_arg(request.args, "limit", DEFAULT_REPORT_LIMIT, 1, MAX_EVENT_LIMIT)
         return _respond(request, self.report_impl(*self._ids(request), limit))
 
 
