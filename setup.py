@@ -91,6 +91,7 @@ setup(
             "transformers==5.24.0",
             "accelerate==1.15.0",
             "moto[server]==5.2.5",  # a local S3 server for the s3:// round trip
+            "hypothesis==6.170.17",  # fuzzing the reader and the routes (bounded budget)
         ],
     },
     entry_points={

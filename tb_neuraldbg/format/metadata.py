@@ -54,6 +54,7 @@ __all__ = [
     "PSEUDO_LAYERS",
     "create_summary_metadata",
     "parse_plugin_metadata",
+    "NewerFormatError",
 ]
 
 PLUGIN_NAME = "neuraldbg"
@@ -290,11 +291,22 @@ def create_summary_metadata(content: dict | None = None) -> summary_pb2.SummaryM
     )
 
 
+class NewerFormatError(ValueError):
+    """Data written in a format version newer than FORMAT_VERSION."""
+
+
+# A summary's metadata content is a few dozen bytes; more is not ours.
+_MAX_METADATA_BYTES = 4096
+
+
 def parse_plugin_metadata(content: bytes) -> dict:
     """Parse plugin_data.content written by create_summary_metadata.
 
-    Raises ValueError for content that is not ours or from a newer format.
+    Raises NewerFormatError (a ValueError) for a newer format version, and
+    ValueError for content that is not ours.
     """
+    if len(content) > _MAX_METADATA_BYTES:
+        raise ValueError(f"neuraldbg metadata of {len(content)} bytes is not ours")
     if isinstance(content, bytes):
         try:
             content = content.decode("utf-8")
@@ -302,16 +314,17 @@ def parse_plugin_metadata(content: bytes) -> dict:
             raise ValueError(f"neuraldbg metadata is not UTF-8: {e}") from None
     try:
         payload = json.loads(content) if content else {}
-    except json.JSONDecodeError as e:
-        raise ValueError(f"neuraldbg metadata is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"neuraldbg metadata is not JSON: {type(e).__name__}") from None
     if not isinstance(payload, dict):
         raise ValueError("neuraldbg metadata is not a JSON object")
     version = payload.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise ValueError(f"neuraldbg metadata has no valid version: {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        shown = version if isinstance(version, (int, float, type(None))) else type(version).__name__
+        raise ValueError(f"neuraldbg metadata has no valid version: {str(shown)[:40]}")
     if version > FORMAT_VERSION:
-        raise ValueError(
-            f"neuraldbg format version {version} is newer than this reader "
+        raise NewerFormatError(
+            f"neuraldbg format version {str(version)[:40]} is newer than this reader "
             f"({FORMAT_VERSION}); upgrade tb_neuraldbg"
         )
     return payload
