@@ -31,6 +31,24 @@ class GuardedFileWriter:
         self.name = name  # message prefix (the rank in a distributed run)
         self.failed = inner is None
         self.dropped = 0
+        self._quiet_background_writes()
+
+    def _quiet_background_writes(self) -> None:
+        """Make TensorBoard's writer thread note a failed write instead of
+        dying with a traceback on the user's console.
+
+        Its ``_AsyncWriterThread`` re-raises any write error, which Python
+        prints as an unhandled thread exception (and the writer then raises it
+        at every later call). The thread's record writer is wrapped so that a
+        failure reaches :meth:`fail` and later records are dropped. These are
+        TensorBoard's private attributes: where they are not found, nothing
+        changes (the call-side guard still holds)."""
+        event_writer = getattr(self.inner, "event_writer", None)
+        worker = getattr(getattr(event_writer, "_async_writer", None), "_worker", None)
+        records = getattr(worker, "_record_writer", None)
+        if records is None or not hasattr(records, "write") or isinstance(records, _GuardedRecords):
+            return
+        worker._record_writer = _GuardedRecords(records, self)
 
     def fail(self, what: str, e: BaseException) -> None:
         """Note a failure: warned the first time, counted after."""
@@ -86,3 +104,35 @@ class GuardedFileWriter:
         if inner is None:
             raise AttributeError(name)
         return getattr(inner, name)
+
+
+class _GuardedRecords:
+    """TensorBoard's record writer, seen from its writer thread: a failed
+    write or flush is noted on the guard and never raised in that thread."""
+
+    def __init__(self, inner, guard: GuardedFileWriter):
+        self._inner = inner
+        self._guard = guard
+
+    def _call(self, what: str, *args):
+        if self._guard.failed:
+            self._guard.dropped += 1
+            return None
+        try:
+            return getattr(self._inner, what)(*args)
+        except Exception as e:  # noqa: BLE001 -- any I/O failure, by design
+            self._guard.fail(f"background {what}", e)
+            return None
+
+    def write(self, data) -> None:
+        self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        except Exception as e:  # noqa: BLE001
+            if not self._guard.failed:
+                self._guard.fail("close", e)
