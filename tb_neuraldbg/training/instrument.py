@@ -33,6 +33,7 @@ from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
 from .modules import Behaviour, behaviour_of, first_tensor, owned_params, select_modules, unwrap
+from .optimizer_facts import StepFacts
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -111,6 +112,12 @@ class Instrument:
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
         self.batches = BatchKeeper()  # the worker saves the batch behind an event from here
+        # Host-side facts for the diagnosis (leftover gradients, modules run
+        # without autograd, param groups): see optimizer_facts.py.
+        self.facts = StepFacts(optimizer)
+        # The model's input was seen with autograd off (an evaluation
+        # forward): modules running without autograd then are not a bug.
+        self._outside = False
         self._scaler_update: Callable | None = None
         # Without an optimizer, the weights of a record() before the next
         # update (see _commit); taken over by the next iteration.
@@ -197,6 +204,7 @@ class Instrument:
         if self._removed:
             self.model = self.root = None
             self.optimizer = self.criterion = self.scaler = None
+            self.facts.release()
             self._watched = []
             self._params_of_row = {}
             self._params_pending = {}
@@ -273,7 +281,8 @@ class Instrument:
 
     def _on_model_input(self, module, args, kwargs):
         self._raise_pending()
-        if self._input_done or not torch.is_grad_enabled():
+        self._outside = not torch.is_grad_enabled()
+        if self._input_done or self._outside:
             return None
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
@@ -319,7 +328,11 @@ class Instrument:
 
         def hook(module, args, kwargs, output):
             inst = instrument()
-            if inst is None or not torch.is_grad_enabled():
+            if inst is None:
+                return None
+            if not torch.is_grad_enabled():
+                if inst._input_done and not inst._outside:  # no_grad() inside the training forward
+                    inst._guard("optimizer facts", inst.facts.ran_without_grad, inst._row_for(name, m))
                 return None
             # The watched module itself (not a DataParallel replica) names the row.
             inst._guard("forward", inst._measure_module, name, m, behaviour, args, kwargs, output)
@@ -511,6 +524,7 @@ class Instrument:
         if self._backward_queued or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
+        self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead
@@ -625,6 +639,7 @@ class Instrument:
             col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
         params, prow = self._param_rows()
+        self._guard("optimizer facts", self.facts.commit, col, params, prow)
         if full and params:
             col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot
