@@ -103,6 +103,10 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
     """The message of one event (failure or recovery)."""
     extra = extra or {}
     where = f"{layer} ({layer_type})" if layer_type and not layer.startswith("<") else layer
+    if extra.get("note") == "harmless_burst":
+        return (f"{where}: gradient burst at step {step} (grad norm {fmt(value)}, {fmt(value / before)}x the "
+                f"largest it had before); no failure followed in the next {extra.get('window')} steps. The norms are "
+                "measured before clipping: if you clip gradients, the clip is doing its job.")
     if to_state == "healthy":
         return (f"{where}: recovered from {from_state} at step {step} "
                 f"({fmt(before)} -> {fmt(value)}).")

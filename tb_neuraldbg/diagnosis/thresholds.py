@@ -72,6 +72,10 @@ class Thresholds:
     #: (smdebug: > 50 % of units almost never active; AUTOTRAINER: >= 70 %).
     dead_frac: float = 0.75
     dead_exit_frac: float = 0.5
+    #: ... judged on batches of at least this many samples: with fewer, a
+    #: sparse layer's units are zero "for every sample" by chance (an output
+    #: that is exactly zero everywhere is dead whatever the batch)
+    dead_min_batch: int = 8
     #: saturated: fraction of saturated outputs of a bounded activation.
     sat_frac: float = 0.6
     sat_exit_frac: float = 0.4

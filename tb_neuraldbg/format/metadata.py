@@ -120,7 +120,8 @@ METRIC_TABLE = (
     MetricInfo("in_dead_frac", "linear", "Input dead fraction",
                "fraction of units of the first input zero for every sample"),
     MetricInfo("in_nonfinite", "linear", "Non-finite inputs", "count of non-finite values in the first input"),
-    MetricInfo("value", "log", "Value", "<loss>: loss value; <optimizer>: learning rate (first group)"),
+    MetricInfo("value", "log", "Value",
+               "<loss>: loss value; <optimizer>: learning rate (first group); <input>: batch size (dim 0)"),
     MetricInfo("scale", "log", "GradScaler scale", "<optimizer>: GradScaler scale"),
     # Where a NaN/Inf is born in backward is the module whose output gradient
     # is finite while the gradient it passes on (its parameters' or its

@@ -321,6 +321,8 @@ class Instrument:
         if self.exact_nonfinite:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
+        if x.dim() >= 1:
+            col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
 
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
@@ -511,11 +513,26 @@ class Instrument:
         if t is None:
             return
         self._loss = t.detach()
+        if t.requires_grad:
+            # Backward reaches the loss before any parameter's gradient: the
+            # moment to look for gradients left over from the previous step.
+            instrument = weakref.ref(self)
+
+            def hook(grad):
+                inst = instrument()
+                if inst is not None:
+                    inst._check_leftovers()
+
+            t.register_hook(hook)
         target = first_tensor(args[1]) if len(args) > 1 else None
         if target is not None:
             self.batches.attach_target(self.step, target)
 
     # -- backward ---------------------------------------------------------
+
+    def _check_leftovers(self) -> None:
+        if self.facts.unchecked and not self._removed:
+            self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
 
     def _on_grad_accumulated(self, param) -> None:
         # Runs once per parameter per backward; the first one of a backward
@@ -524,7 +541,7 @@ class Instrument:
         if self._backward_queued or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
-        self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
+        self._check_leftovers()  # (without a hooked loss: here, once one gradient is in)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead

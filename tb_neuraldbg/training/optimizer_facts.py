@@ -94,6 +94,11 @@ class StepFacts:
         """A watched module ran inside the forward with autograd disabled."""
         self._no_grad_rows.add(row)
 
+    @property
+    def unchecked(self) -> bool:
+        """The leftover gradients of this step are still to be checked."""
+        return not self._checked
+
     def before_backward(self, col, params, rows) -> None:
         """At the first backward of a step: the gradients left over from the
         previous one (``params``/``rows``: the trainable parameters and their

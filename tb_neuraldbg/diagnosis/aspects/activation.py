@@ -94,9 +94,16 @@ class Activation(Aspect):
             via = np.zeros(n, dtype=bool)
             via[:-1] = k.prev_is_mod[1:] & np.isnan(dead_f[:-1]) & np.isfinite(in_dead[1:])
             eff[:-1] = np.where(via[:-1], in_dead[1:], eff[:-1])
+            # an output that is exactly zero everywhere: every unit is dead
+            # (measured on the module itself, whatever its type)
+            zero = measured & (absmax == 0)
+            eff = np.where(zero, 1.0, eff)
+            via &= ~zero
             self.dead_last = np.where(np.isnan(self.dead_eff), self.dead_last, self.dead_eff)
             self.dead_eff, self.dead_via = eff, via
-            dead = measured & ((eff >= dead_thr) | (absmax == 0))
+            batch = row[k.input_index, _M["value"]] if k.input_index >= 0 else np.nan
+            by_fraction = not batch < t.dead_min_batch  # (NaN: unknown, judged)
+            dead = measured & (((eff >= dead_thr) & by_fraction) | zero)
             # the output activation (no layer with parameters after it) of a
             # model that learns becomes confident: sigmoid outputs near 0/1 for
             # BCE are success, not failure. There only a layer born saturated
