@@ -61,7 +61,11 @@ def test_planted_failure_gives_the_root_cause(name, trained):
         assert rc["layer"] == case.layer, (rc, summary)
     onset = case.onset if case.onset is not None else case.measure_onset(result)
     assert abs(rc["step"] - onset) <= case.tolerance, (rc, onset, summary)
-    assert rc["message"]
+    assert rc["message"] and "n/a" not in rc["message"], rc
+    # every failure says what was measured: no "n/a" for a value it has
+    for e in engine.events:
+        if e.severity != "info":
+            assert "n/a" not in e.message, e
     # the root cause is one of the events (the UI tags it in the timeline)
     assert (rc["kind"], rc["layer"], rc["step"]) in {(e.kind, e.layer, e.step) for e in engine.events}, rc
     # a planted failure always makes the run failing, whatever its severity

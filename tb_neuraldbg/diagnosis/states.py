@@ -8,7 +8,8 @@ file under ``aspects/`` with its own state: the gradient (healthy / vanishing
 ``act``: dead / saturated / collapsed / act_exploding), the weight (frozen),
 and the pseudo-layers ``<input>`` (data_anomaly), ``<loss>`` (``loss``:
 nonfinite / loss_spike; ``plateau``; ``init``: initial_loss) and
-``<optimizer>`` (``scaler``: scaler_collapse).
+``<optimizer>`` (``scaler``: scaler_collapse; ``accum``: gradients that
+accumulate across steps, reported as exploding).
 
 Evidence is relative wherever possible (see ``Thresholds``): a layer against
 its own running history (exponential averages of log-magnitudes, fed only by

@@ -798,6 +798,39 @@ def bag_labels_shuffled():
     return Case(spec(True), ("loss_plateau",), "<loss>", 0, fixed=spec(False), truth=truth)
 
 
+def conv_ae_pruned_layer(at=43):
+    """A convolutional autoencoder pruned mid-run with
+    ``prune.l1_unstructured(model.enc2, "weight", amount=1.0)`` (100 % of the
+    weights: 0.1 meant): the layer's output is its bias whatever its input,
+    and every gradient before it is exactly 0. The root is the pruned layer
+    (the one that passes no gradient on), not the first that starves. Reports:
+    kentaroy47/Deep-Compression.Pytorch#4 ("no matter which percentage, test
+    on testloader only 10% accuracy"), pytorch/pytorch#32928 (pruning "is
+    only zeroing out the weights")."""
+    from torch.nn.utils import prune
+
+    def spec(amount):
+        def build():
+            model = M.ConvAutoencoder()
+            return model, torch.optim.Adam(model.parameters(), lr=2e-3), nn.MSELoss(), None
+
+        def plant(step, model, opt):
+            if step == at:
+                prune.l1_unstructured(model.enc2, "weight", amount=amount)
+
+        return Spec(f"conv_ae_pruned_layer{'' if amount == 1.0 else '_fixed'}", build,
+                    M.blobs(size=12, target="image"), steps=at + 40, plant=plant)
+
+    def truth(bug, fixed):
+        # from the prune on, every gradient before enc2 is exactly 0, its own is not
+        _, g = bug.series("enc1", "grad_norm")
+        assert (g[at:] == 0).all() and (g[:at] > 0).all()
+        assert (bug.series("enc2", "grad_norm")[1] > 0).all()
+        assert (fixed.series("enc1", "grad_norm")[1] > 0).all()
+
+    return Case(spec(1.0), ("vanishing_gradient",), "enc2", at, fixed=spec(0.1), truth=truth)
+
+
 def all_cases():
     """Every corpus scenario."""
     return [
@@ -808,6 +841,7 @@ def all_cases():
         lstm_lm_scheduler_per_batch(), mixer_gradient_ascent(), conv_ae_adam_lr_too_high(),
         conv_ae_partial_zero_grad(), rnn_unclipped_gradient_burst(),
         contrastive_sqrt_under_gradscaler(), decoder_lm_padding_batch(), bag_labels_shuffled(),
+        conv_ae_pruned_layer(),
     ]
 
 
