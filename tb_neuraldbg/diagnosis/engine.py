@@ -91,6 +91,8 @@ class Engine:
         self._last_step = None
         self._finished = False
         self._worst = None  # worst confirmed state per row (changes only on transitions)
+        self._bursts_judged = 0  # gradient bursts looked at for a note
+        self._burst_noted = False
 
     # ------------------------------------------------------------ properties
     @property
@@ -162,7 +164,8 @@ class Engine:
                 new.append(self._event(step, aspect, tr, row))
         self._last = np.where(np.isnan(row), last, row)
         self._update_states(raws, row, bool(new))
-        return self._record(new) if new else []
+        out = self._record(new) if new else []
+        return out + self._burst_note(step)
 
     # ---------------------------------------------------------------- finish
     def finish(self) -> list[Event]:
@@ -177,6 +180,30 @@ class Engine:
             for tr in self._hyst[aspect].update(self._last_step, raw, lambda: (nan, nan), onset):
                 new.append(self._event(self._last_step, aspect, tr, self._last))
         return self._record(new) if new else []
+
+    def _burst_note(self, step: int) -> list[Event]:
+        """An info event, once a run, for a gradient burst that did no harm:
+        no failure in the lr_window steps after it (a clip doing its job)."""
+        bursts = self._clf.gradient.bursts
+        w = self.thresholds.lr_window
+        out = []
+        while self._bursts_judged < len(bursts) and bursts[self._bursts_judged][0] <= step - w:
+            b, row, norm, prev = bursts[self._bursts_judged]
+            self._bursts_judged += 1
+            harm = any(b < f.onset <= b + w for f in self._failures)
+            if harm or self._burst_noted:
+                continue
+            self._burst_noted = True
+            # the largest burst of that step
+            _, row, norm, prev = max((x for x in bursts if x[0] == b), key=lambda x: x[2] / max(x[3], 1e-300))
+            layer = self.layers[row]
+            extra = {"note": "harmless_burst", "value_before": prev, "window": w}
+            message = event_message("exploding_gradient", layer["name"], layer["type"], "healthy", "healthy", b,
+                                    norm, prev, extra)
+            out.append(Event(step=b, layer=layer["name"], kind="exploding_gradient", from_state="healthy",
+                             to_state="healthy", value=_num(norm), severity="info", message=message, extra=extra))
+        self.events.extend(out)
+        return out
 
     # --------------------------------------------------------------- helpers
     def _event(self, step, aspect, tr, row) -> Failure:

@@ -8,7 +8,8 @@ file under ``aspects/`` with its own state: the gradient (healthy / vanishing
 ``act``: dead / saturated / collapsed / act_exploding), the weight (frozen),
 and the pseudo-layers ``<input>`` (data_anomaly), ``<loss>`` (``loss``:
 nonfinite / loss_spike; ``plateau``; ``init``: initial_loss) and
-``<optimizer>`` (``scaler``: scaler_collapse).
+``<optimizer>`` (``scaler``: scaler_collapse; ``accum``: gradients that
+accumulate across steps, reported as exploding).
 
 Evidence is relative wherever possible (see ``Thresholds``): a layer against
 its own running history (exponential averages of log-magnitudes, fed only by
@@ -85,14 +86,14 @@ class Classifier:
             # the optimizer first: whether the step was skipped and at which
             # rate tells the others what to expect
             rate = self.optimizer.observe(step, row)
-            out = self.gradient.classify(row, confirmed["grad"], rate.scaler_active)
+            out = self.gradient.classify(step, row, confirmed["grad"], rate.scaler_active)
             # (the loss as of the previous step: this step's is judged below)
             out.update(self.activation.classify(row, confirmed["act"], self.gradient.has_param,
                                                 self.loss.below_first()))
             out.update(self.weight.classify(step, row, out["grad"][0], rate.lr, rate.skipped))
             out.update(self.input.classify(row))
             out.update(self.loss.classify(step, row, rate.lr, confirmed["plateau"]))
-            out.update(self.optimizer.classify())
+            out.update(self.optimizer.classify(row))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out
@@ -124,6 +125,12 @@ class Classifier:
 
     def facts(self) -> RunFacts:
         """The read-only summary of the run that the root cause reads."""
-        return RunFacts(lr_jumps=tuple(self.optimizer.lr_jumps), lr_steps=tuple(self.optimizer.lr_steps),
+        opt = self.optimizer
+        return RunFacts(lr_jumps=tuple(opt.lr_jumps), lr_steps=tuple(opt.lr_steps),
                         high_update_steps=tuple(self.weight.high_update_steps),
-                        input_rms0=self.input.rms0, module_rows=self.kinds.module_rows)
+                        input_rms0=self.input.rms0, module_rows=self.kinds.module_rows,
+                        param_rows=tuple(int(i) for i in np.flatnonzero(self.gradient.has_param)),
+                        hyper_changes=tuple(opt.hyper_changes), lr_collapse=opt.lr_collapse,
+                        bursts=tuple(self.gradient.bursts), names=tuple(self.kinds.names),
+                        first_loss=self.loss.first_loss, loss_improved=self.loss.improved_step,
+                        loss_doubled=self.loss.doubled_step)

@@ -121,13 +121,28 @@ METRIC_TABLE = (
     MetricInfo("in_dead_frac", "linear", "Input dead fraction",
                "fraction of units of the first input zero for every sample"),
     MetricInfo("in_nonfinite", "linear", "Non-finite inputs", "count of non-finite values in the first input"),
-    MetricInfo("value", "log", "Value", "<loss>: loss value; <optimizer>: learning rate (first group)"),
+    MetricInfo("value", "log", "Value",
+               "<loss>: loss value; <optimizer>: learning rate (first group); <input>: batch size (dim 0)"),
     MetricInfo("scale", "log", "GradScaler scale", "<optimizer>: GradScaler scale"),
     # Where a NaN/Inf is born in backward is the module whose output gradient
     # is finite while the gradient it passes on (its parameters' or its
     # input's) is not.
     MetricInfo("gout_nonfinite", "linear", "Non-finite output gradients",
                "count (or 0/1 flag) of non-finite values in the gradient w.r.t. the output"),
+    # Facts of the step that only the training loop shows (training/
+    # optimizer_facts.py): bugs that leave the statistics above healthy.
+    MetricInfo("grad_carried", "log", "Gradient not cleared",
+               "norm of the gradient still left from the previous step when this step's backward began "
+               "(not set to None nor zeroed since optimizer.step(): gradients accumulate across steps)"),
+    MetricInfo("ran_without_grad", "linear", "Ran without autograd",
+               "1 when the module ran inside the model's forward with autograd disabled (torch.no_grad())"),
+    MetricInfo("opt_group", "linear", "Param group",
+               "index of the optimizer's param group holding the layer's trainable parameters (the one "
+               "with the lowest learning rate if several); -1: the optimizer holds none of them"),
+    MetricInfo("lr", "log", "Learning rate", "learning rate of that param group"),
+    MetricInfo("weight_decay", "linear", "Weight decay", "weight decay of that param group"),
+    MetricInfo("momentum", "linear", "Momentum",
+               "momentum of that param group (SGD, RMSprop), or Adam's first beta"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

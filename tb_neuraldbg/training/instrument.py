@@ -43,6 +43,7 @@ from .modules import (
     select_modules,
     unwrap,
 )
+from .optimizer_facts import StepFacts
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -122,6 +123,12 @@ class Instrument:
         self._params_pending: dict[int, list[nn.Parameter]] = {}
         self._params_done: set[int] = set()  # ids of parameters some row owns
         self.batches = BatchKeeper()  # the worker saves the batch behind an event from here
+        # Host-side facts for the diagnosis (leftover gradients, modules run
+        # without autograd, param groups): see optimizer_facts.py.
+        self.facts = StepFacts(optimizer)
+        # The model's input was seen with autograd off (an evaluation
+        # forward): modules running without autograd then are not a bug.
+        self._outside = False
         self._scaler_update: Callable | None = None
         # Without an optimizer, the weights of a record() before the next
         # update (see _commit); taken over by the next iteration.
@@ -254,6 +261,7 @@ class Instrument:
         if self._removed:
             self.model = self.root = None
             self.optimizer = self.criterion = self.scaler = None
+            self.facts.release()
             self._watched = []
             self._params_of_row = {}
             self._params_pending = {}
@@ -338,6 +346,11 @@ class Instrument:
         if torch.compiler.is_compiling():
             return None
         self._raise_pending()
+        # The model's input seen with autograd off is an evaluation forward:
+        # modules running without autograd then are not a bug.
+        self._outside = not torch.is_grad_enabled()
+        if self._outside:
+            return None
         self.observe_input(args, kwargs)
         return None
 
@@ -384,6 +397,8 @@ class Instrument:
         if self.exact_nonfinite:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
+        if x.dim() >= 1:
+            col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
 
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
@@ -393,7 +408,11 @@ class Instrument:
             if torch.compiler.is_compiling():
                 return None
             inst = instrument()
-            if inst is None or not torch.is_grad_enabled():
+            if inst is None:
+                return None
+            if not torch.is_grad_enabled():
+                if inst._input_done and not inst._outside:  # no_grad() inside the training forward
+                    inst._guard("optimizer facts", inst.facts.ran_without_grad, inst._row_for(name, m))
                 return None
             # The watched module itself (not a DataParallel replica) names the row.
             inst._guard("forward", inst._measure_module, name, m, behaviour, args, kwargs, output)
@@ -585,11 +604,26 @@ class Instrument:
         if t is None:
             return
         self._loss = t.detach()
+        if t.requires_grad:
+            # Backward reaches the loss before any parameter's gradient: the
+            # moment to look for gradients left over from the previous step.
+            instrument = weakref.ref(self)
+
+            def hook(grad):
+                inst = instrument()
+                if inst is not None:
+                    inst._check_leftovers()
+
+            t.register_hook(hook)
         target = first_tensor(args[1]) if len(args) > 1 else None
         if target is not None:
             self.batches.attach_target(self.step, target)
 
     # -- backward ---------------------------------------------------------
+
+    def _check_leftovers(self) -> None:
+        if self.facts.unchecked and not self._removed:
+            self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
 
     def _on_grad_accumulated(self, param) -> None:
         # Runs once per parameter per backward; the first one of a backward
@@ -598,6 +632,7 @@ class Instrument:
         if self._backward_queued or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
+        self._check_leftovers()  # (without a hooked loss: here, once one gradient is in)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead
@@ -746,6 +781,7 @@ class Instrument:
             col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
         params, prow = self._param_rows()
+        self._guard("optimizer facts", self.facts.commit, col, params, prow)
         if full and params:
             col.add_many(self.norms([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot

@@ -153,7 +153,14 @@ class Key:
     OUT_INHERIT = 26  # not measured: the output's non-finite flag is the input's
     GOUT_SUM = 27  # sum of the gradient w.r.t. the output: a non-finite flag
     GOUT_NF = 28  # exact count of non-finite values of that gradient
-    COUNT = 29
+    # Host-side facts of the step (see optimizer_facts.py).
+    GRAD_CARRIED = 29  # norm of a gradient left over from the previous step
+    RAN_NO_GRAD = 30  # the module ran with autograd disabled
+    OPT_GROUP = 31  # param group holding the row's parameters (-1: none)
+    OPT_LR = 32
+    OPT_WD = 33
+    OPT_MOMENTUM = 34
+    COUNT = 35
 
 
 # --------------------------------------------------------------------------
@@ -480,6 +487,13 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         row[:, _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
         row[:, _M["value"]] = pick(Key.VALUE)
         row[:, _M["scale"]] = pick(Key.SCALE)
+        # Host-side facts of the step (optimizer_facts.py).
+        row[:, _M["grad_carried"]] = slots.norm(Key.GRAD_CARRIED)
+        row[:, _M["ran_without_grad"]] = pick(Key.RAN_NO_GRAD)
+        row[:, _M["opt_group"]] = pick(Key.OPT_GROUP)
+        row[:, _M["lr"]] = pick(Key.OPT_LR)
+        row[:, _M["weight_decay"]] = pick(Key.OPT_WD)
+        row[:, _M["momentum"]] = pick(Key.OPT_MOMENTUM)
     return row.astype(np.float32)
 
 

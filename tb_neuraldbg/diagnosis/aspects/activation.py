@@ -24,12 +24,15 @@ class Activation(Aspect):
         super().__init__()
         self.t = thresholds
         self.track = LogTrack(thresholds.ema_alpha)  # of the output RMS
+        self.std_track = LogTrack(thresholds.ema_alpha)  # of the output std
+        self.w_max = np.zeros(0)  # the largest weight norm seen (a collapse of the weights)
         # dead units after a functional activation count for the module before
         # it: the effective dead fraction of this step, the last one measured
         # before it, and whether it came from the next row's input
         self.dead_eff = np.zeros(0)
         self.dead_last = np.zeros(0)
         self.dead_via = np.zeros(0, bool)
+        self.all_zero = np.zeros(0, bool)  # rows whose whole output was exactly 0 (last measurement)
         # an explosion compounded over the layers up to here, not this one
         # alone (kept from the last measurement: an explosion may be confirmed
         # once the output is NaN)
@@ -39,9 +42,12 @@ class Activation(Aspect):
         super().grow(kinds)
         n = kinds.n
         self.track.grow(n)
+        self.std_track.grow(n)
+        self.w_max = grow(self.w_max, n, 0.0)
         self.dead_eff = grow(self.dead_eff, n, np.nan)
         self.dead_last = grow(self.dead_last, n, np.nan)
         self.dead_via = np.zeros(n, dtype=bool)
+        self.all_zero = np.zeros(n, dtype=bool)
         self.cumulative = np.zeros(n, dtype=bool)
 
     def classify(self, row, conf, has_param, loss_below_first: bool) -> dict:
@@ -77,8 +83,15 @@ class Activation(Aspect):
         seen = self.track.count > 0  # once healthy
         with np.errstate(invalid="ignore", over="ignore"):
             rms = np.sqrt(mean * mean + std * std)
-            # collapsed: one constant value (not all zeros: that is dead)
+            # collapsed: one constant value (not all zeros: that is dead), or
+            # an output that stopped varying: its spread fell by the factor
+            # that makes gradients vanish (vanish_ratio) below its own history
+            # (weights that collapsed to ~0 leave the bias: a near constant)
             collapsed = measured & (absmax > 0) & (std <= t.collapse_rel * absmax)
+            collapsed |= measured & (absmax > 0) & (std < t.vanish_ratio * 10.0 ** self.std_track.ema) & (
+                self.std_track.count >= t.history_min)
+            wn = row[:, _M["weight_norm"]]
+            self.w_max = np.where(np.isfinite(wn), np.maximum(self.w_max, wn), self.w_max)
             sat_thr = np.where(conf == STATE["saturated"], t.sat_exit_frac, t.sat_frac)
             # a rectifier's zeros (ReLU6's lower end) are its dead side, judged
             # by the dead fraction; only the top end counts as saturation
@@ -94,9 +107,17 @@ class Activation(Aspect):
             via = np.zeros(n, dtype=bool)
             via[:-1] = k.prev_is_mod[1:] & np.isnan(dead_f[:-1]) & np.isfinite(in_dead[1:])
             eff[:-1] = np.where(via[:-1], in_dead[1:], eff[:-1])
+            # an output that is exactly zero everywhere: every unit is dead
+            # (measured on the module itself, whatever its type)
+            zero = measured & (absmax == 0)
+            eff = np.where(zero, 1.0, eff)
+            via &= ~zero
+            self.all_zero = np.where(measured, zero, self.all_zero)
             self.dead_last = np.where(np.isnan(self.dead_eff), self.dead_last, self.dead_eff)
             self.dead_eff, self.dead_via = eff, via
-            dead = measured & ((eff >= dead_thr) | (absmax == 0))
+            batch = row[k.input_index, _M["value"]] if k.input_index >= 0 else np.nan
+            by_fraction = not batch < t.dead_min_batch  # (NaN: unknown, judged)
+            dead = measured & (((eff >= dead_thr) & by_fraction) | zero)
             # the output activation (no layer with parameters after it) of a
             # model that learns becomes confident: sigmoid outputs near 0/1 for
             # BCE are success, not failure. There only a layer born saturated
@@ -132,7 +153,9 @@ class Activation(Aspect):
         raw[saturated] = STATE["saturated"]
         raw[dead] = STATE["dead"]
         raw[amp | growth] = STATE["act_exploding"]
-        self.track.feed((raw == HEALTHY) & (rms > 0) & np.isfinite(rms), rms)
+        ok = (raw == HEALTHY) & np.isfinite(rms)
+        self.track.feed(ok & (rms > 0), rms)
+        self.std_track.feed(ok & (std > 0), std)
         return raw
 
     def first_nonfinite(self, row) -> int | None:
@@ -158,6 +181,13 @@ class Activation(Aspect):
             extra["amplified"] = "cumulative"
         if kind == "dead_activation" and failing and bool(self.dead_via[i]):
             extra["via"] = "functional_activation"
+        if kind == "dead_activation" and failing and bool(self.all_zero[i]):
+            extra["all_zero"] = True
+        if kind in ("activation_collapse", "dead_activation") and failing:
+            # weights that collapsed (to a hundredth of their largest norm or less)
+            wn = row[i, _M["weight_norm"]]
+            if np.isfinite(wn) and self.w_max[i] > 0 and wn <= 0.01 * self.w_max[i]:
+                extra["weight_norm"], extra["weight_norm_max"] = float(wn), float(self.w_max[i])
         return tr.value, tr.value_before, extra
 
     def evidence(self, name, code, value, before):

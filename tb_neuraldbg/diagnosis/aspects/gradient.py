@@ -36,7 +36,13 @@ class Gradient(Aspect):
         self.param_nonfinite = np.zeros(0, bool)
         self.origin = np.zeros(0, bool)
         self.received = np.zeros(0, bool)
+        self.seen_gout = np.zeros(0, bool)  # rows whose output gradient was measured finite
         self.measured = False  # gout_nonfinite was measured at this step
+        # bursts: (step, row, norm, its largest healthy norm before), a norm
+        # an order of magnitude above anything the row had before; the root
+        # cause decides whether one did damage (a loss failure after it)
+        self.bursts = []
+        self.step = 0
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -47,12 +53,14 @@ class Gradient(Aspect):
         self.param_nonfinite = np.zeros(n, bool)
         self.origin = np.zeros(n, bool)
         self.received = np.zeros(n, bool)
+        self.seen_gout = np.zeros(n, bool)
         self.measured = False
 
-    def classify(self, row, conf, scaler_active: bool) -> dict:
+    def classify(self, step: int, row, conf, scaler_active: bool) -> dict:
         """{"grad": (raw, None)}; ``conf``: the confirmed gradient states;
         ``scaler_active``: a GradScaler is in use at this step."""
         t, k, n = self.t, self.kinds, self.kinds.n
+        self.step = step
         g = row[:, _M["grad_norm"]]
         w = row[:, _M["weight_norm"]]
         missing = row[:, _M["grad_missing"]]
@@ -68,7 +76,8 @@ class Gradient(Aspect):
         # no gradient although the module ran in this forward pass (a module
         # skipped by conditional computation, e.g. an unrouted expert, is not
         # expected to get one)
-        ran = np.isfinite(row[:, _M["act_nonfinite"]]) | np.isfinite(row[:, _M["act_mean"]])
+        ran = (np.isfinite(row[:, _M["act_nonfinite"]]) | np.isfinite(row[:, _M["act_mean"]])
+               | (row[:, _M["ran_without_grad"]] > 0))  # (under torch.no_grad(): no statistics, but it ran)
         # ... and none of its parameters got one (an unused extra parameter
         # of a module that otherwise learns is a DDP nuisance, not a failure)
         no_grad = mod & (missing > 0) & np.isnan(g) & ran & ~nonfinite
@@ -119,6 +128,12 @@ class Gradient(Aspect):
         # ... and against its own history
         with np.errstate(invalid="ignore", over="ignore"):
             exploding |= fin & self.track.grew(g, t.history_min, t.explode_growth, t.explode_vs_max)
+            # a burst: a single step an order of magnitude above the largest
+            # norm the row ever had (recurrent nets explode in bursts, not by
+            # growing); kept for the root cause, which judges it by the loss
+            burst = fin & (self.track.count >= t.history_min) & (g > t.explode_vs_max * self.track.max)
+        for i in np.flatnonzero(burst):
+            self.bursts.append((self.step, int(i), float(g[i]), float(self.track.max[i])))
         raw[exploding & fin] = STATE["exploding"]
         raw[no_grad] = STATE["no_gradient"]
         if scaler_active:
@@ -127,7 +142,8 @@ class Gradient(Aspect):
             raw[nonfinite] = UNMEASURED
         else:
             raw[nonfinite] = STATE["nonfinite"]
-        self.track.feed((raw == HEALTHY) & (g > 0), g)
+        # (a burst does not raise the reference it is judged against)
+        self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
         return {"grad": (raw, None)}
 
     def _backward(self, row, param_bad) -> bool:
@@ -151,6 +167,7 @@ class Gradient(Aspect):
         prev_bad[1:] = bad[:-1]
         self.origin = fin & (param_bad | prev_bad) if measured else np.zeros(len(mod), dtype=bool)
         self.received = bad
+        self.seen_gout = fin
         self.measured = measured
         return measured
 
@@ -159,11 +176,24 @@ class Gradient(Aspect):
         (the first module in backward order, from gout_nonfinite), else the
         deepest module with non-finite parameter gradients; None without any."""
         bwd = np.flatnonzero(self.origin) if self.measured else np.zeros(0, np.int64)
+        if not len(bwd) and self.born_in_loss():
+            return self.kinds.loss_index
         if not len(bwd):
             bwd = np.flatnonzero(self.param_nonfinite)
         return int(bwd[-1]) if len(bwd) else None
 
+    def born_in_loss(self) -> bool:
+        """The gradient is already non-finite when it reaches the model: the
+        module that feeds the loss (the deepest one whose output gradient was
+        measured) received it, so it is born in the loss's backward."""
+        if not self.measured or self.kinds.loss_index < 0:
+            return False
+        seen = np.flatnonzero(self.kinds.is_mod & (self.received | self.seen_gout))
+        return bool(len(seen) and self.received[seen[-1]] and not self.origin.any())
+
     def event_fields(self, name, kind, tr, row):
+        if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
+            return tr.value, tr.value_before, {"ran_without_grad": True}
         if kind != "nonfinite":
             return tr.value, tr.value_before, {}
         i = tr.index

@@ -1,9 +1,10 @@
-"""The ``<loss>`` aspect: a non-finite loss, spikes, plateaus and the initial
-loss of a K-class cross-entropy."""
+"""The ``<loss>`` aspect: a non-finite loss, spikes, a loss that climbs,
+plateaus and the initial loss of a K-class cross-entropy."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -35,6 +36,8 @@ class Loss(Aspect):
         self.loss_min = math.inf
         self.first_step = None  # of the run (any row), for the plateau rule
         self.first_loss = None  # (step, value)
+        self.improved_step = None  # the first step with a loss clearly below the first one
+        self.doubled_step = None  # the first step with a loss above twice the first one
         self.init_done = False
         self.plateau = Plateau(thresholds)
 
@@ -80,6 +83,11 @@ class Loss(Aspect):
                 # pretrained model gives; only a negative value is impossible
                 bad = v > lnk + tol or v < 0
                 out["init"][0][i] = STATE["initial_loss"] if bad else HEALTHY
+        first = self.first_loss[1]
+        if self.improved_step is None and first > 0 and v < (1.0 - t.plateau_min_drop) * first:
+            self.improved_step = step
+        if self.doubled_step is None and first > 0 and v > (1.0 + t.plateau_max_rise) * first:
+            self.doubled_step = step
         # spike: far above both the maximum and the median of recent losses
         hist = self.hist
         spike = False
@@ -89,6 +97,13 @@ class Loss(Aspect):
         if not spike:
             hist.append(v)
             self.loss_min = min(self.loss_min, v)
+        # climbing: a divergence that no single step shows against a window
+        # that climbs with it (judged on blocks of losses, see Plateau.climb)
+        if self.plateau.climb_onset is not None:
+            raw_loss[i] = STATE["loss_spike"]
+            onset = np.full(self.kinds.n, -1, np.int64)
+            onset[i] = self.plateau.climb_onset
+            out["loss"] = (raw_loss, onset)
         # plateau: judged on blocks of losses at steps with a learning rate > 0
         # (a frozen run is not stuck)
         p = self.plateau
@@ -119,6 +134,10 @@ class Loss(Aspect):
     def event_fields(self, name, kind, tr, row):
         failing = tr.to_code != HEALTHY
         value, before, extra = tr.value, tr.value_before, {}
+        if name == "loss" and kind == "loss_spike" and failing and self.plateau.climb_onset is not None:
+            p = self.plateau
+            extra["reason"] = "climb"
+            return p.climb_level, p.climb_best, extra
         if name == "loss" and kind == "nonfinite":
             extra["side"] = "loss"
             prev = nonfinite_before(row, tr.index)
@@ -156,12 +175,19 @@ class Plateau:
         self.onset = -1  # start of the current flat span
         self.level_before = math.nan  # loss level at its start
         self.level = math.nan  # loss level now
+        # the losses of the recent blocks, (step, value), for the step a climb starts
+        self.block_losses = deque(maxlen=64)
+        self.climb_onset = None  # the loss climbs: the first step at twice its best level
+        self.climb_best = math.nan  # the best level (a block median) before the climb
+        self.climb_level = math.nan  # the level now
 
     def add(self, step: int, v: float, in_plateau: bool, first_step, num_classes) -> None:
         """Add a loss of a step with a learning rate > 0; decide again once a block is complete."""
         if not self.block:
             self.block_step = step
+            self.block_losses.append([])
         self.block.append(v)
+        self.block_losses[-1].append((step, v))
         self.recent.append(v)
         self.steps += 1
         if len(self.block) == _PLATEAU_BLOCK:
@@ -176,6 +202,34 @@ class Plateau:
                 self.level_steps.append(self.block_steps[-per])
             # judged once a block: a plateau is a matter of hundreds of steps
             self.state = self.decide(in_plateau, False, first_step, num_classes)
+            self.climb_onset = self.climb()
+
+    def climb(self):
+        """The step a climbing loss started, or None: the last two block
+        medians are both at least ``1 + plateau_max_rise`` times the best one
+        before them, and the loss gave back at least half of what it had
+        gained since its first block (a loss that never fell gave back
+        everything). Only for positive losses (the ratio needs them). The
+        onset is the first step after the best block whose loss passed that
+        level."""
+        b = self.blocks
+        if len(b) < 3:
+            return None
+        j = int(np.argmin(b[:-2]))
+        best, first = b[j], b[0]
+        if not best > 0:
+            return None
+        limit = (1.0 + self.t.plateau_max_rise) * best
+        low = min(b[-1], b[-2])
+        if low < limit or low - best < 0.5 * (first - best):
+            return None
+        self.climb_best, self.climb_level = float(best), float(b[-1])
+        start = self.block_steps[j]
+        for block in self.block_losses:
+            for s, v in block:
+                if s > start and v > limit:
+                    return int(s)
+        return int(self.block_steps[-2])
 
     def decide(self, in_plateau: bool, final: bool, first_step, num_classes):
         """Plateau state from the loss so far; None while undecidable.
