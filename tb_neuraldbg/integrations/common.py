@@ -10,7 +10,7 @@ import torch
 
 from ..training.writer import DebugWriter
 
-__all__ = ["Attachment", "StepLoss"]
+__all__ = ["Attachment", "AttachedCallback", "StepLoss"]
 
 
 class StepLoss:
@@ -96,3 +96,17 @@ class Attachment:
                 writer.close()
             except Exception as e:  # noqa: BLE001 -- never break the framework's shutdown
                 warnings.warn(f"tb_neuraldbg: closing the writer failed: {e}", RuntimeWarning)
+
+
+class AttachedCallback:
+    """What a framework callback holds: where to write (``log_dir``, None
+    for the framework's own run directory) and its :class:`Attachment`."""
+
+    def _init_attachment(self, log_dir: str | None, watch_kwargs: dict) -> None:
+        self.log_dir = log_dir
+        self.attachment = Attachment(watch_kwargs)
+
+    @property
+    def writer(self):
+        """The DebugWriter while training, else None."""
+        return self.attachment.writer

@@ -30,7 +30,7 @@ import os
 import warnings
 from typing import Any
 
-from .common import Attachment
+from .common import AttachedCallback
 
 __all__ = ["NeuralDbgCallback"]
 
@@ -73,7 +73,7 @@ def _scaler_of(trainer):
     return scaler if scaler is not None and getattr(scaler, "_enabled", True) else None
 
 
-class NeuralDbgCallback(*_callback_bases()):
+class NeuralDbgCallback(AttachedCallback, *_callback_bases()):
     """Watch the LightningModule during ``fit`` (see the module docstring).
 
     ``log_dir``: where to write instead of the TensorBoardLogger's run
@@ -83,14 +83,8 @@ class NeuralDbgCallback(*_callback_bases()):
 
     def __init__(self, log_dir: str | None = None, **watch_kwargs: Any):
         super().__init__()
-        self.log_dir = log_dir
-        self.attachment = Attachment(watch_kwargs)
+        self._init_attachment(log_dir, watch_kwargs)
         self._scaler = None
-
-    @property
-    def writer(self):
-        """The DebugWriter while fitting, else None."""
-        return self.attachment.writer
 
     # -- attach -----------------------------------------------------------
 

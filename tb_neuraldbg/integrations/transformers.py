@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..training.modules import loss_of_output
-from .common import Attachment
+from .common import AttachedCallback
 
 try:
     from transformers import TrainerCallback
@@ -61,7 +61,7 @@ def tensorboard_dir(output_dir: str) -> str:
     return os.path.join(str(output_dir), "runs", "neuraldbg")
 
 
-class NeuralDbgCallback(TrainerCallback):
+class NeuralDbgCallback(AttachedCallback, TrainerCallback):
     """Watch the Trainer's model during ``train()`` (see the module docstring).
 
     ``log_dir``: where to write instead of TensorBoard's run directory.
@@ -69,14 +69,8 @@ class NeuralDbgCallback(TrainerCallback):
     """
 
     def __init__(self, log_dir: str | None = None, **watch_kwargs: Any):
-        self.log_dir = log_dir
-        self.attachment = Attachment(watch_kwargs)
+        self._init_attachment(log_dir, watch_kwargs)
         self._loss_hook = None
-
-    @property
-    def writer(self):
-        """The DebugWriter while training, else None."""
-        return self.attachment.writer
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if model is None or self.attachment.attached:

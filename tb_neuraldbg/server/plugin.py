@@ -462,9 +462,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def heatmap_route(self, request):
         args = request.args
-        run = query.required(args, "run")
-        metric = query.required(args, "metric")
-        start, end = query.step_range(args)
+        run, metric, start, end = query.run_span(args, "metric")
         max_cols = query.int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
         fmt = args.get("format") or "json"
         if fmt not in _FORMATS:
@@ -475,8 +473,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def events_route(self, request):
         args = request.args
-        run = query.required(args, "run")
-        start, end = query.step_range(args)
+        run, start, end = query.run_span(args)
         body = self.events_impl(
             *self._ids(request), run,
             kinds=query.choices(args, "kind", metadata.KINDS),
@@ -491,9 +488,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def layer_route(self, request):
         args = request.args
-        run = query.required(args, "run")
-        layer = query.required(args, "layer")
-        start, end = query.step_range(args)
+        run, layer, start, end = query.run_span(args, "layer")
         metrics = query.choices(args, "metric", metadata.METRICS)
         body = self.layer_impl(
             *self._ids(request), run, layer, start, end, metrics,

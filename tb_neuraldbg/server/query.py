@@ -42,6 +42,12 @@ def step_range(args) -> tuple[int, int]:
     return start, end
 
 
+def run_span(args, *names: str) -> tuple:
+    """``(run, <each of names>, start, end)``: the run and the other
+    required parameters of a route over a step range."""
+    return (required(args, "run"), *(required(args, n) for n in names), *step_range(args))
+
+
 def choices(args, name: str, allowed) -> list[str]:
     """Every value of a repeatable parameter, each one of ``allowed``."""
     values = args.getlist(name)
