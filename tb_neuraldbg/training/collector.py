@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["StepPacket", "Collector"]
+__all__ = ["StepPacket", "Collector", "all_finite", "host_finite"]
 
 
 @dataclass
@@ -34,6 +34,9 @@ class StepPacket:
     layers: list
     stats: bool
     host: list = field(default_factory=list)  # numpy arrays, or (pinned, event): see Collector.finish
+    # Rows whose module ran at a step whose hooks measured nothing (a cheap
+    # step of nonfinite="replay" that needed no replay); None otherwise.
+    ran: np.ndarray | None = None
 
     def host_values(self) -> np.ndarray:
         """The step vector, float64, once its device copies are done (this
@@ -88,29 +91,27 @@ class Collector:
 
     def add_many(
         self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
-    ) -> None:
+    ) -> list[torch.Tensor]:
         """0-d tensors (e.g. per-parameter norms), stacked per device: one
         kernel per device instead of one entry each; ``divisor`` (a 0-d
-        tensor, e.g. the GradScaler scale) divides them all at once."""
-        if divisor is None:
-            for t, r in zip(tensors, rows):
-                d = self._slot(t.device)
-                d[0].append(t if t.dim() == 0 else t.reshape(()))
-                d[1].append(r)
-                d[2].append(key)
-            return
+        tensor, e.g. the GradScaler scale) divides them all at once. Returns
+        the stacked 1-d tensors (one per device)."""
         groups: dict[torch.device, tuple[list, list]] = {}
         for t, r in zip(tensors, rows):
             ts, rs = groups.setdefault(t.device, ([], []))
             ts.append(t)
             rs.append(r)
+        out = []
         for dev, (ts, rs) in groups.items():
             v = torch.stack(ts) if len(ts) > 1 else ts[0].reshape(1)
-            v = v / divisor.to(dev)
+            if divisor is not None:
+                v = v / divisor.to(dev)
             d = self._slot(dev)
             d[3].append(v.reshape(-1))
             d[4].extend(rs)
             d[5].extend([key] * len(rs))
+            out.append(v)
+        return out
 
     def const(self, row: int, key: int, value: float) -> None:
         self.c_rows.append(row)
@@ -167,3 +168,43 @@ class Collector:
         rows.extend(self.c_rows)
         keys.extend(self.c_keys)
         return host, np.asarray(rows, dtype=np.int64), np.asarray(keys, dtype=np.int64)
+
+
+def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] = ()) -> bool:
+    """True when every floating-point device value of ``collectors`` (their
+    0-d values and runs) and of ``tensors`` is finite. One reduction per
+    device and dtype, and one host read per device: on CUDA that read waits
+    for the device (the one planned synchronisation of a step)."""
+    by_dev: dict[torch.device, dict[torch.dtype, tuple[list, list]]] = {}
+
+    def put(t: torch.Tensor, scalar: bool) -> None:
+        if t.is_floating_point():
+            ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
+            (ss if scalar else rr).append(t)
+
+    for c in collectors:
+        for sts, _, _, rts, _, _ in c.by_device.values():
+            for t in sts:
+                put(t, True)
+            for t in rts:
+                put(t, False)
+    for t in tensors:
+        put(t, t.dim() == 0)
+    for groups in by_dev.values():
+        flags = []
+        for ss, rr in groups.values():
+            parts = ([torch.stack(ss)] if ss else []) + [r.reshape(-1) for r in rr]
+            v = torch.cat(parts) if len(parts) > 1 else parts[0]
+            flags.append(torch.isfinite(v).all())
+        if not bool(torch.stack(flags).all() if len(flags) > 1 else flags[0]):
+            return False
+    return True
+
+
+def host_finite(host: list) -> bool | None:
+    """Whether the host copies of a step (:meth:`Collector.finish`) are all
+    finite; None while a device copy may still be in flight (CUDA)."""
+    for h in host:
+        if isinstance(h, tuple):
+            return None
+    return all(np.isfinite(h).all() for h in host)

@@ -7,6 +7,14 @@ queue of the writer's worker thread). Nothing in a hook waits for the device:
 statistics are 0-d/1-d tensors collected during the step, concatenated once
 at the step's end and copied to the host once (see :mod:`.collector`).
 
+What a step measures is decided here, on the training thread, from the
+schedule and from the step's own values, never from how far the worker
+lags: on full steps (every ``stats_every``) every module; on cheap steps,
+with ``nonfinite="replay"``, no module (a hook only notes that its module
+ran) unless the step's check finds a non-finite value, which re-runs the
+step with every count on (see :mod:`.replay`); with
+``nonfinite="every_step"`` every module's non-finite flag.
+
 Which modules are rows and what is measured for each comes from
 :mod:`.modules`; when, from :mod:`.schedule`; the batches behind events are
 kept by :mod:`.batches`.
@@ -32,7 +40,9 @@ from ..format import metadata
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
-from .modules import Behaviour, behaviour_of, first_tensor, owned_params, select_modules, unwrap
+from . import replay as R
+from .collector import all_finite, host_finite
+from .modules import Behaviour, behaviour_of, first_tensor, iter_tensors, owned_params, select_modules, unwrap
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -87,9 +97,14 @@ class Instrument:
             )
         self.scaler = scaler
         self.step = int(config.start_step)
-        # Written by the worker's thread, through count_nonfinite_exactly()
-        # and fail_at_next_hook(); read by the hooks.
-        self.exact_nonfinite = False
+        # How non-finite values are found: config.nonfinite until a step
+        # cannot be replayed ("every_step" from then on).
+        self.mode = config.nonfinite
+        # Exact non-finite counts in the hooks (every_step: from the step
+        # after the first non-finite one; always during a replay).
+        self.exact = False
+        self.replays = 0  # steps re-run so far
+        # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion (the logits' class dim), for
         # the diagnosis' initial-loss check (ln K); None when unknown.
@@ -99,6 +114,16 @@ class Instrument:
         self._removed = False
         self._sched_step: int | None = None  # see _schedule
         self._sched_stats = self._sched_hist = False
+        # A cheap step of nonfinite="replay": the module hooks only note
+        # that their module ran (see _schedule).
+        self._light = False
+        self._replaying = False  # inside replay.rerun
+        self._replay_nf_only = False  # a full step's replay: counts only
+        self._warned_fallback = False
+        # every_step on CUDA: the previous step's host copy, checked at the next commit.
+        self._unchecked_host: list | None = None
+        self._cuda_devices: list[int] = []
+        self._device_types: tuple[str, ...] = ("cpu",)
 
         self.layers: list[dict] = [{"name": metadata.PSEUDO_INPUT, "type": "input"}]
         self._loss_row: int | None = None
@@ -116,6 +141,7 @@ class Instrument:
         # update (see _commit); taken over by the next iteration.
         self._next_upd_snapshot: tuple | None = None
         self._reset_iteration()
+        self._find_devices()
 
         self._install()
 
@@ -138,12 +164,28 @@ class Instrument:
         # (params, rows, copies, norms) taken before an update; see _commit.
         self._upd_snapshot: tuple | None = self._next_upd_snapshot
         self._next_upd_snapshot = None
+        # nonfinite="replay": what the step's first forward left for a
+        # re-run; whether the step was checked; the re-run's measurements.
+        self._capture: R.StepCapture | None = None
+        self._checked = False
+        self._replay_col: Collector | None = None
+        # (params, their gradient norms before any division), from backward
+        self._grad_norms: tuple[list, list] | None = None
+        self._schedule()
+
+    def _find_devices(self) -> None:
+        """The CUDA devices (whose generators a replay restores) and the
+        autocast device types of the model's parameters, once."""
+        devs = {p.device for p in self.root.parameters()} | {b.device for b in self.root.buffers()}
+        self._cuda_devices = sorted({d.index if d.index is not None else 0 for d in devs if d.type == "cuda"})
+        self._device_types = tuple(sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "hpu")}))
 
     # -- installation -----------------------------------------------------
 
     def _install(self) -> None:
         h = self._handles
         h.append(self.root.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
+        h.append(self.root.register_forward_hook(self._on_model_output, with_kwargs=True))
         params_done: set[int] = set()
         for name, m in self._watched:
             h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
@@ -187,6 +229,9 @@ class Instrument:
         self._gout_sums, self._gout_rows = [], []
         self._grad_col = None
         self._upd_snapshot = self._next_upd_snapshot = None
+        self._capture = None
+        self._replay_col = None
+        self._grad_norms = None
 
     def release(self) -> None:
         """Drop the references to recent batches (after the worker is done
@@ -209,13 +254,9 @@ class Instrument:
         return self._removed
 
     # -- from the worker's thread -----------------------------------------
-    # Plain attribute stores (atomic under the GIL) that the hooks read at
-    # their next call: the worker never waits for the training thread.
-
-    def count_nonfinite_exactly(self) -> None:
-        """From now on, count non-finite values exactly at every step (the
-        worker saw one: before that, the cheap flag says "at least one")."""
-        self.exact_nonfinite = True
+    # A plain attribute store (atomic under the GIL) that the hooks read at
+    # their next call: the worker never waits for the training thread, and
+    # never changes what is measured.
 
     def fail_at_next_hook(self, failure: BaseException) -> None:
         """Raise ``failure`` in the training thread at the next model input,
@@ -272,21 +313,44 @@ class Instrument:
     # -- forward ----------------------------------------------------------
 
     def _on_model_input(self, module, args, kwargs):
+        if self._replaying:
+            if not self._input_done:
+                self._input_done = True
+                self._guard("replay", self._measure_input_replay, args, kwargs)
+            return None
         self._raise_pending()
         if self._input_done or not torch.is_grad_enabled():
             return None
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
+        if self._sched_step != self.step:
+            self._schedule()
+        if self.mode == "replay":
+            self._capture = self._guard("replay", R.capture, args, kwargs, self._cuda_devices, self._device_types)
         self._guard("input", self._measure_input, args, kwargs)
         return None
+
+    def _on_model_output(self, module, args, kwargs, output):
+        cap = self._capture
+        if cap is None or cap.outputs is not None or self._replaying or not torch.is_grad_enabled():
+            return None
+        self._guard("replay", self._follow_outputs, cap, output)
+        return None
+
+    def _follow_outputs(self, cap: R.StepCapture, output) -> None:
+        """The first forward's output tensors (weakly), each with a hook that
+        keeps its gradient for a replay unless the criterion can give it."""
+        outs = list(iter_tensors(output))[: R.MAX_OUTPUTS]
+        cap.outputs = [weakref.ref(t) for t in outs]
+        for i, t in enumerate(outs):
+            if t.requires_grad and not t.is_leaf:
+                t.register_hook(cap.keep_grad(i))
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
             self.batches.keep(self.step, args, kwargs)
-        x = first_tensor(args) if args else None
+        x = self._batch_tensor(args, kwargs)
         if x is None:
-            x = first_tensor(kwargs)
-        if x is None or x.is_complex() or x.numel() == 0:
             return
         if x.is_floating_point():
             # The first module usually gets this very tensor: it then reuses
@@ -295,6 +359,23 @@ class Instrument:
         x = x.detach()
         with S.one_thread(x, threads=self._threads):
             self._measure_batch(x)
+
+    @staticmethod
+    def _batch_tensor(args, kwargs) -> torch.Tensor | None:
+        x = first_tensor(args) if args else None
+        if x is None:
+            x = first_tensor(kwargs)
+        if x is None or x.is_complex() or x.numel() == 0:
+            return None
+        return x
+
+    def _measure_input_replay(self, args, kwargs) -> None:
+        x = self._batch_tensor(args, kwargs)
+        if x is None:
+            return
+        if x.is_floating_point():
+            self._prev_out = (weakref.ref(x), 0, _version_of(x))
+        self._col.add(S.nonfinite_count(x.detach()), 0, Key.OUT_NF)
 
     def _measure_batch(self, x: torch.Tensor) -> None:
         col = self._col
@@ -307,20 +388,27 @@ class Instrument:
         col.add(mx, 0, Key.OUT_MAX)
         col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
         col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
-        if self.config.is_stats(self.step):
+        if self._sched_stats:
             col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
-        if self.exact_nonfinite:
+        if self.exact:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
 
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
         instrument = weakref.ref(self)
+        row_of = self._row_of
 
         def hook(module, args, kwargs, output):
             inst = instrument()
             if inst is None or not torch.is_grad_enabled():
                 return None
+            if inst._light:
+                # A cheap step of nonfinite="replay": only note that it ran.
+                row = row_of.get(name)
+                if row is not None:
+                    inst._seen_rows.add(row)
+                    return None
             # The watched module itself (not a DataParallel replica) names the row.
             inst._guard("forward", inst._measure_module, name, m, behaviour, args, kwargs, output)
             return None
@@ -332,6 +420,8 @@ class Instrument:
         if row in self._seen_rows:
             return  # measured at its first call of the step (weight sharing, loops)
         self._seen_rows.add(row)
+        if self._light:
+            return  # first seen at a cheap step: a row now, measured from the next full step
         x = first_tensor(args) if args else None
         if x is None and kwargs:
             x = first_tensor(kwargs)
@@ -341,6 +431,7 @@ class Instrument:
         if y is not None and not (y.is_floating_point() and y.numel() > 0):
             y = None
         same_as_prev = False
+        nf_only = self._replay_nf_only
         if x is not None:
             prev = self._prev_out
             # The very tensor the previous row output, not modified in place
@@ -351,7 +442,8 @@ class Instrument:
                 prev is not None and prev[0]() is x and (y is x or _version_of(x) == prev[2])
             )
             if same_as_prev:
-                self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
+                if not nf_only:  # a full step's replay: the step has it already
+                    self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
                 x = None
         if y is not None:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
@@ -368,17 +460,23 @@ class Instrument:
                 x is None
                 and same_as_prev
                 and behaviour.pointwise
-                and not (self._sched_stats or self._sched_hist or self.exact_nonfinite)
+                and not (self._sched_stats or self._sched_hist or self.exact)
             )
             and S.one_thread_pays(x, y)
         )
         if switch:
             torch.set_num_threads(1)
         try:
-            if x is not None:
-                self._measure_in(row, x.detach())
-            if y is not None:
-                self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
+            if nf_only:
+                if x is not None:
+                    self._col.add(S.nonfinite_count(x.detach()), row, Key.IN_NF)
+                if y is not None:
+                    self._col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
+            else:
+                if x is not None:
+                    self._measure_in(row, x.detach())
+                if y is not None:
+                    self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
         finally:
             if switch:
                 torch.set_num_threads(threads)
@@ -388,11 +486,13 @@ class Instrument:
             y.register_hook(self._make_gout_hook(row))
 
     def _schedule(self) -> None:
-        """This step's schedule, computed once per step (not per hook)."""
+        """This step's schedule, computed once per step (not per hook): at
+        the end of the previous step, again if ``record(step)`` moved it."""
         step = self.step
         self._sched_step = step
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
+        self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
 
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""
@@ -407,14 +507,15 @@ class Instrument:
                 col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
             else:
                 col.add(S.nonzero_count(x), row, Key.IN_NZ)
-        # Exact non-finite counts cost a pass and a temporary: only once a
-        # non-finite value has been seen (before that, the flag says "1").
-        if self.exact_nonfinite:
+        # Exact non-finite counts cost a pass and a temporary: in a replay,
+        # and with nonfinite="every_step" once a non-finite value was seen
+        # (before that, the flag says "1").
+        if self.exact:
             col.add(S.nonfinite_count(x), row, Key.IN_NF)
 
     def _measure_out(self, row: int, module, behaviour: Behaviour, y: torch.Tensor, same_as_prev: bool) -> None:
         col = self._col
-        exact = self.exact_nonfinite
+        exact = self.exact
         col.const(row, Key.OUT_N, y.numel())
         if not self._sched_stats:
             if behaviour.pointwise and same_as_prev and not exact:
@@ -473,13 +574,19 @@ class Instrument:
             self._measure_gout_values(row, g)
 
     def _measure_gout_values(self, row: int, g: torch.Tensor) -> None:
-        self._gout_sums.append(g.sum(dtype=S.ACC_DTYPE.get(g.dtype)))  # no sync: the sum is the flag
-        self._gout_rows.append(row)
-        if self.exact_nonfinite:
+        if not self._replay_nf_only:
+            self._gout_sums.append(g.sum(dtype=S.ACC_DTYPE.get(g.dtype)))  # no sync: the sum is the flag
+            self._gout_rows.append(row)
+        if self.exact:
             self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
     def _on_loss(self, module, args, kwargs, output):
-        if torch.is_grad_enabled() and self._loss is None:
+        if self._replaying or not torch.is_grad_enabled():
+            return None
+        cap = self._capture
+        if cap is not None:
+            self._guard("replay", cap.note_criterion, args, kwargs, R.autocast_state(self._device_types))
+        if self._loss is None:
             self._guard("loss", self._measure_loss, module, args, output)
         return None
 
@@ -508,7 +615,7 @@ class Instrument:
         # Runs once per parameter per backward; the first one of a backward
         # queues one callback at its end, where all gradients are complete and
         # not yet clipped by the user.
-        if self._backward_queued or "backward" in self._broken or self._removed:
+        if self._backward_queued or self._replaying or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
         try:
@@ -537,24 +644,141 @@ class Instrument:
     def _measure_grads(self) -> Collector:
         col = Collector()
         params, rows = self._param_rows()
-        grads, grows = [], []
+        grads, gparams, grows = [], [], []
         missing: dict[int, int] = {}
         for p, r in zip(params, rows):
             if p.grad is None:
                 missing[r] = missing.get(r, 0) + 1
             else:
                 grads.append(p.grad.detach())
+                gparams.append(p)
                 grows.append(r)
         for r in dict.fromkeys(rows):  # rows with a trainable parameter now
             col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
+        self._grad_norms = None
         if not grads:
             return col
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        col.add_many(S.foreach_norm(grads), grows, Key.GRAD_NORM, divisor=divisor)
-        if self.exact_nonfinite:
+        norms = S.foreach_norm(grads)
+        self._grad_norms = (gparams, norms)
+        col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
+        if self.exact:
             col.add_many([S.nonfinite_count(g) for g in grads], grows, Key.GRAD_NF)
         return col
+
+    # -- the step's check and its replay -------------------------------------
+
+    def _check_step(self, at_commit: bool) -> None:
+        """Once a step, before its gradients are used (at the optimizer's
+        step pre-hook, else at the commit): with nonfinite="replay", re-run
+        the step when what it computed anyway has a non-finite value."""
+        if self._checked:
+            return
+        self._checked = True
+        if self._grad_col is None and not at_commit:
+            self._grad_col = self._measure_grads()  # no backward seen (hooks off, grads set by hand)
+        if self.mode != "replay":
+            return
+        cap, self._capture = self._capture, None
+        if self._scaler_decides():
+            # An enabled GradScaler on CUDA has read its found-inf flag:
+            # the optimizer's pre-hook runs only for a step without inf/NaN
+            # gradients. No second synchronisation for ours.
+            dirty = at_commit and self._grad_col is not None
+        else:
+            parts = [c for c in (self._col, self._grad_col) if c is not None]
+            extra = self._gout_sums + ([self._loss] if self._loss is not None else [])
+            dirty = not all_finite(parts, extra)
+        if dirty:
+            self._replay(cap)
+
+    def _scaler_decides(self) -> bool:
+        sc = self.scaler
+        scale = getattr(sc, "_scale", None) if sc is not None else None
+        return (
+            self.optimizer is not None
+            and scale is not None
+            and getattr(sc, "_enabled", False)
+            and scale.device.type == "cuda"
+        )
+
+    def _replay(self, cap: R.StepCapture | None) -> None:
+        """Re-run the step with every count on; its measurements join the
+        step's row. Falls back to the every-step flags when it cannot."""
+        if cap is None:
+            self._fall_back("no batch was kept (no forward of the watched model under grad this step)")
+            return
+        col = Collector()
+        saved = (
+            self._col, self._gout_col, self._gout_sums, self._gout_rows, self._seen_rows, self._input_done,
+            self._prev_out, self._light, self.exact, self._sched_stats, self._sched_hist,
+        )
+        stats = self._sched_stats
+        self._col, self._gout_col, self._gout_sums, self._gout_rows = col, Collector(), [], []
+        self._seen_rows, self._input_done, self._prev_out = set(), False, None
+        self._light, self.exact, self._sched_stats, self._sched_hist = False, True, False, False
+        self._replaying, self._replay_nf_only = True, stats
+        params = [p for p in self.root.parameters() if p.requires_grad]
+        scale = self.scaler._scale.detach() if self._grads_scaled() else None
+        try:
+            loss, grads = R.rerun(self.root, self.criterion, cap, params, scale, self._cuda_devices)
+            if self._gout_sums:
+                col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
+            col.extend(self._gout_col)
+            problem = self._reproduced(cap, loss, params, grads, col)
+        except Exception as e:  # noqa: BLE001 -- a model that cannot re-run: flags instead
+            problem = f"{type(e).__name__}: {e}"
+        finally:
+            (
+                self._col, self._gout_col, self._gout_sums, self._gout_rows, self._seen_rows, self._input_done,
+                self._prev_out, self._light, self.exact, self._sched_stats, self._sched_hist,
+            ) = saved
+            self._replaying = self._replay_nf_only = False
+        self.replays += 1
+        if problem:
+            self._fall_back(problem)
+        else:
+            self._replay_col = col
+
+    def _reproduced(self, cap, loss, params, grads, col: Collector) -> str | None:
+        """None when the re-run gave the same parameters non-finite
+        gradients as the step (and the same loss, finite or not); else why
+        not. Adds the exact counts of the re-run's gradients to ``col``."""
+        if self._loss is not None and loss is not None:
+            if bool(torch.isfinite(self._loss.float()).all()) != bool(torch.isfinite(loss.float()).all()):
+                return "the replay's loss differs from the step's"
+        if self._grad_norms is None:
+            return None
+        if not grads:
+            return "no gradient of the model's output was kept (a loss computed from more than the model's output?)"
+        gparams, norms = self._grad_norms
+        replayed = {id(p): g for p, g in zip(params, grads)}
+        again = [replayed.get(id(p)) for p in gparams]
+        if any(g is None for g in again):
+            return "the replay's backward reached other parameters"
+        was = torch.isfinite(torch.stack([n.float() for n in norms]))
+        now = torch.isfinite(torch.stack([n.float() for n in S.foreach_norm([g.detach() for g in again])]))
+        if not torch.equal(was.cpu(), now.cpu()):
+            return "the replay's gradients differ from the step's (another RNG, a nondeterministic op?)"
+        rows = dict(zip(map(id, self._param_rows()[0]), self._param_rows()[1]))
+        col.add_many([S.nonfinite_count(g) for g in again], [rows[id(p)] for p in gparams], Key.GRAD_NF)
+        return None
+
+    def _fall_back(self, why: str) -> None:
+        """From the next step on, every module's non-finite flags at every
+        step, exact counts (a non-finite value was just seen); warned once."""
+        self.mode = "every_step"
+        self.exact = True
+        if not self._warned_fallback:
+            self._warned_fallback = True
+            msg = (
+                f"tb_neuraldbg: step {self.step} has non-finite values but cannot be replayed to find "
+                f"where they come from ({why}); measuring every module's non-finite values at every "
+                f"step from now on"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=4)
+            log.warning(msg)
 
     # -- optimizer and commit ----------------------------------------------
 
@@ -564,11 +788,9 @@ class Instrument:
         return None
 
     def _before_update(self) -> None:
-        if self._grad_col is None:  # no backward seen (hooks off, grads set by hand)
-            self._grad_col = self._measure_grads()
+        self._check_step(at_commit=False)
         if self.config.is_update(self.step) and self._upd_snapshot is None:
             self._upd_snapshot = self._snapshot_weights()
-
     def _snapshot_weights(self):
         """(params, rows, copies, norms) before an update."""
         params, rows = self._param_rows()
@@ -619,6 +841,10 @@ class Instrument:
         col = self._col
         if self._grad_col is None and "backward" in self._broken:
             self._grad_col = self._measure_grads()
+        self._guard("replay", self._check_step, True)
+        light = self._light and self._replay_col is None
+        if self._replay_col is not None:
+            col.extend(self._replay_col)
         if self._grad_col is not None:
             col.extend(self._grad_col)
         if self._gout_sums:
@@ -656,7 +882,31 @@ class Instrument:
                 col.add(self.scaler._scale.detach().float(), self._opt_row, Key.SCALE)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
-        packet = StepPacket(step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host)
-        self._reset_iteration()
+        if self.mode == "every_step" and not self.exact:
+            self._note_nonfinite(host)
+        ran = np.fromiter(self._seen_rows, dtype=np.int64, count=len(self._seen_rows)) if light else None
+        packet = StepPacket(
+            step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
+        )
         self.step = step + 1
+        self._reset_iteration()
         self.sink(packet)
+
+    def _note_nonfinite(self, host: list) -> None:
+        """nonfinite="every_step": exact counts from the step after the
+        first one with a non-finite value, read here from the step's host
+        copy (on CUDA the previous step's, whose copy is done by now: no
+        wait on this step's work), so the switch depends on the data only."""
+        pending, self._unchecked_host = self._unchecked_host, None
+        if pending is not None:
+            for p in pending:
+                if isinstance(p, tuple):
+                    p[1].synchronize()
+            if not all(np.isfinite(p[0].numpy() if isinstance(p, tuple) else p).all() for p in pending):
+                self.exact = True
+                return
+        ok = host_finite(host)
+        if ok is None:
+            self._unchecked_host = host
+        elif not ok:
+            self.exact = True
