@@ -120,6 +120,7 @@ class Instrument:
         self._replaying = False  # inside replay.rerun
         self._replay_nf_only = False  # a full step's replay: counts only
         self._warned_fallback = False
+        self._param_hooks = False  # per-parameter hooks (see _check_step)
         # every_step on CUDA: the previous step's host copy, checked at the next commit.
         self._unchecked_host: list | None = None
         self._cuda_devices: list[int] = []
@@ -132,6 +133,7 @@ class Instrument:
         # (new module objects every step) that carry the same hooks.
         self._row_of: dict[str, int] = {}
         self._params_of_row: dict[int, list[nn.Parameter]] = {}
+        self._flat_params: tuple[list, list] | None = None  # see _param_rows
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
@@ -192,8 +194,6 @@ class Instrument:
             owned = [p for p in owned_params(m) if id(p) not in params_done]
             params_done.update(id(p) for p in owned)
             self._params_pending[id(m)] = owned
-            for p in owned:
-                h.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
         if self.criterion is not None:
             h.append(self.criterion.register_forward_hook(self._on_loss, with_kwargs=True))
         if self.optimizer is not None:
@@ -296,19 +296,28 @@ class Instrument:
             row = len(self.layers)
             self.layers.append({"name": name, "type": type(m).__name__})
             self._row_of[name] = row
-            self._params_of_row[row] = self._params_pending.get(id(m), [])
+            owned = self._params_pending.get(id(m), [])
+            self._params_of_row[row] = owned
+            self._flat_params = None
+            if self._param_hooks:
+                for p in owned:
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
         return row
 
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
         """The watched parameters that require grad *now* (a parameter
-        frozen after watch() is left out: no gradient is expected of it)."""
-        params, rows = [], []
-        for row, ps in self._params_of_row.items():
-            for p in ps:
-                if p.requires_grad:
-                    params.append(p)
-                    rows.append(row)
-        return params, rows
+        frozen after watch() is left out: no gradient is expected of it),
+        and their rows."""
+        flat = self._flat_params
+        if flat is None:
+            params = [p for ps in self._params_of_row.values() for p in ps]
+            rows = [r for r, ps in self._params_of_row.items() for _ in ps]
+            flat = self._flat_params = (params, rows)
+        params, rows = flat
+        if all(p.requires_grad for p in params):
+            return params, rows
+        keep = [i for i, p in enumerate(params) if p.requires_grad]
+        return [params[i] for i in keep], [rows[i] for i in keep]
 
     # -- forward ----------------------------------------------------------
 
@@ -331,20 +340,40 @@ class Instrument:
         return None
 
     def _on_model_output(self, module, args, kwargs, output):
-        cap = self._capture
-        if cap is None or cap.outputs is not None or self._replaying or not torch.is_grad_enabled():
+        if self._replaying or self._removed or not torch.is_grad_enabled():
             return None
-        self._guard("replay", self._follow_outputs, cap, output)
+        self._guard("backward", self._follow_outputs, output)
         return None
 
-    def _follow_outputs(self, cap: R.StepCapture, output) -> None:
-        """The first forward's output tensors (weakly), each with a hook that
-        keeps its gradient for a replay unless the criterion can give it."""
+    def _follow_outputs(self, output) -> None:
+        """A hook on each output tensor: where the backward starts, it queues
+        the measurement of the gradients at the backward's end (one hook a
+        step, not one per parameter); on the step's first call it also keeps
+        the gradient for a replay, unless the criterion can give it again."""
+        cap = self._capture
+        if cap is not None and cap.outputs is not None:
+            cap = None  # kept from the first call of the step only
         outs = list(iter_tensors(output))[: R.MAX_OUTPUTS]
-        cap.outputs = [weakref.ref(t) for t in outs]
+        if cap is not None:
+            cap.outputs = [weakref.ref(t) for t in outs]
         for i, t in enumerate(outs):
             if t.requires_grad and not t.is_leaf:
-                t.register_hook(cap.keep_grad(i))
+                t.register_hook(self._make_output_hook(i, cap))
+
+    def _make_output_hook(self, index: int, cap: R.StepCapture | None):
+        instrument = weakref.ref(self)
+        step = self.step
+        keep = cap.keep_grad(index) if cap is not None else None
+
+        def hook(grad):
+            inst = instrument()
+            if inst is not None and inst.step == step:
+                inst._on_backward_start()
+                if keep is not None:
+                    keep(grad)
+            return None
+
+        return hook
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
@@ -612,9 +641,13 @@ class Instrument:
     # -- backward ---------------------------------------------------------
 
     def _on_grad_accumulated(self, param) -> None:
-        # Runs once per parameter per backward; the first one of a backward
-        # queues one callback at its end, where all gradients are complete and
-        # not yet clipped by the user.
+        # Per parameter, installed only when a step's gradients came from a
+        # backward that did not go through the model's output (see _check_step).
+        self._on_backward_start()
+
+    def _on_backward_start(self) -> None:
+        # The first call of a backward queues one callback at its end, where
+        # all gradients are complete and not yet clipped by the user.
         if self._backward_queued or self._replaying or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
@@ -644,23 +677,28 @@ class Instrument:
     def _measure_grads(self) -> Collector:
         col = Collector()
         params, rows = self._param_rows()
-        grads, gparams, grows = [], [], []
-        missing: dict[int, int] = {}
-        for p, r in zip(params, rows):
-            if p.grad is None:
-                missing[r] = missing.get(r, 0) + 1
-            else:
-                grads.append(p.grad.detach())
-                gparams.append(p)
-                grows.append(r)
-        for r in dict.fromkeys(rows):  # rows with a trainable parameter now
-            col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
         self._grad_norms = None
+        if not params:
+            return col
+        # Once per step for every parameter: list work, no per-row Python.
+        grads = [p.grad for p in params]
+        row_arr = np.asarray(rows, dtype=np.int64)
+        none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
+        present = np.unique(row_arr)  # rows with a trainable parameter now
+        missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
+        col.const_many(present, Key.GRAD_MISSING, missing)
+        if none.any():
+            keep = np.flatnonzero(~none).tolist()
+            gparams, grows, grads = [params[i] for i in keep], [rows[i] for i in keep], [grads[i] for i in keep]
+        else:
+            gparams, grows = params, rows
         if not grads:
             return col
+        # A gradient that requires grad (create_graph=True) is measured detached.
+        grads = [g.detach() if g.requires_grad else g for g in grads]
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        norms = S.foreach_norm(grads)
+        norms = S.grad_norms(grads)
         self._grad_norms = (gparams, norms)
         col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact:
@@ -676,8 +714,15 @@ class Instrument:
         if self._checked:
             return
         self._checked = True
-        if self._grad_col is None and not at_commit:
-            self._grad_col = self._measure_grads()  # no backward seen (hooks off, grads set by hand)
+        if self._grad_col is None:
+            # No backward seen through the model's output (grads set by hand,
+            # a loss from an inner tensor): measured now, and from now on the
+            # backward is followed through every parameter.
+            self._grad_col = self._measure_grads()
+            if self._grad_norms is not None and not self._param_hooks:
+                self._param_hooks = True
+                for p in self._param_rows()[0]:
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
         if self.mode != "replay":
             return
         cap, self._capture = self._capture, None
@@ -839,8 +884,6 @@ class Instrument:
             self._opt_row = len(self.layers)
             self.layers.append({"name": metadata.PSEUDO_OPTIMIZER, "type": "optimizer"})
         col = self._col
-        if self._grad_col is None and "backward" in self._broken:
-            self._grad_col = self._measure_grads()
         self._guard("replay", self._check_step, True)
         light = self._light and self._replay_col is None
         if self._replay_col is not None:
@@ -850,9 +893,11 @@ class Instrument:
         if self._gout_sums:
             col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
-        params, prow = self._param_rows()
-        if full and params:
-            col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
+        if full:
+            params, prow = self._param_rows()
+            if params:
+                with torch.no_grad():
+                    col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot
         if snap is not None:
             sparams, srows, old, base = snap
@@ -864,7 +909,7 @@ class Instrument:
         if self.optimizer is None and self.config.is_update(step + 1):
             # Without optimizer hooks the update happens after record():
             # compare the weights of this record with the next one.
-            self._next_upd_snapshot = self._snapshot_weights() if params else None
+            self._next_upd_snapshot = self._snapshot_weights() if self._param_rows()[0] else None
         if self._loss is not None:
             loss = self._loss.float()
             loss = loss if loss.numel() == 1 else loss.mean()

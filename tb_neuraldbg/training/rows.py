@@ -45,20 +45,16 @@ class RowAssembler:
         host values are ``values``)."""
         row = S.assemble(values, packet.rows, packet.keys, num_rows)
         if len(self.applies) < num_rows:
-            self.applies = np.concatenate(
-                [self.applies, np.zeros((num_rows - len(self.applies), len(_FLAGS)), dtype=bool)]
-            )
-        flags = row[:, _FLAGS]
-        if packet.ran is None:
+            grown = np.zeros((num_rows, len(_FLAGS)), dtype=bool)
+            grown[: len(self.applies)] = self.applies
+            self.applies = grown
+        ran = packet.ran
+        if ran is None:
             # Measured: remember where the columns apply, for modules seen now.
-            seen = ~np.isnan(flags).all(axis=1)
-            self.applies[seen] = ~np.isnan(flags[seen])
-            return row
-        with np.errstate(invalid="ignore"):
-            clean = not (np.nan_to_num(row[:, _EVIDENCE], nan=0.0) > 0).any()
-        if clean and len(packet.ran):
-            ran = packet.ran[packet.ran < num_rows]
-            sub = row[ran]
-            sub[:, _FLAGS] = np.where(self.applies[ran], 0.0, np.nan)
-            row[ran] = sub
+            known = ~np.isnan(row[:, _FLAGS])
+            seen = known.any(axis=1)
+            self.applies[seen] = known[seen]
+        elif len(ran) and not (row[:, _EVIDENCE] > 0).any():  # NaN > 0 is False
+            ran = ran[ran < num_rows]
+            row[np.ix_(ran, _FLAGS)] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
         return row
