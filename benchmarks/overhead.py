@@ -11,8 +11,11 @@ Modes (``--modes``), identical copies of the model trained in one process:
 ``bare`` (the loop alone), ``bare2`` (the same loop again: the A/A control,
 whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: one
 pass over the gradients, the floor of a per-step gradient check), ``watched``
-(``DebugWriter.watch`` with default settings) and ``every_step``
-(``watch(nonfinite="every_step")``). Each block runs every mode, in an order
+(``DebugWriter.watch`` with default settings), ``every_step``
+(``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
+no criterion watched: the loss is computed by hand from a cast and a view of
+the output, so a replay would need the kept gradient of the model's output,
+whose memory shows in ``peak``). Each block runs every mode, in an order
 that rotates from block to block; a watched mode gets a fresh writer per
 block, whose first ``--warm`` steps are not timed. Block ``b`` times the
 writer's steps ``1000 + steps*b ...``, so that over 10 blocks of 10 steps
@@ -23,7 +26,8 @@ bare loop's in the same block; printed: the median over blocks and the range
 writer's worker included), which other processes on a shared machine
 disturb less. ``worker ms``: CPU time of the writer's thread per step, and
 its parts (assemble the row, the diagnosis engine, the summaries' protobuf
-and writes).
+and writes). On CUDA, ``peak``: the most memory a step allocated above what
+was allocated before it (activations, gradients, the writer's own).
 
 Usage:
     python benchmarks/overhead.py                          # the three CPU models
@@ -193,8 +197,8 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "watched", "every_step")
-WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}}
+MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand")
+WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {}}
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -259,12 +263,14 @@ class Runner:
         self.classes = classes
         self.writer = None
         self.worker_s = 0.0
+        self.peak = 0
 
     def begin_block(self, logdir, start_step, warm):
         """A fresh writer for a watched mode, and its first steps untimed."""
         if self.mode in WATCH:
             self.writer = DebugWriter(logdir)
-            self.writer.watch(self.model, optimizer=self.opt, criterion=self.crit, start_step=start_step,
+            crit = None if self.mode == "watched_hand" else self.crit
+            self.writer.watch(self.model, optimizer=self.opt, criterion=crit, start_step=start_step,
                               **WATCH[self.mode])
         self.steps(warm)
         self._sync()
@@ -289,7 +295,11 @@ class Runner:
             self.opt.zero_grad(set_to_none=True)
             with autocast:
                 out = self.model(self.x)
-            if out.dim() == 3:  # a language model: logits per token
+            if self.mode == "watched_hand":
+                loss = F.cross_entropy(out.float().view(-1, self.classes), self.y.view(-1))
+                if self.writer is not None:
+                    self.writer.record(loss=loss)
+            elif out.dim() == 3:  # a language model: logits per token
                 loss = self.crit(out.view(-1, self.classes), self.y.view(-1))
             else:
                 loss = self.crit(out, self.y)
@@ -300,9 +310,15 @@ class Runner:
 
     def timed(self, n):
         """(wall seconds, process CPU seconds) per step over ``n`` steps."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
         t0, c0 = time.perf_counter(), time.process_time()
         self.steps(n)
         self._sync()
+        if cuda:
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - base)
         wall, cpu = (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
         self.worker_s += self._worker_cpu() - self._worker0
         return wall, cpu
@@ -315,7 +331,8 @@ class Runner:
 
 def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -> dict:
     torch.manual_seed(0)
-    model, shape, classes = MODELS[name]()
+    with device:  # initialised where it trains (a 355M model initialises slowly on a CPU)
+        model, shape, classes = MODELS[name]()
     runners = {m: Runner(m, copy.deepcopy(model) if i else model, shape, classes, device, amp)
                for i, m in enumerate(modes)}
     for r in runners.values():  # the allocator, caches, lazy initialisation
@@ -346,6 +363,7 @@ def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -
     out["worker_ms"] = {m: 1000 * runners[m].worker_s / (blocks * steps) for m in modes if m in WATCH}
     out["parts_ms"] = {k: 1000 * v / max(watched_steps, 1) for k, v in parts.seconds.items()}
     out["params"] = sum(p.numel() for p in model.parameters())
+    out["peak_gib"] = {m: r.peak / 2**30 for m, r in runners.items()} if device.type == "cuda" else None
     return out
 
 
@@ -383,9 +401,12 @@ def main(argv=None) -> int:
     for name in (n.strip() for n in args.models.split(",") if n.strip()):
         r = measure(name, modes, args.blocks, args.steps, args.warm, device, args.amp, parts)
         print(f"\n{name}: {r['params'] / 1e6:.1f}M parameters, bare step {r['bare_ms']:.1f} ms")
-        print(f"  {'mode':<11} {'wall':>22} {'cpu':>22}")
+        peak = r["peak_gib"]
+        print(f"  {'mode':<12} {'wall':>22} {'cpu':>22}" + ("   peak GiB" if peak else ""))
+        if peak:
+            print(f"  {'bare':<12} {'1':>22} {'1':>22} {peak['bare']:>10.2f}")
         for m, (w, c) in r["ratios"].items():
-            print(f"  {m:<11} {_fmt(w):>22} {_fmt(c):>22}")
+            print(f"  {m:<12} {_fmt(w):>22} {_fmt(c):>22}" + (f" {peak[m]:>10.2f}" if peak else ""))
         for m, ms in r["worker_ms"].items():
             print(f"  worker thread ({m}): {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))

@@ -17,6 +17,7 @@ from tb_neuraldbg.training.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
 from tb_neuraldbg.training.rows import RowAssembler
 from tb_neuraldbg.training.schedule import WatchConfig
+from tests.device import DEVICE, to_device
 from tests.faults import InfBackward
 
 M = metadata.METRIC_INDEX
@@ -149,10 +150,10 @@ def batches(shape, classes, gen_seed=1, integer=None):
 
     def make():
         if integer:
-            x = torch.randint(0, integer, shape, generator=g)
+            x = torch.randint(0, integer, shape, generator=g, device="cpu")
         else:
-            x = torch.randn(shape, generator=g)
-        return x, torch.randint(0, classes, (shape[0],), generator=g)
+            x = torch.randn(shape, generator=g, device="cpu")
+        return to_device(x), to_device(torch.randint(0, classes, (shape[0],), generator=g, device="cpu"))
 
     return make
 
@@ -362,7 +363,7 @@ def test_scaler_records_unscaled_norms_scale_and_skipped_steps():
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     crit = nn.CrossEntropyLoss()
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler = torch.amp.GradScaler(DEVICE.type, init_scale=1024.0)
     rec = Recorder(model, opt, crit, scaler=scaler)
     ref = []
     make = batches((16, 12), 4)
@@ -515,7 +516,7 @@ def test_training_is_bitwise_identical_at_replayed_steps(loss_kind):
         model = Poisoned()
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         crit = nn.CrossEntropyLoss()
-        scaler = torch.amp.GradScaler("cpu", init_scale=256.0) if loss_kind == "amp_scaler" else None
+        scaler = torch.amp.GradScaler(DEVICE.type, init_scale=256.0) if loss_kind == "amp_scaler" else None
         rec = Recorder(model, opt, crit, scaler=scaler, stats_every=3) if watched else None
         make = batches((16, 8), 3)
         trace = []
@@ -527,7 +528,7 @@ def test_training_is_bitwise_identical_at_replayed_steps(loss_kind):
             opt.zero_grad()
             fc2_out.clear()
             if scaler is not None:
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
                     out = model(x)
                 scaler.scale(crit(out.float(), y)).backward()
                 scaler.step(opt)
@@ -544,13 +545,14 @@ def test_training_is_bitwise_identical_at_replayed_steps(loss_kind):
                 for p in model.parameters():  # the user's guard: no NaN in the weights
                     p.grad.nan_to_num_(0.0, 0.0, 0.0)
                 with torch.no_grad():  # the user's own draw between backward and step
-                    model.head.bias.add_(1e-4 * torch.rand(3))
+                    model.head.bias.add_(1e-4 * torch.rand(3))  # on DEVICE: its generator
                 opt.step()
             fc2_means.append(float(fc2_out[model.fc2].detach().double().mean()))
             state = [_bits(out)] + [_bits(p) for p in model.parameters()]
             state += [_bits(p.grad) for p in model.parameters()] + [_bits(b) for b in model.buffers()]
             state += [_bits(opt.state[p]["momentum_buffer"]) for p in model.parameters() if p in opt.state]
-            trace.append((state, torch.get_rng_state().clone(), model.calls))
+            rng = [torch.get_rng_state()] + ([torch.cuda.get_rng_state()] if DEVICE.type == "cuda" else [])
+            trace.append((state, torch.cat(rng), model.calls))
         results.append(trace)
         if rec:
             assert rec.inst.mode == "replay" and rec.inst.replays == len(plan)

@@ -21,6 +21,7 @@ from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
 from tb_neuraldbg.training.schedule import WatchConfig
 from tb_neuraldbg.training.writer import TrainingFailure
+from tests.device import DEVICE, to_device
 from tests.faults import InfBackward
 
 torch.set_num_threads(1)
@@ -92,8 +93,8 @@ def fit(writer, model, steps, start=0, bad_step=None, **watch):
     g = torch.Generator().manual_seed(0)
     batches = {}
     for step in range(start, start + steps):
-        x = torch.randn(8, 4, generator=g)
-        y = torch.randint(0, 2, (8,), generator=g)
+        x = to_device(torch.randn(8, 4, generator=g, device="cpu"))
+        y = to_device(torch.randint(0, 2, (8,), generator=g, device="cpu"))
         batches[step] = (x, y)
         opt.zero_grad()
         crit(model(x), y).backward()
@@ -242,8 +243,8 @@ def test_offending_batch_is_saved_as_npz(tmp_path, planned):
     (path,) = glob.glob(str(tmp_path / "neuraldbg_batch_step*.npz"))
     saved = np.load(path, allow_pickle=False)
     x, y = batches[int(path.rsplit("step", 1)[1].split(".")[0])]
-    assert np.array_equal(saved["arg0"], x.numpy())
-    assert np.array_equal(saved["target"], y.numpy())
+    assert np.array_equal(saved["arg0"], x.cpu().numpy())
+    assert np.array_equal(saved["target"], y.cpu().numpy())
     (events,) = json_values(load(tmp_path), metadata.TAG_EVENTS)
     assert events[0]["batch_file"] == os.path.basename(path)
 
@@ -461,8 +462,12 @@ def test_a_nonfinite_output_gradient_is_written_and_counted(tmp_path, planned, m
     tanh, bad, lin = (names.index(n) for n in ("0", "1", "2"))
     # replay: exact counts at every step (each one re-run); every_step: the
     # flag at the first, then exact counts (decided on the training thread
-    # at the step's end: the same whatever the worker's lag).
-    expected = [32, 32, 32, 32] if mode == "replay" else [1, 32, 32, 32]
+    # at the step's end from its host copy, on CUDA one step later: the same
+    # whatever the worker's lag).
+    if mode == "replay":
+        expected = [32, 32, 32, 32]
+    else:
+        expected = [1, 32, 32, 32] if DEVICE.type == "cpu" else [1, 1, 32, 32]
     assert [r[tanh] for r in rows] == expected
     assert all(r[bad] == 0 and r[lin] == 0 for r in rows)
     grads = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("grad_nonfinite"))]
