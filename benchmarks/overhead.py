@@ -240,6 +240,76 @@ class WorkerParts:
             self.seconds[k] = 0.0
 
 
+# -- the instrumentation's own CPU time ------------------------------------------------
+
+# Instrument methods that hooks call (and the factories of the hook closures):
+# wrapped to time the hooks on the training thread, in a separate pass only
+# (the wrapping costs about a microsecond a call).
+_HOOKS = ("_on_model_input", "_on_model_output", "_on_loss", "_on_backward_end", "_on_step_pre",
+          "_on_step_post", "_commit")
+_HOOK_FACTORIES = ("_make_forward_hook", "_make_output_hook", "_make_gout_hook")
+
+
+@contextlib.contextmanager
+def timed_hooks(seconds: list):
+    """Adds the training thread's CPU time inside every hook to ``seconds[0]``
+    (outermost calls only: ``_commit`` runs inside ``_on_step_post``)."""
+    from tb_neuraldbg.training.instrument import Instrument
+
+    depth = [0]
+
+    def timed(f):
+        def g(*args, **kwargs):
+            depth[0] += 1
+            t0 = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    seconds[0] += time.thread_time() - t0
+
+        return g
+
+    saved = {n: getattr(Instrument, n) for n in _HOOKS + _HOOK_FACTORIES}
+    for n in _HOOKS:
+        setattr(Instrument, n, timed(saved[n]))
+    for n in _HOOK_FACTORIES:
+        setattr(Instrument, n, (lambda make: lambda self, *a: timed(make(self, *a)))(saved[n]))
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(Instrument, n, f)
+
+
+def own_cost(name, steps, device, amp) -> dict:
+    """Training-thread CPU time per step of the bare loop, of the watched
+    loop's hooks, and of the writer's thread (timed per thread: less
+    disturbed by other processes than wall time)."""
+    torch.manual_seed(0)
+    with device:
+        model, shape, classes = MODELS[name]()
+    bare = Runner("bare", model, shape, classes, device, amp)
+    hooks = [0.0]
+    with timed_hooks(hooks), tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
+        watched = Runner("watched", copy.deepcopy(model), shape, classes, device, amp)
+        bare.steps(2)
+        watched.begin_block(tmp, 1000 - 3, 3)
+        bare_cpu, hooks[0] = [], 0.0
+        w0 = watched._worker_cpu()
+        for _ in range(steps):  # interleaved single steps
+            t0 = time.thread_time()
+            bare.steps(1)
+            bare_cpu.append(time.thread_time() - t0)
+            watched.steps(1)
+        watched._sync()
+        worker = watched._worker_cpu() - w0
+        watched.end_block()
+    b = statistics.median(bare_cpu)
+    return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps}
+
+
 # -- one model --------------------------------------------------------------------
 
 
@@ -382,6 +452,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", choices=("none", "bf16"), default="none")
+    p.add_argument("--own", type=int, default=20, metavar="STEPS",
+                   help="steps of the pass that times the instrumentation itself (0: none)")
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if "bare" not in modes:
@@ -410,6 +482,11 @@ def main(argv=None) -> int:
         for m, ms in r["worker_ms"].items():
             print(f"  worker thread ({m}): {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
+        if args.own:
+            o = own_cost(name, args.own, device, args.amp)
+            print(f"  own CPU time per step ({args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the training"
+                  f" thread + worker {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the bare loop's training"
+                  f" thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
     return 0
 
 

@@ -10,6 +10,7 @@ result travels to the worker as a :class:`StepPacket`, whose
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -189,24 +190,35 @@ class Collector:
 
 def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] = ()) -> bool:
     """True when every floating-point device value of ``collectors`` (their
-    0-d values and runs) and of ``tensors`` is finite. One reduction per
-    device and dtype, and one host read per device: on CUDA that read waits
-    for the device (the one planned synchronisation of a step)."""
+    0-d values and runs) and of ``tensors`` is finite. CPU values are read in
+    place (numpy views, no kernel); on another device one reduction per
+    dtype and one host read per device, which on CUDA waits for the device
+    (the one planned synchronisation of a step)."""
     by_dev: dict[torch.device, dict[torch.dtype, tuple[list, list]]] = {}
 
-    def put(t: torch.Tensor, scalar: bool) -> None:
-        if t.is_floating_point():
-            ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
-            (ss if scalar else rr).append(t)
+    def put(t: torch.Tensor, scalar: bool) -> bool:
+        if not t.is_floating_point():
+            return True
+        if t.is_cpu:
+            if scalar:
+                return math.isfinite(t.item())
+            if t.dtype in _NUMPY_FLOATS:
+                return bool(np.isfinite(t.detach().numpy()).all())
+        ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
+        (ss if scalar else rr).append(t)
+        return True
 
     for c in collectors:
         for sts, _, _, rts, _, _ in c.by_device.values():
             for t in sts:
-                put(t, True)
+                if not put(t, True):
+                    return False
             for t in rts:
-                put(t, False)
+                if not put(t, False):
+                    return False
     for t in tensors:
-        put(t, t.dim() == 0)
+        if not put(t, t.dim() == 0):
+            return False
     for groups in by_dev.values():
         flags = []
         for ss, rr in groups.values():
@@ -216,6 +228,9 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
         if not bool(torch.stack(flags).all() if len(flags) > 1 else flags[0]):
             return False
     return True
+
+
+_NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
 
 
 def host_finite(host: list) -> bool | None:
