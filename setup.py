@@ -84,6 +84,14 @@ setup(
             "pytest==9.2.0",
             "jsonschema==4.26.0",  # the report's JSON against docs/report.schema.json
             "google-crc32c==1.9.0",  # the reader's fast CRC path
+            # The integrations' tests (tiny models on CPU), installed with
+            # torch kept at its pin (scripts/setup_env.sh names it on the
+            # same pip line).
+            "lightning==2.6.6",  # also installs the pytorch_lightning namespace
+            "transformers==5.24.0",
+            "accelerate==1.15.0",
+            "moto[server]==5.2.5",  # a local S3 server for the s3:// round trip
+            "hypothesis==6.170.17",  # fuzzing the reader and the routes (bounded budget)
         ],
     },
     entry_points={

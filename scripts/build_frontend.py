@@ -10,6 +10,7 @@ bundle, so it is a quick no-op when nothing changed. Standard library only.
     python scripts/build_frontend.py --deps      # only node_modules (for `npm test`)
 """
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRONTEND = os.path.join(ROOT, "frontend")
 BUNDLE = os.path.join(ROOT, "tb_neuraldbg", "static", "index.js")
 # What the bundle is built from: a change in any of these makes it stale.
+# Written into node_modules after `npm ci`: the digest of the lock file installed.
+LOCK_STAMP = ".nd-lock-sha256"
 INPUTS = ("src", "scripts", "package.json", "package-lock.json", "tsconfig.json")
 
 
@@ -69,14 +72,42 @@ def _require_npm():
     return npm
 
 
-def install_deps(npm=None):
-    """``npm ci`` when node_modules is missing or older than the lock file."""
+def _lock_digest(lock):
+    with open(lock, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def deps_current():
+    """Whether node_modules holds what package-lock.json asks for.
+
+    Judged by the lock file's CONTENT, stamped into node_modules when it was
+    installed: a fresh checkout or a second worktree gives the lock file a new
+    mtime without changing it, and must not reinstall (a reinstall through a
+    shared node_modules empties it for everyone). Without a stamp (installed
+    by hand), the old rule: node_modules newer than the lock file.
+    """
     lock = os.path.join(FRONTEND, "package-lock.json")
     installed = os.path.join(FRONTEND, "node_modules", ".package-lock.json")
-    if not os.path.isfile(installed) or (
-        os.path.isfile(lock) and os.path.getmtime(lock) > os.path.getmtime(installed)
-    ):
-        _npm(npm or _require_npm(), "ci", "--no-audit", "--no-fund")
+    if not os.path.isfile(installed):
+        return False
+    if not os.path.isfile(lock):
+        return True
+    stamp = os.path.join(FRONTEND, "node_modules", LOCK_STAMP)
+    if os.path.isfile(stamp):
+        with open(stamp, encoding="ascii") as f:
+            return f.read().strip() == _lock_digest(lock)
+    return os.path.getmtime(lock) <= os.path.getmtime(installed)
+
+
+def install_deps(npm=None):
+    """``npm ci`` when node_modules does not hold what the lock file asks for."""
+    if deps_current():
+        return
+    _npm(npm or _require_npm(), "ci", "--no-audit", "--no-fund")
+    lock = os.path.join(FRONTEND, "package-lock.json")
+    if os.path.isfile(lock) and os.path.isdir(os.path.join(FRONTEND, "node_modules")):
+        with open(os.path.join(FRONTEND, "node_modules", LOCK_STAMP), "w", encoding="ascii") as f:
+            f.write(_lock_digest(lock) + "\n")
 
 
 def build_frontend(force=False):

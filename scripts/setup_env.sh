@@ -49,7 +49,9 @@ have_hash="" have_extras=""
 if [ "$have_hash" != "$want_hash" ] || [ "${EXTRAS:-$have_extras}" != "$have_extras" ] \
    || ! python -c 'import tb_neuraldbg._demo' 2>/dev/null; then
   say "pip install -e .${EXTRAS:+[$EXTRAS]} (builds the frontend bundle)"
-  pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
+  # torch named again: the extras (lightning, transformers, accelerate)
+  # accept it, and pip must not trade it for another build.
+  pip install -q -e ".${EXTRAS:+[$EXTRAS]}" "$TORCH_SPEC"
   echo "$want_hash $EXTRAS" > "$STAMP"
 fi
 # An editable install does not notice TypeScript edits: rebuild a stale bundle

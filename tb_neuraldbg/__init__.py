@@ -8,19 +8,20 @@ Where things are, along the data path (see README "Where things are"):
 ``training/`` (hooks, statistics, the writer), ``format/`` (the stored format,
 imported by every side), ``diagnosis/`` (pure numpy), ``server/`` (the
 TensorBoard plugin), ``offline/`` (reader and reports), ``checks/`` (the
-preflight protocol).
+preflight protocol), ``integrations/`` (Lightning and Hugging Face callbacks,
+imported on their own).
 """
 
 from ._version import __version__
 
-__all__ = ["DebugWriter", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
+__all__ = ["DebugWriter", "unwatch", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
 
 
 def __getattr__(name):
-    if name == "DebugWriter":
-        from .training.writer import DebugWriter
+    if name in ("DebugWriter", "unwatch"):
+        from .training import writer
 
-        return DebugWriter
+        return getattr(writer, name)
     if name in ("register_module", "Behaviour"):
         from .training import modules
 

@@ -7,6 +7,9 @@
 ``report`` exits 0 whatever it finds, unless ``--fail-on`` asks otherwise
 (1 = the threshold was reached), and 2 for a bad command line or a logdir it
 cannot report on. Problems are one-line messages on stderr, never tracebacks.
+What of a logdir could not be read (a run of a newer format, a corrupt
+record, a FIFO...) is one line on stderr too, and in the report: a run that
+lost data reads "incomplete".
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import warnings
 
 from ._version import __version__
-from .format.contract import NeuralDbgDataWarning, logdir_report, run_report
+from .format.contract import NeuralDbgDataWarning, annotate, logdir_report, run_report
 from .offline.text_report import DEFAULT_MAX_EVENTS, format_report
 
 __all__ = ["main", "build_parser"]
@@ -98,25 +101,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _collect_runs(logdir: str, rediagnose: bool) -> tuple[list, list[dict]]:
-    """The runs under ``logdir`` and their report dicts (raises _UsageError)."""
-    from .offline.reader import FormatError, read_logdir
+def _collect_runs(logdir: str, rediagnose: bool) -> tuple[list, list[dict], list[str]]:
+    """The runs under ``logdir``, their report dicts (with what could not be
+    read) and the notes about the logdir (raises _UsageError)."""
+    from .offline.reader import read_logdir
 
+    notes: list[str] = []
     try:
-        runs = read_logdir(logdir)
+        runs = read_logdir(logdir, notes)
     except (FileNotFoundError, NotADirectoryError) as e:
         raise _UsageError(str(e)) from None
-    except FormatError as e:
-        raise _UsageError(f"cannot read {logdir}: {e}") from None
     if not runs:
-        raise _UsageError(f"no neuraldbg data under {logdir}")
-    if rediagnose:
-        from .offline.rediagnose import diagnose_run
+        raise _UsageError(f"no readable neuraldbg data under {logdir}")
+    reports = []
+    for run in runs:
+        if rediagnose:
+            from .offline.rediagnose import diagnose_run
 
-        for run in runs:
             _note_gaps(run)
-        return runs, [diagnose_run(run).to_report() for run in runs]
-    return runs, [run_report(run.name, run.diagnosis, run.events) for run in runs]
+            rep, skipped = diagnose_run(run).to_report(), []
+        else:
+            rep, skipped = _stored_report(run)
+        reports.append(annotate(rep, run.warnings + skipped, run.incomplete or bool(skipped)))
+    return runs, reports, notes
+
+
+def _stored_report(run) -> tuple[dict, list[str]]:
+    """The report of the diagnosis and events stored online, and what the
+    contract had to skip of them (warned, and kept with the run's warnings)."""
+    skipped: list[str] = []
+
+    def note(message: str) -> None:
+        warnings.warn(f"run {run.name[:200]!r}: {message}", NeuralDbgDataWarning, stacklevel=2)
+        skipped.append(message)
+
+    return run_report(run.name, run.diagnosis, run.events, note), skipped
 
 
 def _note_gaps(run) -> None:
@@ -147,8 +166,8 @@ def _exit_code(runs: list[dict], fail_on: str | None) -> int:
 
 
 def _cmd_report(args) -> int:
-    _, runs = _collect_runs(args.logdir, args.rediagnose)
-    report = logdir_report(runs)
+    _, runs, notes = _collect_runs(args.logdir, args.rediagnose)
+    report = logdir_report(runs, notes)
     if args.json:
         # allow_nan=False: the report is strict JSON (run_report maps NaN to null).
         sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
@@ -164,8 +183,8 @@ def _cmd_report(args) -> int:
 def _cmd_export(args) -> int:
     from .offline.html_report import render_html
 
-    runs, reports = _collect_runs(args.logdir, args.rediagnose)
-    text = render_html(reports, runs, title=f"neuraldbg report: {args.logdir}")
+    runs, reports, notes = _collect_runs(args.logdir, args.rediagnose)
+    text = render_html(reports, runs, title=f"neuraldbg report: {args.logdir}", notes=notes)
     try:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

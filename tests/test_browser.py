@@ -14,7 +14,14 @@ A second test drives the same bundle against tests/browser/mock_server.mjs
 (docs/API.md shapes) for what a real logdir cannot easily show: the loading,
 empty and error states, and that a superseded slow answer is never drawn.
 
-Both skip only when chromium is missing and CI is not set; under CI they run.
+A third runs tests/browser/check_tree.mjs on a big model (a 56-block
+transformer, 510 rows, and a healthy run of it): the module tree, the
+filter and the anomalies-first order, their URL and reloads, the run list.
+It saves the README's screenshot in tests/browser/screenshots/; with
+ND_UPDATE_SCREENSHOT=1 it also copies it to docs/screenshot.png (the tracked
+image changes only when asked).
+
+All skip only when chromium is missing and CI is not set; under CI they run.
 """
 
 import json
@@ -92,6 +99,44 @@ def _write_untrusted(logdir: Path) -> None:
     )
 
 
+BIG_RUN = "big_transformer"
+BIG_ROOT = "blocks.37.mlp.fc1"
+BIG_BLOCK = ("ln1", "LayerNorm"), ("attn.q_proj", "Linear"), ("attn.k_proj", "Linear"), ("attn.v_proj", "Linear"), \
+    ("attn.out_proj", "Linear"), ("ln2", "LayerNorm"), ("mlp.fc1", "Linear"), ("mlp.act", "GELU"), ("mlp.fc2", "Linear")
+
+
+def big_model_layers(blocks: int = 56) -> list[dict]:
+    """Rows of a transformer of ``blocks`` blocks (507 modules at 56), in forward order."""
+    rows = [{"name": "<input>", "type": "input"}, {"name": "embed", "type": "Embedding"}]
+    rows += [{"name": f"blocks.{b}.{m}", "type": t} for b in range(blocks) for m, t in BIG_BLOCK]
+    rows += [{"name": "ln_f", "type": "LayerNorm"}, {"name": "head", "type": "Linear"},
+             {"name": "<loss>", "type": "loss"}, {"name": "<optimizer>", "type": "optimizer"}]
+    return rows
+
+
+def _write_big_model(logdir: Path) -> None:
+    """A 56-block transformer (510 rows) failing in blocks.37.mlp.fc1, and a healthy run of it."""
+    layers = big_model_layers()
+    last = 99
+    fails = [  # (layer, state, kind, onset)
+        (BIG_ROOT, "exploding", "exploding_gradient", 40),
+        ("blocks.37.mlp.fc2", "exploding", "exploding_gradient", 44),
+        ("blocks.38.attn.q_proj", "exploding", "exploding_gradient", 47),
+        ("head", "exploding", "exploding_gradient", 52),
+        ("<loss>", "loss_spike", "loss_spike", 55),
+        ("blocks.5.ln1", "saturated", "saturated_activation", 60),
+    ]
+    write_run(
+        logdir, BIG_RUN, layers=layers, num_steps=last + 1, seed=4,
+        plants=[Plant(step=s, layer=l, state=st, values={"grad_norm": 3e4 * (i + 1)}, until=last)
+                for i, (l, st, _, s) in enumerate(fails)],
+        events=[event(s, l, k, value=3e4 * (i + 1),
+                      message=f"{l}: gradient norm jumped to {3e4 * (i + 1):.0e}." if k == "exploding_gradient" else None)
+                for i, (l, _, k, s) in enumerate(fails)],
+    )
+    write_run(logdir, "big_healthy", layers=layers, num_steps=last + 1, seed=5)
+
+
 def _browser_prerequisites() -> tuple[str, str]:
     """(chromium, node) paths, the bundle built; skip/fail as the module docstring says."""
     chromium = _chromium()
@@ -155,7 +200,6 @@ def test_tab_in_real_tensorboard(tmp_path):
             ND_TB_URL=tb.url,
             ND_REPORT=str(report_path),
             ND_SHOTS=str(shots),
-            ND_README_SHOT=str(ROOT / "docs" / "screenshot.png"),
             ND_RESULTS=str(results_path),
             ND_UNTRUSTED_RUN=UNTRUSTED_RUN,
             ND_FOCUS_RUN=focus,
@@ -164,6 +208,27 @@ def test_tab_in_real_tensorboard(tmp_path):
         proc = subprocess.run([node, str(BROWSER_DIR / "check_tab.mjs")], env=env, capture_output=True,
                               text=True, timeout=600, cwd=ROOT)
     print(f"logdir from {source}")
+    print(proc.stdout)
+    print(proc.stderr, file=sys.stderr)
+    assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+
+
+def test_tree_on_a_big_model(tmp_path):
+    chromium, node = _browser_prerequisites()
+    logdir = tmp_path / "logdir"
+    _write_big_model(logdir)
+    shots = BROWSER_DIR / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with serve(logdir, log_path=tmp_path / "tensorboard.log") as tb:
+        tb.wait_for("tensorboard to list the big runs",
+                    lambda: {BIG_RUN, "big_healthy"} <= {x["run"] for x in tb.json("/data/plugin/neuraldbg/runs")["runs"]},
+                    timeout=120)
+        env = dict(os.environ, ND_TB_URL=tb.url, ND_RUN=BIG_RUN, ND_ROOT=BIG_ROOT, ND_HEALTHY="big_healthy",
+                   ND_SHOTS=str(shots), CHROMIUM=chromium)
+        if os.environ.get("ND_UPDATE_SCREENSHOT", "").strip() not in ("", "0"):
+            env["ND_DOCS_SHOT"] = str(ROOT / "docs" / "screenshot.png")
+        proc = subprocess.run([node, str(BROWSER_DIR / "check_tree.mjs")], env=env, capture_output=True,
+                              text=True, timeout=600, cwd=ROOT)
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
     assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"

@@ -354,10 +354,14 @@ def test_scaler_collapse_onset_and_origin():
         r[-1, M["scale"]] = 65536.0 / (2 ** max(0, s - at))
 
     feed(eng, run, range(at + Thresholds().scaler_backoffs + 5), plant)
-    (ev,) = failures(eng)
+    # the collapse is reported, and the root is where the inf is born (DESIGN:
+    # the collapse is the symptom), an event of its own
+    ev, root = failures(eng)
     assert (ev.kind, ev.layer, ev.step) == ("scaler_collapse", "<optimizer>", at)
     assert ev.extra["origin"] == "fc1" and "fc1" in ev.message
-    assert eng.root_cause["kind"] == "scaler_collapse" and eng.status == "failing"
+    assert (root.kind, root.layer, root.step) == ("nonfinite", "fc1", at) and root.extra["attribution"]
+    assert {k: eng.root_cause[k] for k in ("kind", "layer", "step")} == {"kind": "nonfinite", "layer": "fc1", "step": at}
+    assert "GradScaler" in eng.root_cause["message"] and eng.status == "failing"
 
 
 # -------------------------------------------------------- vanishing / dead
@@ -466,7 +470,10 @@ def test_single_step_blip_is_not_an_event_and_recovery_is_info():
             r[run.i("fc1"), M["grad_norm"]] *= 1e5
 
     feed(eng, run, range(200), blip)
-    assert eng.events == []
+    # no failure: at most the note that a burst did no harm (a clip's work)
+    (note,) = eng.events
+    assert (note.severity, note.kind, note.layer, note.step) == ("info", "exploding_gradient", "fc1", 120)
+    assert "burst" in note.message and eng.status == "healthy"
 
     eng = Engine(run.layers)
 
@@ -838,6 +845,140 @@ def test_add_layers_grows_every_array_and_new_layers_can_fail():
     (ev,) = failures(eng)
     assert (ev.layer, ev.kind, ev.step) == ("late", "dead_activation", 10)
     assert ev.extra["born_failing"] is True
+
+
+# ----------------------------------------------------------- state table
+
+#: the variants of a kind's message head (the extra fields that choose them)
+_HEAD_VARIANTS = {
+    "nonfinite": [{"side": "backward", "forward_nonfinite": True}, {"side": "backward", "received": True},
+                  {"side": "backward", "bwd_origin": True, "via": "input"}, {"side": "backward"},
+                  {"side": "loss", "from_layer": "fc0"}, {"side": "loss"},
+                  {"side": "forward", "from_layer": "fc0"}, {"side": "forward", "input_nonfinite": True},
+                  {"side": "forward"}],
+    "data_anomaly": [{"reason": r, "std": 0.0} for r in ("nonfinite", "constant", "scale_up", "scale_down")],
+    "dead_activation": [{}, {"via": "functional_activation"}, {"all_zero": True}],
+    "activation_explosion": [{}, {"amplified": "cumulative"}],
+    "activation_collapse": [{}, {"weight_norm": 1e-4, "weight_norm_max": 5.0}],
+    "exploding_gradient": [{}, {"cause": "grad_accumulation", "layers": ["fc0", "fc1"], "layer_count": 2}],
+    "frozen_weights": [{"cause": c, "group": 1} for c in ("not_in_optimizer", "lr_zero", "no_update")],
+    "no_gradient": [{}, {"ran_without_grad": True}],
+    "loss_spike": [{}, {"reason": "climb"}],
+    "loss_plateau": [{"reason": "flat", "num_classes": 10}, {"reason": "chance", "num_classes": 10}],
+    "initial_loss": [{"num_classes": 10}],
+    "scaler_collapse": [{}, {"origin": "fc0", "origin_side": "forward"}],
+}
+#: kinds whose cause depends on the event (where the value was born, what is
+#: wrong with the batch): each variant of their head says it (explain.CAUSES)
+_CAUSE_IN_HEAD = {"nonfinite", "data_anomaly"}
+
+
+def test_every_state_of_the_table_is_known_to_the_diagnosis():
+    """Walk metadata.STATE_TABLE: every failing state has an event kind of the
+    contract that the engine maps, a persistence, and a message with a
+    specific head (never the fallback "x -> y") and a cause text; every kind
+    of the contract is produced by some state."""
+    from tb_neuraldbg.diagnosis import engine, explain
+
+    persist = engine.persistence(Thresholds())
+    assert len(persist) == len(metadata.STATE_TABLE)
+    produced = set()
+    for s in metadata.STATE_TABLE:
+        assert persist[s.code] >= 1, s.name
+        if s.name == "healthy":
+            assert s.kind is None and s.name not in engine.EVENT_KIND
+            continue
+        assert s.kind in metadata.KINDS, s.name
+        assert engine.EVENT_KIND[s.name] == s.kind
+        assert s.severity in ("warning", "error"), s.name
+        assert s.evidence in metadata.METRIC_INDEX, s.name
+        produced.add(s.kind)
+        cause = explain.CAUSES.get(s.kind)
+        assert (cause is not None) != (s.kind in _CAUSE_IN_HEAD), s.kind
+        for extra in _HEAD_VARIANTS.get(s.kind, [{}]):
+            for layer, kind_of_layer in (("fc1", "Linear"), ("<loss>", "loss")):
+                msg = explain.event_message(s.kind, layer, kind_of_layer, "healthy", s.name, 7, 2.0, 1.0, extra)
+                assert f"healthy -> {s.name}" not in msg, (s.kind, extra, msg)
+                assert cause is None or msg.endswith(" " + explain.advice(s.kind, kind_of_layer, extra)), (
+                    s.kind, extra, msg)
+                # recovering from the state has its own wording too
+                back = explain.event_message(s.kind, layer, kind_of_layer, s.name, "healthy", 9, 1.0, 2.0, extra)
+                assert "recovered from" in back, back
+    assert set(metadata.KINDS) <= produced, set(metadata.KINDS) - produced
+
+
+#: module types, and the kinds of event that can occur on each: gradient
+#: and weight kinds where there are parameters, saturation on bounded
+#: activations, the activation kinds and non-finite values everywhere
+_PARAMETRISED = ("Linear", "Conv2d", "ConvTranspose2d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm",
+                 "Embedding", "EmbeddingBag", "LSTM", "GRU", "RNN", "MultiheadAttention", "PReLU", "MyBlock")
+_PARAMETERLESS = ("ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh", "Sigmoid", "Hardtanh", "Softsign",
+                  "MaxPool2d", "MyOp")
+_BOUNDED = ("ReLU6", "Tanh", "Sigmoid", "Hardtanh", "Softsign")
+_ON_ANY_MODULE = ("nonfinite", "dead_activation", "activation_collapse", "activation_explosion")
+_ON_PARAMETERS = ("vanishing_gradient", "exploding_gradient", "frozen_weights", "no_gradient")
+#: what a suggestion must not name for a module of a family (its own kind)
+_SELF = {"norm": (r"\bBatchNorm\b", r"\bLayerNorm\b", r"\bGroupNorm\b", r"normalisation layer"),
+         "recurrent": (r"\bLSTM\b", r"\bGRU\b")}
+
+
+def _kinds_on(layer_type):
+    kinds = list(_ON_ANY_MODULE)
+    if layer_type in _PARAMETRISED:
+        kinds += _ON_PARAMETERS
+    if layer_type in _BOUNDED:
+        kinds.append("saturated_activation")
+    return kinds
+
+
+@pytest.mark.parametrize("layer_type", _PARAMETRISED + _PARAMETERLESS)
+def test_every_event_reads_well_on_every_module_type(layer_type):
+    """Every event kind that can occur on a module type, with every variant
+    of its message: no "n/a" where a value was measured, and no advice that
+    suggests what the module already is (a dead GELU is not told to try GELU,
+    a LayerNorm not to add normalisation, an LSTM not to use one)."""
+    import re
+
+    from tb_neuraldbg.diagnosis import explain
+
+    fam = explain.family(layer_type)
+    # (a vanilla RNN may be told to try an LSTM; an LSTM or GRU may not)
+    gated = fam == "recurrent" and layer_type != "RNN"
+    own = (rf"\b{re.escape(layer_type)}\b",) + _SELF.get(fam if fam != "recurrent" or gated else "", ())
+    for kind in _kinds_on(layer_type):
+        for extra in _HEAD_VARIANTS.get(kind, [{}]):
+            for before in (0.2, float("nan")):  # measured before, or born failing
+                msg = explain.event_message(kind, "blocks.3.x", layer_type, "healthy", "x", 40, 0.8, before, extra)
+                assert "n/a" not in msg and "None" not in msg, (layer_type, kind, extra, msg)
+                tried = msg.split("Try:", 1)[1] if "Try:" in msg else ""
+                tried = re.sub(r"instead of (an? )?(vanilla )?[\w/.()]+", "", tried)
+                for pattern in own:
+                    assert not re.search(pattern, tried), (layer_type, kind, extra, msg)
+
+
+def test_an_all_zero_output_is_dead_with_its_value_on_any_module():
+    """A GELU or a Linear whose output is exactly 0 everywhere: dead, 100%,
+    worded for what it is (not "n/a of its units", not "try GELU")."""
+    run = Run()
+    names = list(run.names)
+    names[run.i("relu0")] = "gelu0"
+    layers = [dict(l, name=n, type="GELU" if n == "gelu0" else l["type"]) for l, n in zip(run.layers, names)]
+    eng = Engine(layers)
+
+    def plant(s, r):
+        if s >= 100 and run.full(s):
+            for name in ("relu0", "fc1"):  # gelu0's row, and the Linear after it
+                i = run.i(name)
+                r[i, [M["act_mean"], M["act_std"], M["act_absmax"], M["act_zero_frac"]]] = [0, 0, 0, 1]
+                r[i, M["act_dead_frac"]] = np.nan
+
+    feed(eng, run, range(160), plant)
+    dead = {e.layer: e for e in failures(eng) if e.kind == "dead_activation"}
+    assert set(dead) == {"gelu0", "fc1"}
+    for e in dead.values():
+        assert e.value == 1.0 and e.step == 100 and "exactly 0" in e.message and "n/a" not in e.message
+    assert "LeakyReLU/GELU" not in dead["gelu0"].message
+    assert "weights and bias are 0" in dead["fc1"].message
 
 
 # ----------------------------------------------------------- performance

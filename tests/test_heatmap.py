@@ -175,7 +175,7 @@ def test_shape_mismatch_is_a_value_error():
 
 
 @pytest.mark.parametrize("metric", ["grad_norm", "act_zero_frac", "state"])
-@pytest.mark.parametrize("n, cols", [(1, 1), (7, 3), (50, 7), (64, 64), (97, 10), (30, 1000)])
+@pytest.mark.parametrize("n, cols", [(1, 1), (7, 3), (50, 7), (64, 64), (97, 10), (30, 1000), (400, 37)])
 def test_matches_reference_on_random_data(metric, n, cols):
     rng = np.random.default_rng(n * 1000 + cols)
     num_layers = 5
@@ -185,6 +185,7 @@ def test_matches_reference_on_random_data(metric, n, cols):
     values[special < 0.05] = np.nan
     values[(special >= 0.05) & (special < 0.08)] = np.inf
     values[(special >= 0.08) & (special < 0.1)] = 0
+    values[(special >= 0.1) & (special < 0.12)] = -np.inf
     codes = np.array([H] * 20 + [EXPL, NONF, NOGRAD, VAN, UNK, 200], np.uint8)
     states = rng.choice(codes, (n, num_layers)).astype(np.uint8)
     steps = np.cumsum(rng.integers(1, 5, n))
@@ -194,3 +195,41 @@ def test_matches_reference_on_random_data(metric, n, cols):
     np.testing.assert_array_equal(got.col_end, want[1])
     np.testing.assert_array_equal(got.values, want[2])
     np.testing.assert_array_equal(got.states, want[3])
+
+
+@pytest.mark.parametrize("metric", ["grad_norm", "act_mean", "act_dead_frac", "state"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_matches_reference_when_few_bins_mix(metric, seed):
+    """Mostly steady layers (the common case, looked at bin by bin only where
+    codes mix or signs and distances tie): same answers as the reference."""
+    rng = np.random.default_rng(seed)
+    n, num_layers, cols = 600, 7, 53
+    values = (10.0 ** rng.uniform(-3, 3, (n, num_layers))).astype(np.float32)
+    values[:, 1] *= -1  # a layer of negative values
+    values[:100, 2] *= rng.choice([-1, 1], 100)  # a layer of both signs at first
+    values[rng.random((n, num_layers)) < 0.01] = np.nan
+    values[:, 3] = 2.0
+    values[5::17, 3] = 0.5  # as far from 1 as 2.0: the first of them wins
+    values[::29, 4] = -values[::29, 4] * 0  # zeros
+    values[100::50, 5] = np.inf
+    values[120::50, 5] = -np.inf
+    values[:50, 6] = np.nan  # a layer not measured at first
+    states = np.zeros((n, num_layers), np.uint8)
+    states[rng.integers(0, n, 6), rng.integers(0, num_layers, 6)] = EXPL
+    states[300:, 0] = VAN
+    states[310:, 0] = NONF
+    states[:40, 6] = UNK
+    steps = np.arange(n) * 3
+    got = heatmap.bin_heatmap(steps, values, states, cols, metric)
+    want = reference(steps, values, states, cols, metric)
+    np.testing.assert_array_equal(got.values, want[2])
+    np.testing.assert_array_equal(got.states, want[3])
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([2.0, 0.5], 2.0), ([0.5, 2.0], 0.5), ([-3.0, 3.0], -3.0), ([3.0, -3.0], 3.0),
+    ([-0.1, 0.1, 5.0], -0.1), ([0.1, -0.1], 0.1), ([-np.inf, np.inf], -np.inf), ([1.0, -np.inf, 1e30], -np.inf),
+])
+def test_ties_go_to_the_earliest_step(values, expected):
+    v, _ = one_layer(values, [H] * len(values), 1)
+    assert v.tolist() == [np.float32(expected)]

@@ -194,3 +194,28 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_second():
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
         ci = [line.strip() for line in f if line.strip() and not line.startswith("#")]
     assert ci[-1] == "exec bash scripts/test.sh"
+
+
+def test_deps_are_judged_by_the_lock_files_content_not_its_mtime(fake_tree, monkeypatch):
+    bf, frontend, _ = fake_tree
+    lock = frontend / "package-lock.json"
+    lock.write_text('{"v": 1}')
+    calls = []
+
+    def fake_npm(npm, *args):
+        calls.append(args)
+        (frontend / "node_modules").mkdir(exist_ok=True)
+        (frontend / "node_modules" / ".package-lock.json").write_text("{}")
+
+    monkeypatch.setattr(bf, "_npm", fake_npm)
+    monkeypatch.setattr(bf.shutil, "which", lambda name: "/usr/bin/" + name)
+    bf.install_deps()
+    assert calls == [("ci", "--no-audit", "--no-fund")]
+    # a checkout touches the lock file (a newer mtime, same content): no reinstall
+    os.utime(lock, (2e9, 2e9))
+    bf.install_deps()
+    assert len(calls) == 1
+    # a changed lock file: reinstall
+    lock.write_text('{"v": 2}')
+    bf.install_deps()
+    assert len(calls) == 2

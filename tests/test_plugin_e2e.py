@@ -6,9 +6,13 @@ every step is kept (more than either loader's default sample of 100 / 10),
 and that a run still being written shows new steps and events after a reload.
 """
 
+import os
+import urllib.parse
+
 import pytest
 
 from tb_neuraldbg import metadata
+from tests import hostile as H
 from tests.plugin_server import serve
 from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
 
@@ -107,3 +111,70 @@ def test_real_tensorboard(load_fast, tmp_path):
         raise
     finally:
         live.close()
+
+
+def _damage(run_dir, how: str) -> None:
+    """Break one record in the middle of a run's event file."""
+    path = H.event_file(run_dir)
+    recs = H.records(path)
+    raw = open(path, "rb").read()
+    offset, data = recs[len(recs) // 2]
+    if how == "flip":  # a flipped bit: the data checksum fails
+        b = bytearray(raw)
+        b[offset + 12 + len(data) // 2] ^= 1
+        new = bytes(b)
+    elif how == "decode":  # not an Event, both checksums recomputed
+        new = raw[:offset] + H.frame(b"\x0f" + data[1:]) + raw[offset + 16 + len(data):]
+    else:  # "huge": a 1 TB length with a valid checksum
+        new = raw[:offset] + H.frame(b"x", length=1 << 40)[:12] + raw[offset:]
+    with open(path, "wb") as f:
+        f.write(new)
+
+
+@pytest.mark.parametrize("load_fast", ["true", "false"])
+def test_hostile_runs_beside_good_ones(load_fast, tmp_path):
+    """Every hostile input of the untrusted-logdir issue in one logdir: the good
+    runs are served whole and no route answers 500, on both loaders."""
+    logdir = tmp_path / "logs"
+    truths = H.good_runs(logdir)
+    for kind in H.BAD_TENSORS:
+        H.bad_tensor_run(logdir, f"tensor_{kind}", kind)
+    H.broadcast_run(logdir, "broadcast", num_records=5)
+    H.future_run(logdir, "future", 2)
+    H.nested_json_run(logdir, "nested", metadata.TAG_EVENTS)
+    # Outside this plugin (README, "Untrusted logdirs"): a 1 TB length makes the
+    # Rust data server abort on its allocation, and TensorBoard with it; a record
+    # that is not an Event stops the Python loader's reload worker, so that the
+    # runs it had not loaded yet never appear. Each loader gets what it survives.
+    for how in ("flip",) + (("decode",) if load_fast == "true" else ("huge",)):
+        write_run(logdir, f"damaged_{how}", num_modules=1, num_steps=20)
+        _damage(logdir / f"damaged_{how}", how)
+    expected = {n.name for n in logdir.iterdir() if n.name != "good"} - {"future"}
+    try:
+        with serve(logdir, load_fast=load_fast, log_path=tmp_path / "tb.log") as tb:
+            def listed():
+                got = tb.json(f"{BASE}/runs")
+                names = {r["run"] for r in got["runs"]}
+                return got if set(H.GOOD) <= names and len(names) >= 2 + 4 else None
+
+            got = tb.wait_for("the good runs", listed, timeout=120)
+            runs = {r["run"]: r for r in got["runs"]}
+            for name, truth in truths.items():
+                assert runs[name]["num_steps"] == truth.steps.size, name
+                assert runs[name]["num_layers"] == len(truth.layers)
+            assert "future" not in runs
+            skipped = tb.wait_for("the future run refused", lambda: tb.json(f"{BASE}/runs")["skipped"])
+            assert [s["run"] for s in skipped] == ["future"] and "newer" in skipped[0]["reason"]
+            for run in sorted(set(runs) | expected | {"future"}):
+                q = urllib.parse.quote(run)
+                for path in (f"meta?run={q}", f"heatmap?run={q}&metric=grad_norm",
+                             f"heatmap?run={q}&metric=state&format=b64", f"events?run={q}",
+                             f"layer?run={q}&layer=fc0", "report", "runs"):
+                    status, _, body = tb.fetch(f"{BASE}/{path}", gzip_ok=False)
+                    assert status in (200, 404), (run, path, status, body[:200])
+            assert tb.proc.poll() is None
+            hm = tb.json(f"{BASE}/heatmap?run=good/failing&metric=grad_norm&max_cols=5000")
+            assert hm["cols"] == 30
+    except AssertionError:
+        print((tmp_path / "tb.log").read_text(errors="replace")[-4000:])
+        raise

@@ -181,7 +181,8 @@ def test_runs(app, truth):
                 "num_steps": 12,
                 "num_events": 0,
             },
-        ]
+        ],
+        "skipped": [],
     }
 
 
@@ -204,6 +205,7 @@ def test_meta(app, truth):
         "first_step": 100,
         "last_step": 178,
         "num_steps": 40,
+        "warnings": [],
     }
     assert truth["failing"].layers == got["layers"]
 
@@ -284,7 +286,7 @@ def test_events_all_sorted_by_step(app, truth):
     got = app.json(f"{BASE}/events?run=failing")
     want = contract(truth["failing"].events)
     assert [e["step"] for e in want] == [106, 134, 144]
-    assert got == {"run": "failing", "total": 3, "truncated": False, "events": want}
+    assert got == {"run": "failing", "total": 3, "offset": 0, "truncated": False, "events": want}
 
 
 @pytest.mark.parametrize(
@@ -313,6 +315,11 @@ def test_events_limit(app):
     got = app.json(f"{BASE}/events?run=failing&limit=2")
     assert got["total"] == 3 and got["truncated"] is True
     assert [e["step"] for e in got["events"]] == [106, 134]
+    # The next page, and a page past the end.
+    got = app.json(f"{BASE}/events?run=failing&limit=2&offset=2")
+    assert (got["total"], got["offset"], got["truncated"]) == (3, 2, False)
+    assert [e["step"] for e in got["events"]] == [144]
+    assert app.json(f"{BASE}/events?run=failing&offset=9")["events"] == []
 
 
 def test_layer_detail(app, truth):

@@ -204,14 +204,22 @@ def test_rewritten_step_keeps_the_last_record(tmp_path):
     assert (run.stats[0] == 1).all() and (run.stats[1] == 3).all()
 
 
-def test_newer_format_is_refused(tmp_path):
+def test_newer_format_is_refused_and_the_other_runs_read(tmp_path):
+    write_run(tmp_path, "good", num_steps=3)
     w = _raw_writer(tmp_path / "future")
     value = _string_value(metadata.TAG_LAYERS, json.dumps({"layers": []}))
     value.metadata.plugin_data.content = json.dumps({"version": metadata.FORMAT_VERSION + 1}).encode()
     _add(w, 0, summary_pb2.Summary(value=[value]))
     w.close()
+    notes = []
+    with pytest.warns(NeuralDbgDataWarning, match="newer") as record:
+        runs = read_logdir(tmp_path, notes)
+    assert [r.name for r in runs] == ["good"]
+    assert len(notes) == 1 and notes[0].startswith("run 'future', tag 'neuraldbg/layers'")
+    assert "format version 2 is newer" in notes[0] and notes[0].endswith("run not read")
+    assert [str(r.message) for r in record] == notes
     with pytest.raises(FormatError, match="newer"):
-        read_logdir(tmp_path)
+        read_run(tmp_path / "future")
 
 
 def test_large_run_reads_fast(tmp_path):
@@ -251,15 +259,19 @@ def test_tensors_without_tensor_content_are_decoded(tmp_path):
     np.testing.assert_array_equal(run.states[0], np.arange(n))
 
 
-def test_corrupt_record_keeps_what_precedes_it(tmp_path):
+def test_corrupt_record_is_skipped_and_named(tmp_path):
+    """A flipped bit fails one record's data checksum: its length checksum
+    holds, so the records after it are read; the run says what was lost."""
     write_run(tmp_path, "r", num_steps=10)
     (path,) = (tmp_path / "r").glob("events.out.tfevents.*")
     data = bytearray(path.read_bytes())
-    data[len(data) * 2 // 3] ^= 0xFF  # a flipped bit fails the record's CRC
+    data[len(data) * 2 // 3] ^= 0xFF
     path.write_bytes(bytes(data))
-    (run,) = read_logdir(tmp_path)
-    assert 0 < run.num_steps < 10
-    np.testing.assert_array_equal(run.steps, np.arange(run.num_steps))
+    with pytest.warns(NeuralDbgDataWarning, match="bad data checksum"):
+        (run,) = read_logdir(tmp_path)
+    assert run.incomplete and len(run.warnings) == 1
+    assert run.warnings[0].startswith(f"{path.name}: skipped the record at offset ")
+    assert 9 <= run.num_steps <= 10 and run.steps[-1] == 9
 
 
 def test_fast_crc_matches_tensorboards():

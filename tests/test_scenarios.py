@@ -1,10 +1,13 @@
 """Scenario suite: tiny models trained on CPU under the real DebugWriter.
 
-Planted failures (tests/scenarios/failures.py) must give the right root cause
-(kind, layer, onset step within the case's tolerance); healthy controls
-(tests/scenarios/healthy.py) must give no warning and no error. The engine
-checked is the one the writer ran online; one test also reads the events back
-from the event file.
+Planted failures (tests/scenarios/failures.py, and the corpus of realistic
+bugs in corpus_failures.py) must give the right root cause (kind, layer,
+onset step within the case's tolerance: only where a statistic is sampled,
+said in the case); healthy controls (healthy.py, corpus_healthy.py) must give
+no warning and no error. The engine checked is the one the writer ran online;
+one test also reads the events back from the event file. Each corpus case's
+truth is measured too: on the raw statistics of the run and of the same run
+without the bug, without the diagnosis.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import time
 import numpy as np
 import pytest
 
-from scenarios import failures, healthy
+from scenarios import corpus_failures, corpus_healthy, failures, healthy
 from scenarios.harness import read_events, train
 from tb_neuraldbg.training.worker import Worker
 
-CASES = {c.spec.name: c for c in failures.all_cases()}
-HEALTHY = {s.name: s for s in healthy.all_specs()}
+CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_cases()}
+HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs()}
+TRUTHS = [name for name, c in CASES.items() if c.truth is not None]
 
 
 @pytest.fixture(autouse=True)
@@ -32,10 +36,24 @@ def _quiet_writer_warnings():
     logging.getLogger("tb_neuraldbg").setLevel(logging.NOTSET)
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """train(spec) once per module: the root-cause test and the truth test
+    of a case share its run."""
+    cache = {}
+
+    def get(spec):
+        if spec.name not in cache:
+            cache[spec.name] = train(spec, str(tmp_path_factory.mktemp(spec.name)))
+        return cache[spec.name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_planted_failure_gives_the_root_cause(name, tmp_path):
+def test_planted_failure_gives_the_root_cause(name, trained):
     case = CASES[name]
-    result = train(case.spec, str(tmp_path))
+    result = trained(case.spec)
     engine = result.replay(**case.replay) if case.replay else result.engine
     rc = engine.root_cause
     summary = [(e.step, e.layer, e.kind, e.severity) for e in engine.events][:12]
@@ -45,16 +63,39 @@ def test_planted_failure_gives_the_root_cause(name, tmp_path):
         assert not rc["layer"].startswith("<"), rc
     else:
         assert rc["layer"] == case.layer, (rc, summary)
-    assert abs(rc["step"] - case.onset) <= case.tolerance, (rc, summary)
-    assert rc["message"]
+    onset = case.onset if case.onset is not None else case.measure_onset(result)
+    assert abs(rc["step"] - onset) <= case.tolerance, (rc, onset, summary)
+    assert rc["message"] and "n/a" not in rc["message"], rc
+    # every failure says what was measured: no "n/a" for a value it has
+    for e in engine.events:
+        if e.severity != "info":
+            assert "n/a" not in e.message, e
     # the root cause is one of the events (the UI tags it in the timeline)
     assert (rc["kind"], rc["layer"], rc["step"]) in {(e.kind, e.layer, e.step) for e in engine.events}, rc
     # a planted failure always makes the run failing, whatever its severity
     assert engine.status == "failing"
 
 
-def test_deep_sigmoid_vanishing_spreads_to_the_input(tmp_path):
-    result = train(CASES["deep_sigmoid"].spec, str(tmp_path))
+@pytest.mark.parametrize("name", TRUTHS)
+def test_planted_fault_is_real(name, trained):
+    """The fault is where the case says, measured without the diagnosis,
+    against the same run without the bug."""
+    case = CASES[name]
+    case.truth(trained(case.spec), trained(case.fixed))
+
+
+@pytest.mark.parametrize("name", ["amp_scaler_collapse", "contrastive_sqrt_under_gradscaler"])
+def test_a_collapsed_gradscaler_is_reported_beside_its_origin(name, trained):
+    """DESIGN: the root is where the non-finite gradient is born; the
+    collapse of the scale, its symptom, is an event too."""
+    engine = trained(CASES[name].spec).engine
+    collapse = [e for e in engine.events if e.kind == "scaler_collapse"]
+    assert collapse and collapse[0].layer == "<optimizer>"
+    assert engine.root_cause["layer"] != "<optimizer>" and engine.root_cause["kind"] == "nonfinite"
+
+
+def test_deep_sigmoid_vanishing_spreads_to_the_input(trained):
+    result = trained(CASES["deep_sigmoid"].spec)
     vanishing = {e.layer for e in result.engine.events if e.kind == "vanishing_gradient"}
     # the first Linear and the root are vanishing, and so is everything between
     linears = [l["name"] for l in result.layers if l["type"] == "Linear"]
@@ -75,6 +116,14 @@ def test_healthy_control_is_silent(name, tmp_path):
     # also with K known (the initial-loss check on)
     replay = result.replay(num_classes=spec.num_classes)
     assert [e for e in replay.events if e.severity != "info"] == []
+
+
+def test_a_clipped_burst_is_told_as_info(tmp_path):
+    """Pre-clip norms that burst while nothing fails: healthy, and the user
+    is told that the clip does its job."""
+    result = train(HEALTHY["rnn_clipped_bursts"], str(tmp_path))
+    notes = [e for e in result.engine.events if e.severity == "info" and e.kind == "exploding_gradient"]
+    assert notes and "clip" in notes[0].message and result.engine.status == "healthy"
 
 
 def test_events_and_diagnosis_reach_the_event_file(tmp_path):

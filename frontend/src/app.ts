@@ -1,16 +1,23 @@
 /**
  * The controller: owns the view state (runs shown, metric, step range,
- * cursor, open layer), asks the store for what is shown (the store caches
- * and drops stale answers), and batches redraws into one animation frame.
+ * cursor, open layer, and how rows are shown: treestate.ts), asks the store
+ * for what is shown (the store caches and drops stale answers), and batches
+ * redraws into one animation frame.
  */
 import type { Api } from "./api";
 import { buildPalette, computeScale } from "./colormap";
 import { el, setChildren } from "./dom";
 import { rowHeightFor } from "./layout";
+import { RowModel } from "./rowmodel";
+import type { RowView } from "./rowview";
 import { STATE_HEALTHY, STATE_UNKNOWN } from "./states";
 import { layerRange, Store } from "./store";
 import { CLASS, CSS } from "./styles";
 import { BUILTIN_TABLES } from "./tables";
+import { ancestors, defaultExpansion, type ModuleTree } from "./tree";
+import { TreeState, type RowOrder } from "./treestate";
+import { ViewStore } from "./urlstate";
+import { warmUpDraw, WARM_CELLS } from "./warmup";
 import type { Heatmap, Meta, NdEvent, RunInfo, StepRange } from "./types";
 import { clampRange, isFull, panRange, unionRange, windowAround, zoomRange } from "./viewport";
 import { Toolbar, RunList } from "./views/controls";
@@ -19,11 +26,13 @@ import { EventListView } from "./views/eventList";
 import { HeatmapPanel, type CellRef } from "./views/heatmapPanel";
 import { Legend } from "./views/legend";
 import { RootCausePanel } from "./views/rootCause";
+import { RowControls } from "./views/rowControls";
 import { StateScreen } from "./views/stateScreen";
 
 export type ViewState = "loading" | "ready" | "empty" | "error";
 
 const REQUERY_DELAY_MS = 60;
+const NO_EVENTS: readonly NdEvent[] = [];
 
 export class App {
   readonly root: HTMLElement;
@@ -38,6 +47,13 @@ export class App {
   private readonly screen = new StateScreen(() => void this.reload());
   private readonly banner = el("div", { class: "nd-banner", attrs: { role: "status" } });
   private readonly store: Store;
+  private readonly rowControls: RowControls;
+  private readonly views: ViewStore;
+  /** How rows are shown: one state for every run (one model, one tree). */
+  private readonly rows: TreeState;
+  private readonly rowModels = new Map<string, RowModel>();
+  /** The default expansion and what it was computed for. */
+  private auto: { tree: ModuleTree; focus: string; set: Set<string> } | null = null;
 
   private selected: string[] = [];
   private primary: string | null = null;
@@ -52,9 +68,22 @@ export class App {
   private frame = 0;
   private requeryTimer: ReturnType<typeof setTimeout> | undefined;
   private lastWidth = 0;
+  /** Whether the draw path was compiled ahead (warmup.ts): once a page. */
+  private warmed = false;
 
-  constructor(host: HTMLElement, api: Api) {
+  constructor(host: HTMLElement, api: Api, views: ViewStore = new ViewStore()) {
     this.store = new Store(api);
+    this.views = views;
+    this.rows = new TreeState(views.readExpansion());
+    const url = views.readUrl();
+    this.rows.setFilter(url.filter);
+    this.rows.setOrder(url.order);
+    this.rowControls = new RowControls({
+      onFilter: (text) => this.setRowView(() => this.rows.setFilter(text)),
+      onOrder: (order) => this.setRowView(() => this.rows.setOrder(order)),
+      onAll: (open) => this.setRowView(() => this.rows.setAll(open)),
+    });
+    this.rowControls.set(this.rows.filter, this.rows.order);
     this.toolbar = new Toolbar({
       onMetric: (m) => this.setMetric(m),
       onZoom: (f) => this.zoom(f, null),
@@ -81,7 +110,7 @@ export class App {
     this.banner.style.display = "none";
     this.body = el("div", { class: "nd-body" }, [
       el("aside", { class: "nd-sidebar" }, [this.runList.element, this.legend.element]),
-      el("main", { class: "nd-main" }, [this.banner, this.rootPanel.element, this.panelsEl, this.detail.element]),
+      el("main", { class: "nd-main" }, [this.banner, this.rootPanel.element, this.rowControls.element, this.panelsEl, this.detail.element]),
       this.eventList.element,
     ]);
     this.root = el("div", { class: "nd-root", attrs: { "data-state": "loading" } }, [
@@ -146,6 +175,58 @@ export class App {
     this.invalidate();
   }
 
+  /** A change of filter, order or expansion: save it, redraw. */
+  private setRowView(change: () => void): void {
+    const before = this.rows.version;
+    change();
+    if (this.rows.version === before) return;
+    this.rowControls.set(this.rows.filter, this.rows.order);
+    this.views.writeUrl({ filter: this.rows.filter, order: this.rows.order as RowOrder });
+    this.views.writeExpansion(this.rows.saved());
+    this.invalidate();
+  }
+
+  /** Expand the groups above a layer (or a group) of a run, so that its own row shows. */
+  private revealLayer(run: string, layer: string): void {
+    const meta = this.store.meta(run);
+    if (!meta) return;
+    const tree = this.rowModel(run).tree(meta.layers.map((l) => l.name));
+    const n = tree.byId.get(layer);
+    if (n === undefined) return;
+    const ids = ancestors(tree, n).map((a) => tree.nodes[a].id);
+    this.setRowView(() => this.rows.reveal(ids, this.autoExpansion()));
+  }
+
+  private rowModel(run: string): RowModel {
+    let m = this.rowModels.get(run);
+    if (!m) this.rowModels.set(run, (m = new RowModel()));
+    return m;
+  }
+
+  /**
+   * The default expansion: the root causes' branches of the runs shown (so
+   * compared runs of one model keep their rows aligned), then what fits,
+   * over the primary run's tree.
+   */
+  private autoExpansion(): Set<string> {
+    const run = this.primary;
+    const meta = run ? this.store.meta(run) : undefined;
+    if (!run || !meta) return new Set();
+    const tree = this.rowModel(run).tree(meta.layers.map((l) => l.name));
+    const focus = this.selected.map((r) => this.store.runInfo(r)?.root_cause?.layer).filter((l): l is string => !!l);
+    // The other failing layers, in onset order (events come sorted by step).
+    const also = this.selected
+      .flatMap((r) => this.store.events(r)?.events ?? [])
+      .filter((e) => e.severity !== "info")
+      .sort((a, b) => a.step - b.step)
+      .map((e) => e.layer);
+    const key = JSON.stringify([focus, [...new Set(also)]]);
+    if (!this.auto || this.auto.tree !== tree || this.auto.focus !== key) {
+      this.auto = { tree, focus: key, set: defaultExpansion(tree, focus, [...new Set(also)]) };
+    }
+    return this.auto.set;
+  }
+
   private setMetric(metric: string): void {
     this.metric = metric;
     this.toolbar.setMetric(metric);
@@ -199,6 +280,7 @@ export class App {
     const b = this.bounds();
     if (!rc || !b) return;
     this.primary = run;
+    this.revealLayer(run, rc.layer);
     const full = b.end - b.start;
     this.reveal(rc.step, Math.min(full, Math.max(24, Math.round(full * 0.25))));
     // The onset ring already marks the cell: the cursor goes there, no extra pointer.
@@ -213,6 +295,7 @@ export class App {
   private goToEvent(ev: NdEvent): void {
     const run = this.primary;
     if (!run) return;
+    this.revealLayer(run, ev.layer);
     this.reveal(ev.step);
     const cell = { layer: ev.layer, step: ev.step };
     this.setCursor(run, cell);
@@ -250,11 +333,18 @@ export class App {
     const meta = this.store.meta(run);
     const panel = this.panels.get(run);
     if (!meta || !panel) return;
-    panel.setRows(meta.layers.map((l) => l.name));
+    panel.setRows(this.rowModel(run).tree(meta.layers.map((l) => l.name)));
     panel.setBusy(true);
     try {
+      const answer = this.store.loadHeatmap(run, this.metric, this.range, panel.plotWidth());
+      // A big first heatmap: compile the draw path while the server bins it.
+      if (!this.warmed && meta.layers.length * Math.min(meta.num_steps, panel.plotWidth()) >= WARM_CELLS) {
+        this.warmed = true;
+        const states = this.store.tables(run).states;
+        this.root.setAttribute("data-warmup-ms", warmUpDraw(states, buildPalette(states)).toFixed(1));
+      }
       // null: a newer request of this run superseded it (and owns the busy flag).
-      if (!(await this.store.loadHeatmap(run, this.metric, this.range, panel.plotWidth()))) return;
+      if (!(await answer)) return;
     } catch (e) {
       panel.setBusy(false);
       this.fail(e);
@@ -323,6 +413,7 @@ export class App {
       if (!this.selected.includes(run)) {
         p.element.remove();
         this.panels.delete(run);
+        this.rowModels.delete(run);
       }
     }
     const cb = {
@@ -334,6 +425,12 @@ export class App {
         this.invalidate();
       },
       onCursor: (run: string, cell: CellRef) => this.setCursor(run, cell),
+      onToggle: (run: string, id: string, open: boolean, then?: CellRef) => {
+        // Opening a group pins the path to it: it stays in sight in another run, whose default differs.
+        if (open) this.revealLayer(run, id);
+        this.setRowView(() => this.rows.toggle(id, open));
+        if (then) this.setCursor(run, then);
+      },
       onEscape: () => this.closeDetail(),
     };
     const els = this.selected.map((run) => {
@@ -362,25 +459,43 @@ export class App {
     const info = tables.metrics.info(this.metric);
     const scale = computeScale(info.kind, shown.map((x) => x.hm));
     const palette = buildPalette(tables.states);
-    const maxRows = Math.max(1, ...shown.map((x) => x.hm.rows));
+    const auto = this.autoExpansion();
+    const views = shown.map(({ run, meta, hm }): RowView =>
+      this.rowModel(run).view({
+        heatmap: hm,
+        meta,
+        events: store.events(run)?.events ?? NO_EVENTS,
+        rootCause: store.runInfo(run)?.root_cause ?? null,
+        states: store.tables(run).states,
+        kind: info.kind,
+        state: this.rows,
+        auto,
+      }),
+    );
+    const maxRows = Math.max(1, ...views.map((v) => v.rows));
     const avail = Math.max(220, Math.min(640, window.innerHeight - 330));
     const rowHeight = rowHeightFor(maxRows, avail);
     const present = new Set<number>();
-    for (const { run, meta, hm } of shown) {
+    shown.forEach(({ run, meta, hm }, k) => {
       for (const s of hm.states) if (s !== STATE_HEALTHY && s !== STATE_UNKNOWN) present.add(s);
       const p = this.panels.get(run)!;
       p.setPrimary(this.selected.length > 1 && run === this.primary);
       p.update({
         info: store.runInfo(run)!,
         meta,
-        heatmap: hm,
+        view: views[k],
         scale,
         palette,
         states: store.tables(run).states,
         metric: info,
-        events: store.events(run)?.events ?? [],
+        events: store.events(run)?.events ?? NO_EVENTS,
         rowHeight,
       });
+    });
+    const pv = views[shown.findIndex((x) => x.run === this.primary)] ?? views[0];
+    if (pv) {
+      const kept = this.rows.filter.trim() ? pv.rowOfLayer.reduce((n, r) => n + (r >= 0 ? 1 : 0), 0) : null;
+      this.rowControls.setCounts(pv.rows, pv.heatmap.rows, kept, pv.tree.nodes.some((n) => n.children.length > 0));
     }
     this.legend.update(info, scale, tables.states, present);
     this.toolbar.setMetricTable(tables.metrics);

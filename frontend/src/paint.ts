@@ -22,7 +22,7 @@ export interface PaintContext {
   rect(x: number, y: number, w: number, h: number): void;
   fill(): void;
   createImageData(w: number, h: number): ImageData;
-  putImageData(data: ImageData, x: number, y: number): void;
+  putImageData(data: ImageData, x: number, y: number, dirtyX: number, dirtyY: number, dirtyW: number, dirtyH: number): void;
 }
 
 /** Below this average cell area (device px^2) the pixel painter is used. */
@@ -114,8 +114,9 @@ export function paintHeatmap(ctx: PaintContext, layout: Layout, idx: Uint8Array,
   return fills;
 }
 
-// One ImageData per context, reused while the size stays (8 MB at 2000x1000:
-// allocating and zeroing it again on every repaint is a measurable cost).
+// One ImageData per context, reused while the width stays and the height
+// fits (8 MB at 2000x1000: allocating and zeroing it again on every repaint,
+// or on every group expanded or collapsed, is a measurable cost).
 const images = new WeakMap<object, ImageData>();
 
 /** Write cell colours straight into an ImageData: one scanline per row, copied down the row. */
@@ -125,8 +126,9 @@ export function paintPixels(ctx: PaintContext, layout: Layout, idx: Uint8Array, 
   const h = yEdges[rows];
   if (w === 0 || h === 0) return;
   let img = images.get(ctx);
-  if (!img || img.width !== w || img.height !== h) {
-    img = ctx.createImageData(w, h);
+  if (!img || img.width !== w || img.height < h) {
+    // Room to grow: expanding groups one after another must not reallocate each time.
+    img = ctx.createImageData(w, img && img.width === w ? Math.ceil(h * 1.25) : h);
     images.set(ctx, img);
   }
   const px = new Uint32Array(img.data.buffer, img.data.byteOffset, w * h);
@@ -148,5 +150,5 @@ export function paintPixels(ctx: PaintContext, layout: Layout, idx: Uint8Array, 
     }
     for (let y = y0 + 1; y < y1; y++) px.copyWithin(y * w, line, line + w);
   }
-  ctx.putImageData(img, 0, 0);
+  ctx.putImageData(img, 0, 0, 0, 0, w, h);
 }

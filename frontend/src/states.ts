@@ -38,6 +38,7 @@ const SEVERITY_ORDER: Readonly<Record<Severity, number>> = { error: 0, warning: 
 export class StateTable {
   private readonly byCode = new Map<number, StateRow>();
   private readonly byName = new Map<string, StateRow>();
+  private rankCache: Int16Array | null = null;
 
   constructor(readonly states: readonly StateRow[], readonly colors: TableColors) {
     for (const s of states) {
@@ -70,6 +71,18 @@ export class StateTable {
   /** The flat colour of healthy cells (the `state` metric, the legend). */
   healthyColor(): string {
     return this.color(STATE_HEALTHY);
+  }
+
+  /**
+   * Rank of every uint8 code (higher is worse; -1 for no data and for codes
+   * the table lacks), as the server ranks them to bin (server/heatmap.py).
+   */
+  ranks(): Int16Array {
+    if (!this.rankCache) {
+      this.rankCache = new Int16Array(256).fill(-1);
+      for (const s of this.states) if (s.code >= 0 && s.code < STATE_UNKNOWN) this.rankCache[s.code] = s.rank;
+    }
+    return this.rankCache;
   }
 
   /** Failing states (all but healthy), worst severity first, for the legend. */

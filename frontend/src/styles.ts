@@ -28,15 +28,21 @@ body { margin: 0; }
 .nd-range { color: #6b7280; font-variant-numeric: tabular-nums; }
 .nd-spacer { flex: 1; }
 .nd-status-line { color: #6b7280; font-size: 12px; }
-.nd-body { display: grid; grid-template-columns: 220px minmax(0, 1fr) 300px; gap: 12px; padding: 12px 16px; align-items: start; }
+.nd-body { display: grid; grid-template-columns: 260px minmax(0, 1fr) 300px; gap: 12px; padding: 12px 16px; align-items: start; }
 .nd-card { background: #fff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 10px 12px; }
 .nd-card h2 { font-size: 12px; text-transform: uppercase; letter-spacing: .6px; color: #6b7280; margin: 0 0 8px; font-weight: 600; }
 .nd-sidebar { display: flex; flex-direction: column; gap: 12px; position: sticky; top: 56px; }
 .nd-runlist { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 2px; }
-.nd-runitem { display: flex; align-items: center; gap: 6px; border-radius: 6px; padding: 2px 4px; }
+.nd-runitem { display: grid; grid-template-columns: auto minmax(0, 1fr); align-items: center; column-gap: 6px; border-radius: 6px; padding: 2px 4px; }
 .nd-runitem.nd-selected { background: #eef2ff; }
-.nd-runname { flex: 1; text-align: left; border: 0; background: none; padding: 3px 2px; overflow: hidden;
-  text-overflow: ellipsis; white-space: nowrap; color: inherit; }
+.nd-runname { min-width: 0; text-align: left; border: 0; background: none; padding: 3px 2px 0; color: inherit;
+  display: flex; align-items: center; gap: 6px; }
+.nd-runname-text, .nd-runsum { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.nd-runname-text { flex: 1; min-width: 0; }
+.nd-runsum { grid-column: 1 / -1; padding: 0 2px 2px; cursor: pointer; }
+.nd-runsum { font-size: 11px; line-height: 15px; color: #6b7280; }
+.nd-runsum.nd-runsum-failing { color: #b91c1c; }
+.nd-runsum.nd-runsum-warning { color: #b45309; }
 .nd-dot { width: 8px; height: 8px; border-radius: 50%; flex: none; }
 .nd-dot-failing { background: #dc2626; } .nd-dot-healthy { background: #16a34a; }
 .nd-legend-ramp { height: 10px; border-radius: 3px; border: 1px solid #e5e7eb; }
@@ -75,11 +81,25 @@ body { margin: 0; }
 .nd-labels.nd-compact .nd-label-tick { color: #9ca3af; }
 .nd-label.nd-label-active { color: #1d4ed8; font-weight: 600; }
 .nd-label[data-root-cause] { color: #b91c1c; font-weight: 700; overflow: visible; z-index: 2; }
-.nd-label[data-root-cause]::before { content: "▶ "; font-size: 9px; }
-.nd-label[data-root-cause] span { background: #fee2e2; border-radius: 3px; padding: 0 3px; }
+.nd-label[data-root-cause] .nd-label-text::before { content: "▶ "; font-size: 9px; }
+.nd-label[data-root-cause] .nd-label-text { background: #fee2e2; border-radius: 3px; padding: 0 3px; }
+.nd-labels.nd-tree .nd-label { text-align: left; padding-right: 4px; }
+.nd-label:focus-visible { outline: 2px solid #2563eb; outline-offset: -2px; border-radius: 3px; }
+.nd-label[data-kind=group], .nd-label[data-kind=open] { cursor: pointer; }
+.nd-label[data-kind=group]:hover .nd-label-text, .nd-label[data-kind=open]:hover .nd-label-text { text-decoration: underline; }
+.nd-label-group { color: #1f2937; font-weight: 600; }
+.nd-label-band { color: #6b7280; font-weight: 600; }
+.nd-label-context { color: #9ca3af; }
+.nd-twisty { display: inline-block; width: 12px; color: #6b7280; font-size: 10px; text-align: left; }
+.nd-bands { position: absolute; left: 0; top: 0; right: 0; pointer-events: none; }
+.nd-band { position: absolute; left: 0; right: 0; top: 0; background: #fff; border-top: 1px solid #e5e7eb; }
+.nd-rowbar { display: flex; align-items: center; gap: 10px; flex-wrap: wrap; padding: 6px 12px; }
+.nd-filter { font: inherit; width: 210px; max-width: 100%; padding: 3px 8px; border: 1px solid #d1d5db; border-radius: 6px; }
+.nd-order .nd-btn[aria-pressed=true] { background: #eef2ff; border-color: #a5b4fc; color: #3730a3; font-weight: 500; }
+.nd-rowcount { font-variant-numeric: tabular-nums; }
 .nd-canvas-wrap { position: relative; overflow: hidden; cursor: crosshair; user-select: none; background: #f3f4f6; border-radius: 3px; }
 .nd-canvas-wrap.nd-dragging { cursor: grabbing; }
-.nd-canvas { display: block; }
+.nd-canvas { display: block; position: relative; }
 /* Out-of-date image while a re-query runs; the delay keeps fast answers from flickering. */
 .nd-panel[data-busy] .nd-canvas-wrap { opacity: .5; transition: opacity .15s .2s; }
 .nd-canvas:focus-visible { outline: none; }

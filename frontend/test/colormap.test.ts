@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  buildPalette, cellColor, colorIndices, computeScale, HEALTHY_FLAT, NO_DATA, RAMP_SIZE, RAMP_START,
+  buildPalette, cellColor, colorIndices, computeScale, selectKth, HEALTHY_FLAT, NO_DATA, RAMP_SIZE, RAMP_START,
   rampColor, scalePosition, scaleValue, STATE_START,
 } from "../src/colormap";
 import { BUILTIN_TABLES } from "../src/tables";
@@ -78,6 +78,11 @@ test("the fast colorIndices agrees with cellColor on every cell", () => {
   ]) {
     const idx = colorIndices(scale, values, states);
     for (let i = 0; i < n; i++) assert.equal(idx[i], cellColor(scale, values[i], states[i]), `${scale.kind} ${values[i]} ${states[i]}`);
+    // A row of a matrix: unaligned, of odd length (cells one by one at both ends).
+    for (const [a, b] of [[1, 4998], [3, 10], [2, 3], [5, 5]]) {
+      const part = colorIndices(scale, values.subarray(a, b), states.subarray(a, b), new Uint8Array(20000).subarray(a + 7, b + 7));
+      for (let i = a; i < b; i++) assert.equal(part[i - a], cellColor(scale, values[i], states[i]), `${scale.kind} row ${a}-${b} at ${i}`);
+    }
   }
 });
 
@@ -99,4 +104,22 @@ test("ramp goes from light to dark", () => {
   assert.ok(lum(rampColor(0)) > lum(rampColor(0.5)));
   assert.ok(lum(rampColor(0.5)) > lum(rampColor(1)));
   assert.match(rampColor(0.37), /^#[0-9a-f]{6}$/);
+});
+
+test("the scale's percentiles are those of the sorted sample (selection, not a sort)", () => {
+  const rand = lcg(11);
+  for (const n of [1, 2, 3, 17, 1000, 77777]) {
+    const values = Float32Array.from({ length: n }, () => (rand() < 0.5 ? -1 : 1) * 10 ** (-9 + 12 * rand()));
+    const states = Uint8Array.from({ length: n }, () => (rand() < 0.1 ? 2 : 0));
+    const stride = Math.max(1, Math.ceil(n / 50000));
+    const logs: number[] = [];
+    for (let i = 0; i < n; i += stride) if (states[i] === 0) logs.push(Math.log10(Math.abs(values[i])));
+    logs.sort((a, b) => a - b);
+    const at = (q: number) => logs[Math.round(q * (logs.length - 1))];
+    const s = computeScale("log", [{ values, states }]);
+    if (logs.length && at(0.98) - at(0.02) >= 1e-6) assert.deepEqual(s, { kind: "log", lo: at(0.02), hi: at(0.98) }, `n=${n}`);
+  }
+  const a = Float64Array.from([5, 1, 4, 1, 5, 9, 2, 6, 5, 3]);
+  const sorted = [...a].sort((x, y) => x - y);
+  for (let k = 0; k < a.length; k++) assert.equal(selectKth(Float64Array.from(a), 0, a.length - 1, k), sorted[k]);
 });

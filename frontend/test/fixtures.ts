@@ -34,3 +34,23 @@ export function testPalette(): string[] {
   }));
   return buildPalette(new StateTable(rows, colors));
 }
+
+const BLOCK = [
+  ["ln1", "LayerNorm"], ["attn.q_proj", "Linear"], ["attn.k_proj", "Linear"], ["attn.v_proj", "Linear"], ["attn.out_proj", "Linear"],
+  ["ln2", "LayerNorm"], ["mlp.fc1", "Linear"], ["mlp.act", "GELU"], ["mlp.fc2", "Linear"], ["mlp.drop", "Dropout"],
+] as const;
+
+/**
+ * `rows` rows of a transformer in forward order: <input>, embed, blocks.N.*
+ * (10 modules a block, the last block cut to fit), ln_f, head, <loss>, <optimizer>.
+ */
+export function transformerLayers(rows: number): { name: string; type: string }[] {
+  const head = [{ name: "<input>", type: "input" }, { name: "embed", type: "Embedding" }];
+  const tail = [{ name: "ln_f", type: "LayerNorm" }, { name: "head", type: "Linear" }, { name: "<loss>", type: "loss" }, { name: "<optimizer>", type: "optimizer" }];
+  const body: { name: string; type: string }[] = [];
+  for (let i = 0; body.length < rows - head.length - tail.length; i++) {
+    const [m, type] = BLOCK[i % BLOCK.length];
+    body.push({ name: `blocks.${Math.floor(i / BLOCK.length)}.${m}`, type });
+  }
+  return [...head, ...body, ...tail];
+}

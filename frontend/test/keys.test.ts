@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { keyAction, PAGE_ROWS } from "../src/keys";
+import { RowKind } from "../src/tree";
+import { treeKeyAction, keyAction, PAGE_ROWS } from "../src/keys";
 import { fitLabel } from "../src/views/labels";
 
 test("arrows move the cursor inside the grid", () => {
@@ -27,4 +28,26 @@ test("long layer names are cut at the start, keeping the module's own name", () 
   const cut = fitLabel("encoder.layers.11.self_attn.out_proj", 140, w);
   assert.ok(cut.startsWith("…") && "encoder.layers.11.self_attn.out_proj".endsWith(cut.slice(1)), cut);
   assert.ok(w(cut) <= 140 && w(cut) > 140 - 7, cut);
+});
+
+test("the row labels' keys: move, expand/collapse, go to parent or child, open a row", () => {
+  const { Leaf, Group, Open } = RowKind;
+  assert.deepEqual(treeKeyAction("ArrowDown", 3, 10, Leaf, 1), { kind: "move", row: 4 });
+  assert.deepEqual(treeKeyAction("ArrowUp", 0, 10, Leaf, -1), { kind: "move", row: 0 });
+  assert.deepEqual(treeKeyAction("End", 3, 10, Leaf, 1), { kind: "move", row: 9 });
+  assert.deepEqual(treeKeyAction("PageDown", 3, 10, Leaf, 1), { kind: "move", row: 9 });
+  assert.deepEqual(treeKeyAction("ArrowRight", 3, 10, Group, 1), { kind: "toggle", open: true });
+  assert.deepEqual(treeKeyAction("ArrowRight", 3, 10, Open, 1), { kind: "move", row: 4 });
+  assert.equal(treeKeyAction("ArrowRight", 3, 10, Leaf, 1), null);
+  assert.deepEqual(treeKeyAction("ArrowLeft", 3, 10, Open, 1), { kind: "toggle", open: false });
+  assert.deepEqual(treeKeyAction("ArrowLeft", 3, 10, Leaf, 1), { kind: "move", row: 1 });
+  assert.equal(treeKeyAction("ArrowLeft", 3, 10, Group, -1), null);
+  assert.deepEqual(treeKeyAction("Enter", 3, 10, Group, 1), { kind: "toggle", open: true });
+  assert.deepEqual(treeKeyAction(" ", 3, 10, Open, 1), { kind: "toggle", open: false });
+  assert.deepEqual(treeKeyAction("Enter", 3, 10, Leaf, 1), { kind: "activate" });
+  assert.deepEqual(treeKeyAction("+", 3, 10, Group, 1), { kind: "toggle", open: true });
+  assert.equal(treeKeyAction("+", 3, 10, Open, 1), null);
+  assert.deepEqual(treeKeyAction("-", 3, 10, Open, 1), { kind: "toggle", open: false });
+  assert.deepEqual(treeKeyAction("-", 3, 10, Leaf, 1), { kind: "move", row: 1 });
+  assert.equal(treeKeyAction("x", 3, 10, Leaf, 1), null);
 });

@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { formatSteps, formatValue, humanize, niceTicks } from "../src/format";
 import { tooltipLines } from "../src/tooltip";
+import { runSummary, shortLayer } from "../src/views/controls";
 import { BUILTIN_TABLES } from "../src/tables";
 import { detailSeriesOrder, pickSeries, seriesChoices, seriesLabel, seriesWithData } from "../src/views/detail";
 
@@ -76,4 +77,28 @@ test("the layer detail asks for the shown series only, with fallbacks in order",
   assert.deepEqual(detailSeriesOrder("input", "state", all)[0], "act_std");
   assert.deepEqual(detailSeriesOrder("loss", "grad_norm", all), ["value"]);
   assert.deepEqual(detailSeriesOrder("optimizer", "state", all), ["value", "scale"]);
+});
+
+test("a collapsed group's tooltip says how many layers it holds and which one it shows", () => {
+  const lines = tooltipLines({
+    layer: "blocks.13", type: "", first: 40, last: 59, value: 3e5, state: "exploding gradient",
+    metric: metricInfo("grad_norm"), events: 2, rows: 9, source: "blocks.13.fc1",
+  });
+  assert.deepEqual(lines, ["blocks.13 · worst of 9 layers", "steps 40–59", "Gradient norm (first exploding gradient step): 3e5",
+    "state: exploding gradient", "from blocks.13.fc1", "2 events start here"]);
+  const healthy = tooltipLines({ layer: "blocks", type: "", first: 3, last: 3, value: 0.5, state: "healthy", metric: metricInfo("act_std"), events: 0, rows: 90, source: "blocks.1.ln" });
+  assert.equal(healthy[2], "Activation std (extreme of group): 0.5");
+});
+
+test("the run list's line: status and root cause, the layer cut at the start", () => {
+  const run = { run: "r", status: "failing" as const, num_layers: 9, first_step: 0, last_step: 99, num_steps: 100, num_events: 3,
+    root_cause: { kind: "exploding_gradient", layer: "blocks.37.mlp.fc1", step: 40, message: "" } };
+  assert.deepEqual(runSummary(run), { text: "Exploding gradient · …37.mlp.fc1 @ 40", full: "Exploding gradient in blocks.37.mlp.fc1 from step 40", tone: "failing" });
+  assert.equal(runSummary({ ...run, status: "healthy" }).tone, "warning");
+  assert.deepEqual(runSummary({ ...run, status: "healthy", root_cause: null }), { text: "healthy · 100 steps", full: "healthy · 100 steps", tone: "healthy" });
+  assert.equal(runSummary({ ...run, root_cause: null }).text, "failing, no single root cause");
+  assert.equal(shortLayer("fc3"), "fc3");
+  assert.equal(shortLayer("<optimizer>"), "<optimizer>");
+  assert.equal(shortLayer("encoder.layers.11.self_attn"), "…11.self_attn");
+  assert.equal(shortLayer("a_very_long_module_name_indeed"), "…_name_indeed");
 });

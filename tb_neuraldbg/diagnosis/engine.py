@@ -16,11 +16,11 @@ from ..format import metadata
 from .events import Event
 from .explain import event_message
 from .rootcause import Failure, find_root_cause
-from .states import ASPECTS, Classifier
+from .states import ASPECTS, EVIDENCE, Classifier
 from .thresholds import Thresholds
-from .transitions import UNMEASURED, Hysteresis
+from .transitions import Hysteresis
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "EVENT_KIND", "persistence"]
 
 _M = metadata.METRIC_INDEX
 _S = metadata.STATE_CODE
@@ -28,24 +28,32 @@ _NAMES = metadata.STATES
 HEALTHY = _S["healthy"]
 _NUM_METRICS = len(metadata.METRICS)
 
-#: event kind of a (failing) state, from the state table
-_KIND = {s.name: s.kind for s in metadata.STATE_TABLE if s.kind}
-# evidence column of each state code, per aspect: the state table's, else the
-# aspect's default (non-finite differs by aspect)
-_DEFAULT_COL = {"grad": "grad_norm", "fwd": "act_nonfinite", "act": "act_absmax", "weight": "update_ratio",
-                "input": "act_absmax", "loss": "value", "plateau": "value", "init": "value",
-                "scaler": "scale"}
-_NONFINITE_COL = {"grad": "grad_nonfinite", "fwd": "act_nonfinite", "loss": "value"}
+#: event kind of each (failing) state, from the state table
+EVENT_KIND = {s.name: s.kind for s in metadata.STATE_TABLE if s.kind}
+
+
+def persistence(t: Thresholds) -> np.ndarray:
+    """Measured steps in a row that confirm each state, indexed by state code."""
+    persist = np.full(len(_NAMES), t.persist_steps, np.int64)
+    persist[HEALTHY] = t.persist_recover
+    persist[_S["nonfinite"]] = t.persist_nonfinite
+    persist[_S["vanishing"]] = t.persist_vanishing
+    persist[_S["frozen"]] = t.frozen_steps
+    for s in ("data_anomaly", "initial_loss", "loss_plateau", "scaler_collapse"):
+        persist[_S[s]] = 1  # their classifiers already judge over many steps or batches
+    return persist
 
 
 def _evidence_cols(aspect: str) -> np.ndarray:
-    cols = np.full(len(_NAMES), _M[_DEFAULT_COL[aspect]], np.int64)
+    """Evidence column of each state code for one aspect: the state table's,
+    else the aspect's default (non-finite values: the aspect's own)."""
+    default, nonfinite = EVIDENCE[aspect]
+    cols = np.full(len(_NAMES), _M[default], np.int64)
     for s in metadata.STATE_TABLE:
-        # the non-finite evidence depends on the aspect (below)
         if s.evidence is not None and s.name != "nonfinite":
             cols[s.code] = _M[s.evidence]
-    if aspect in _NONFINITE_COL:
-        cols[_S["nonfinite"]] = _M[_NONFINITE_COL[aspect]]
+    if nonfinite is not None:
+        cols[_S["nonfinite"]] = _M[nonfinite]
     return cols
 
 
@@ -71,17 +79,10 @@ class Engine:
         t = self.thresholds
         n = len(self.layers)
         self._clf = Classifier(self.layers, t, num_classes)
-        persist = np.full(len(_NAMES), t.persist_steps, np.int64)
-        persist[HEALTHY] = t.persist_recover
-        persist[_S["nonfinite"]] = t.persist_nonfinite
-        persist[_S["vanishing"]] = t.persist_vanishing
-        persist[_S["frozen"]] = t.frozen_steps
-        for s in ("data_anomaly", "initial_loss", "loss_plateau", "scaler_collapse"):
-            persist[_S[s]] = 1  # their classifiers already judge over many steps or batches
+        persist = persistence(t)
         self._hyst = {a: Hysteresis(n, persist) for a in ASPECTS}
         self._cols = {a: _evidence_cols(a) for a in ASPECTS}
         self._last = np.full((n, _NUM_METRICS), np.nan)  # last measured value of each stat
-        self._dead_last = np.full(n, np.nan)  # last effective dead fraction (see states.py)
         self._failures: list[Failure] = []
         self.events: list[Event] = []
         self.root_cause: dict | None = None
@@ -90,6 +91,8 @@ class Engine:
         self._last_step = None
         self._finished = False
         self._worst = None  # worst confirmed state per row (changes only on transitions)
+        self._bursts_judged = 0  # gradient bursts looked at for a note
+        self._burst_noted = False
 
     # ------------------------------------------------------------ properties
     @property
@@ -118,11 +121,10 @@ class Engine:
             return
         self.layers.extend(new)
         n = len(self.layers)
-        self._clf.grow(self.layers, n)
+        self._clf.grow(self.layers)
         for h in self._hyst.values():
             h.grow(n)
         self._last = np.concatenate([self._last, np.full((len(new), _NUM_METRICS), np.nan)])
-        self._dead_last = np.concatenate([self._dead_last, np.full(len(new), np.nan)])
         self.states = np.concatenate([self.states, np.full(len(new), metadata.STATE_UNKNOWN, np.uint8)])
         self._worst = None
 
@@ -151,12 +153,7 @@ class Engine:
                 code = np.where(raw == HEALTHY, conf, raw).clip(0)
                 c = cols[code]
                 idx = np.arange(n)
-                value, before = row[idx, c], last[idx, c]
-                if aspect == "act":  # dead units after a functional activation
-                    dead = code == _S["dead"]
-                    value = np.where(dead, self._clf.dead_eff, value)
-                    before = np.where(dead, self._dead_last, before)
-                return value, before
+                return self._clf.evidence(aspect, code, row[idx, c], last[idx, c])
 
             for tr in self._hyst[aspect].update(step, raw, evidence, onset):
                 if aspect == "fwd" and tr.to_code == _S["nonfinite"]:
@@ -166,10 +163,9 @@ class Engine:
                         new.append(self._event(step, "act", pre, row))
                 new.append(self._event(step, aspect, tr, row))
         self._last = np.where(np.isnan(row), last, row)
-        eff = self._clf.dead_eff
-        self._dead_last = np.where(np.isnan(eff), self._dead_last, eff)
         self._update_states(raws, row, bool(new))
-        return self._record(new) if new else []
+        out = self._record(new) if new else []
+        return out + self._burst_note(step)
 
     # ---------------------------------------------------------------- finish
     def finish(self) -> list[Event]:
@@ -177,84 +173,48 @@ class Engine:
         if self._finished or self._last_step is None:
             return []
         self._finished = True
-        i = self._clf.kinds.loss_index
-        h = self._hyst["plateau"]
-        if i < 0 or h.confirmed[i] != HEALTHY:
-            return []
-        code = self._clf.final_plateau(False)
-        if code != _S["loss_plateau"]:
-            return []
-        raw = np.full(len(self.layers), UNMEASURED, np.int16)
-        raw[i] = code
-        onset = np.full(len(self.layers), -1, np.int64)
-        onset[i] = self._clf.plateau_onset
-        row = self._last
+        confirmed = {a: h.confirmed for a, h in self._hyst.items()}
+        nan = np.full(len(self.layers), np.nan)  # no new row: the aspect gives the evidence
         new = []
-
-        def evidence():
-            v = np.full(len(self.layers), np.nan)
-            return v, v
-
-        for tr in h.update(self._last_step, raw, evidence, onset):
-            new.append(self._event(self._last_step, "plateau", tr, row))
+        for aspect, (raw, onset) in self._clf.final(confirmed).items():
+            for tr in self._hyst[aspect].update(self._last_step, raw, lambda: (nan, nan), onset):
+                new.append(self._event(self._last_step, aspect, tr, self._last))
         return self._record(new) if new else []
+
+    def _burst_note(self, step: int) -> list[Event]:
+        """An info event, once a run, for a gradient burst that did no harm:
+        no failure in the lr_window steps after it (a clip doing its job)."""
+        bursts = self._clf.gradient.bursts
+        w = self.thresholds.lr_window
+        out = []
+        while self._bursts_judged < len(bursts) and bursts[self._bursts_judged][0] <= step - w:
+            b, row, norm, prev = bursts[self._bursts_judged]
+            self._bursts_judged += 1
+            harm = any(b < f.onset <= b + w for f in self._failures)
+            if harm or self._burst_noted:
+                continue
+            self._burst_noted = True
+            # the largest burst of that step
+            _, row, norm, prev = max((x for x in bursts if x[0] == b), key=lambda x: x[2] / max(x[3], 1e-300))
+            layer = self.layers[row]
+            extra = {"note": "harmless_burst", "value_before": prev, "window": w}
+            message = event_message("exploding_gradient", layer["name"], layer["type"], "healthy", "healthy", b,
+                                    norm, prev, extra)
+            out.append(Event(step=b, layer=layer["name"], kind="exploding_gradient", from_state="healthy",
+                             to_state="healthy", value=_num(norm), severity="info", message=message, extra=extra))
+        self.events.extend(out)
+        return out
 
     # --------------------------------------------------------------- helpers
     def _event(self, step, aspect, tr, row) -> Failure:
         layer = self.layers[tr.index]
         frm, to = _NAMES[tr.from_code], _NAMES[tr.to_code]
         failing = tr.to_code != HEALTHY
-        kind = _KIND[to if failing else frm]
+        kind = EVENT_KIND[to if failing else frm]
         severity = metadata.STATE_SEVERITY[to] if failing else "info"
-        value, before = tr.value, tr.value_before
         extra = {"confirmed_step": int(step)}
-        clf = self._clf
-        if kind == "nonfinite":
-            extra["side"] = {"grad": "backward", "loss": "loss"}.get(aspect, "forward")
-            i = tr.index
-            # the row before in forward order (the previous module, or
-            # <input>) whose output is already non-finite: propagated, not born
-            prev = i - 1 if i > 0 and row[i - 1, _M["act_nonfinite"]] > 0 else -1
-            if aspect == "fwd":
-                extra["input_nonfinite"] = bool(row[i, _M["in_nonfinite"]] > 0)
-                # (in a branch, a finite input means born here whatever came before)
-                if prev >= 0 and not row[i, _M["in_nonfinite"]] == 0:
-                    extra["from_layer"] = self.layers[prev]["name"]
-            elif aspect == "loss":
-                if prev >= 0:
-                    extra["from_layer"] = self.layers[prev]["name"]
-            elif aspect == "grad":
-                extra["forward_nonfinite"] = clf.fwd_nonfinite
-                if clf.bwd_measured:
-                    extra["bwd_origin"] = bool(clf.bwd_origin[i])
-                    if clf.bwd_received[i]:
-                        extra["received"] = True
-                    elif clf.bwd_origin[i]:
-                        # born in the gradient it passed on to its input, not
-                        # (only) in its parameters' gradients
-                        inp = i > 0 and bool(clf.bwd_received[i - 1])
-                        par = bool(row[i, _M["grad_nonfinite"]] > 0 or np.isinf(row[i, _M["grad_norm"]]))
-                        extra["via"] = "both" if inp and par else ("input" if inp else "parameters")
-        if kind == "activation_explosion" and failing and bool(clf.act_cumulative[tr.index]):
-            extra["amplified"] = "cumulative"
-        if kind == "dead_activation" and failing and bool(clf.dead_via[tr.index]):
-            extra["via"] = "functional_activation"
-        if aspect == "input" and failing:
-            extra["reason"] = clf.input_reason
-            extra["std"] = float(row[tr.index, _M["act_std"]])
-        if aspect == "plateau":
-            if failing:
-                extra["reason"] = clf.plateau_reason
-                extra["num_classes"] = clf.num_classes
-            before, value = clf.plateau_level_before, clf.plateau_level
-        if aspect == "init":
-            k = clf.num_classes
-            extra["num_classes"] = k
-            before = math.log(k) if k else math.nan
-        if aspect == "scaler" and failing and clf.dec_origin is not None:
-            side, idx = clf.dec_origin
-            extra["origin"] = self.layers[idx]["name"]
-            extra["origin_side"] = side
+        value, before, own = self._clf.event_fields(aspect, kind, tr, row)
+        extra.update(own)
         if tr.born:
             extra["born_failing"] = True
         extra["value_before"] = before
@@ -275,7 +235,7 @@ class Engine:
                 failing = True
         out = [f.event for f in new]
         if failing:
-            self.root_cause, attribution = find_root_cause(self._failures, self._clf, self.thresholds)
+            self.root_cause, attribution = find_root_cause(self._failures, self._clf.facts(), self.thresholds)
             # a cause outside the layers (<optimizer>, <input>) is an event of
             # its own, once, so that the root cause is always in the timeline
             if attribution is not None and not any(

@@ -1,14 +1,16 @@
 """Plain-language messages: what happened, the likely cause, what to try.
 
 Pure string formatting; every function takes plain values so the offline
-diagnosis and the online engine word things identically.
+diagnosis and the online engine word things identically. The advice depends
+on the module: a dead GELU is not told to try GELU, a Linear whose output is
+zero is not told about pre-activations (see :func:`advice`).
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["event_message", "fmt"]
+__all__ = ["CAUSES", "advice", "event_message", "family", "fmt", "fmt_change"]
 
 
 def fmt(x) -> str:
@@ -25,13 +27,54 @@ def fmt(x) -> str:
     return f"{x:.3g}"
 
 
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x)) and not (
+        isinstance(x, (int, float)) and math.isnan(float(x)))
+
+
+def fmt_change(before, value) -> str:
+    """"a -> b", or "b" when the value before was not measured."""
+    return f"{fmt(before)} -> {fmt(value)}" if _known(before) else fmt(value)
+
+
 def _pct(x) -> str:
     if x is None or not math.isfinite(float(x)):
         return "n/a"
     return f"{100 * float(x):.0f}%"
 
 
-_CAUSE = {
+#: module families by type name: what a module does decides what to advise
+_FAMILIES = {
+    "rectifier": ("ReLU", "ReLU6", "Threshold", "Hardswish", "RReLU"),
+    "smooth": ("GELU", "SiLU", "ELU", "CELU", "SELU", "LeakyReLU", "PReLU", "Mish", "Softplus", "Tanhshrink",
+               "Softshrink", "Hardshrink", "GLU"),
+    "bounded": ("Tanh", "Sigmoid", "Softsign", "Hardtanh", "Hardsigmoid", "LogSigmoid", "Softmax", "LogSoftmax"),
+    "norm": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "RMSNorm",
+             "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"),
+    "affine": ("Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+               "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d"),
+    "embedding": ("Embedding", "EmbeddingBag"),
+    "recurrent": ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"),
+    "attention": ("MultiheadAttention",),
+}
+_FAMILY_OF = {name: fam for fam, names in _FAMILIES.items() for name in names}
+
+
+def family(layer_type: str) -> str:
+    """The family of a module type name ("rectifier", "smooth", "bounded",
+    "norm", "affine", "embedding", "recurrent", "attention"), "pseudo" for
+    the pseudo-layers' types, else "other"."""
+    if layer_type in ("input", "loss", "optimizer"):
+        return "pseudo"
+    return _FAMILY_OF.get(layer_type, "other")
+
+
+#: the likely cause and what to try, per event kind, for a module of no
+#: particular family (see :func:`advice` for the others). "nonfinite" and
+#: "data_anomaly" have none: their cause depends on the event (where the
+#: value was born, what is wrong with the batch), so each variant of their
+#: head says it.
+CAUSES = {
     "vanishing_gradient": (
         "Likely cause: saturating or dead activations after it, a poor initialisation, or a deep "
         "stack without normalisation or residual paths. Try: ReLU/GELU instead of sigmoid/tanh, "
@@ -93,25 +136,147 @@ _CAUSE = {
     ),
 }
 
+#: advice that depends on the module's family (kind -> family -> text)
+_BY_FAMILY = {
+    "dead_activation": {
+        "smooth": (
+            "It can only output exactly 0 when its input is 0 or far negative everywhere. Likely cause: the "
+            "layer before it outputs zeros (zero weights, a mask) or its pre-activations were pushed far "
+            "negative by a large update. Try: checking the layer before it, a lower learning rate."
+        ),
+        "bounded": (
+            "Likely cause: its input is pinned (the layer before it outputs zeros or huge negative values). "
+            "Try: checking the layer before it, normalising its input, a lower learning rate."
+        ),
+        "affine": (
+            "Likely cause: its weights and bias are 0 (a zero initialisation that cannot train, a pruning "
+            "mask, weights zeroed by hand) or its input is 0. Try: checking its initialisation, that the "
+            "optimizer holds it with a learning rate > 0, and the layer before it."
+        ),
+        "norm": (
+            "Likely cause: its scale (weight) and shift (bias) are 0, e.g. a zero-initialised residual "
+            "BatchNorm whose parameters never train. Try: checking that the optimizer holds it with a "
+            "learning rate > 0."
+        ),
+        "embedding": (
+            "Likely cause: the rows it looks up are 0 (every token is the padding_idx, or an empty bag). "
+            "Try: checking the input ids and offsets."
+        ),
+        "other": (
+            "Likely cause: its input is 0, or it multiplies by 0 (a mask, zero weights). Try: checking "
+            "its inputs and parameters."
+        ),
+    },
+    "saturated_activation": {
+        "rectifier": (
+            "Gradients through units at the top bound are 0. Likely cause: pre-activations too large "
+            "(initialisation, unnormalised inputs, a high learning rate). Try: normalising the inputs, "
+            "BatchNorm/LayerNorm before it, a smaller initialisation, ReLU without an upper bound."
+        ),
+    },
+    "vanishing_gradient": {
+        "recurrent": (
+            "Likely cause: gradients that shrink through many time steps, or saturated gates. Try: "
+            "shorter sequences (truncated backpropagation), LayerNorm on the inputs, residual "
+            "connections around it, a larger learning rate for it."
+        ),
+        "norm": (
+            "Likely cause: saturating or dead activations after it, or weights after it collapsed to "
+            "zero. Try: ReLU/GELU instead of sigmoid/tanh after it, residual connections, checking the "
+            "layers after it."
+        ),
+    },
+    "activation_explosion": {
+        "norm": (
+            "Likely cause: its scale (weight) grew under a learning rate too high, or an input outside "
+            "the range it normalises (running statistics far from the batch). Try: a lower learning "
+            "rate, weight decay on the norm's weight, checking the layer before it."
+        ),
+        "recurrent": (
+            "Likely cause: recurrent weights with a spectral radius above 1 (a large initialisation) or "
+            "a learning rate too high. Try: an orthogonal initialisation of the recurrent weights, "
+            "gradient clipping, a lower learning rate."
+        ),
+    },
+}
+#: what only a vanilla RNN is told (an LSTM or a GRU already is one)
+_VANILLA_RNN = " LSTM/GRU instead of a vanilla RNN."
+
+
+def advice(kind: str, layer_type: str = "", extra: dict | None = None) -> str:
+    """The "Likely cause ... Try ..." part of a message, for a module of
+    ``layer_type`` (its class name): by cause when the event says it, else
+    by the module's family, else the kind's default (``CAUSES``)."""
+    extra = extra or {}
+    fam = family(layer_type)
+    cause = extra.get("cause")
+    if kind == "exploding_gradient" and cause == "grad_accumulation":
+        return ("Likely cause: a forgotten or ineffective zero_grad(): never called, called on another "
+                "optimizer or module, or on a part of the model only. Try: optimizer.zero_grad() once per "
+                "step, before backward() or after step() (gradient accumulation on purpose calls it after "
+                "the step).")
+    if kind == "frozen_weights" and cause == "lr_zero":
+        return ("Likely cause: a schedule or a param group config that sets the rate to 0 (an integer "
+                "division, a lambda that returns 0, a per-group lr left at 0). Try: printing "
+                "optimizer.param_groups[i]['lr'] at that step.")
+    if kind == "frozen_weights" and cause == "no_update":
+        return ("Likely cause: the gradients cleared between backward() and step(), an optimizer that holds "
+                "other tensors (a copy of the model), or an update too small to change the weights. Try: "
+                "zero_grad() before backward() or after step(), building the optimizer from the model you "
+                "train.")
+    if kind == "no_gradient" and extra.get("ran_without_grad"):
+        return ("Likely cause: it runs under torch.no_grad() (or inference_mode) inside forward, while its "
+                "parameters require grad. Try: removing the no_grad block if it should train; if it should "
+                "not, requires_grad_(False) on its parameters (a frozen part is then not reported).")
+    if kind == "dead_activation" and extra.get("via") == "functional_activation":
+        text = CAUSES["dead_activation"].replace("LeakyReLU/GELU", "F.leaky_relu/F.gelu instead of torch.relu")
+        # (a normalisation layer is already the BatchNorm before the activation)
+        return text.replace(" BatchNorm before the activation,", "") if fam == "norm" else text
+    if kind == "loss_spike" and extra.get("reason") == "climb":
+        return ("Likely cause: updates that make the loss worse: a learning rate too high, a weight decay "
+                "that shrinks what was learnt, a sign error in a hand-written update. Try: a lower learning "
+                "rate, checking what changed at that step (schedule, hyperparameters, data).")
+    by_fam = _BY_FAMILY.get(kind, {})
+    if fam in by_fam:
+        text = by_fam[fam]
+        if layer_type in ("RNN", "RNNCell") and kind in ("vanishing_gradient", "activation_explosion"):
+            text = text[:-1] + "," + _VANILLA_RNN
+        return text
+    if kind == "dead_activation" and fam not in ("rectifier", "pseudo"):
+        return by_fam["other"]
+    return CAUSES.get(kind, "")
+
 
 def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_state: str,
                   step: int, value, before, extra: dict | None = None) -> str:
     """The message of one event (failure or recovery)."""
     extra = extra or {}
     where = f"{layer} ({layer_type})" if layer_type and not layer.startswith("<") else layer
+    if extra.get("note") == "harmless_burst":
+        ratio = value / before if _known(before) and before else None
+        return (f"{where}: gradient burst at step {step} (grad norm {fmt(value)}"
+                + (f", {fmt(ratio)}x the largest it had before" if ratio else "")
+                + f"); no failure followed in the next {extra.get('window')} steps. The norms are measured "
+                "before clipping: if you clip gradients, the clip is doing its job.")
     if to_state == "healthy":
-        return (f"{where}: recovered from {from_state} at step {step} "
-                f"({fmt(before)} -> {fmt(value)}).")
+        change = f" ({fmt_change(before, value)})" if _known(value) else ""
+        return f"{where}: recovered from {from_state} at step {step}{change}."
     head = _head(kind, where, from_state, to_state, step, value, before, extra)
-    return f"{head} {_CAUSE.get(kind, '')}".strip()
+    return f"{head} {advice(kind, layer_type, extra)}".strip()
 
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "vanishing_gradient":
-        return (f"{where}: gradient vanishing from step {step} (grad norm {fmt(before)} -> "
-                f"{fmt(value)}, orders of magnitude below the layers after it).")
+        return (f"{where}: gradient vanishing from step {step} (grad norm {fmt_change(before, value)}, orders of "
+                "magnitude below the layers after it).")
     if kind == "exploding_gradient":
-        return f"{where}: gradient exploding from step {step} (grad norm {fmt(before)} -> {fmt(value)})."
+        if extra.get("cause") == "grad_accumulation":
+            n, names = extra.get("layer_count"), ", ".join(extra.get("layers") or ())
+            more = ", ..." if n and n > len(extra.get("layers") or ()) else ""
+            return (f"{where}: gradients accumulate across steps from step {step}: when backward began, "
+                    f"{n} layer(s) ({names}{more}), {_pct(value)} of those with gradients, still held the "
+                    "previous step's gradients, so every update adds up all the steps before.")
+        return f"{where}: gradient exploding from step {step} (grad norm {fmt_change(before, value)})."
     if kind == "nonfinite":
         side = extra.get("side")
         if side == "backward":
@@ -153,25 +318,42 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 "value is born inside this module. Check its ops and their inputs (log/sqrt of "
                 "non-positive values, division by ~0, exp or fp16 overflow).")
     if kind == "dead_activation":
+        if extra.get("all_zero"):
+            return f"{where}: its output is exactly 0 for every sample from step {step}."
         after = (" after the activation applied to its output in forward (a functional ReLU)"
                  if extra.get("via") == "functional_activation" else "")
-        return (f"{where}: {_pct(value)} of its units are zero for every sample{after} from step "
-                f"{step} (was {_pct(before)}).")
+        was = f" (was {_pct(before)})" if _known(before) else ""
+        return f"{where}: {_pct(value)} of its units are zero for every sample{after} from step {step}{was}."
     if kind == "saturated_activation":
-        return f"{where}: {_pct(value)} of its outputs saturated from step {step} (was {_pct(before)})."
+        was = f" (was {_pct(before)})" if _known(before) else ""
+        return f"{where}: {_pct(value)} of its outputs saturated from step {step}{was}."
     if kind == "activation_collapse":
-        return f"{where}: its output is constant from step {step} (std {fmt(value)})."
+        head = f"{where}: its output is constant from step {step} (std {fmt_change(before, value)})."
+        if _known(extra.get("weight_norm")):
+            head += (f" Its weights collapsed (norm {fmt(extra.get('weight_norm_max'))} -> "
+                     f"{fmt(extra.get('weight_norm'))}).")
+        return head
     if kind == "activation_explosion":
-        head = f"{where}: activations explode from step {step} (max |x| {fmt(before)} -> {fmt(value)})."
+        head = f"{where}: activations explode from step {step} (max |x| {fmt_change(before, value)})."
         if extra.get("amplified") == "cumulative":
             head += " The layers up to here amplify the batch over a thousandfold together."
         return head
     if kind == "no_gradient":
-        return (f"{where}: no gradient reaches its parameters from step {step} "
-                f"({fmt(value)} parameter(s) without .grad).")
+        count = f" ({fmt(value)} parameter(s) without .grad)" if _known(value) else ""
+        ran = " although it ran in forward, with autograd disabled" if extra.get("ran_without_grad") else ""
+        return f"{where}: no gradient reaches its parameters from step {step}{ran}{count}."
     if kind == "frozen_weights":
-        return (f"{where}: its parameters get gradients but never change from step {step} "
-                f"(update ratio {fmt(value)}).")
+        cause = extra.get("cause")
+        if cause == "not_in_optimizer":
+            return (f"{where}: its parameters get gradients but never change from step {step}: the optimizer "
+                    "does not hold them.")
+        if cause == "lr_zero":
+            group = extra.get("group")
+            g = f"param group {group}" if group is not None else "its param group"
+            return (f"{where}: its parameters get gradients but never change from step {step}: the learning "
+                    f"rate of {g} is 0.")
+        return (f"{where}: its parameters get gradients but never change from step {step} (update ratio "
+                f"{fmt(value)}).")
     if kind == "data_anomaly":
         reason = extra.get("reason")
         if reason == "nonfinite":
@@ -181,16 +363,19 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
             return (f"<input>: the batch at step {step} is constant (std {fmt(extra.get('std'))}). "
                     "Check the data pipeline (an empty or padded batch, a broken augmentation).")
         return (f"<input>: the batch at step {step} is far outside the recent distribution "
-                f"(max |x| {fmt(before)} -> {fmt(value)}). Check normalisation and the data source.")
+                f"(max |x| {fmt_change(before, value)}). Check normalisation and the data source.")
     if kind == "loss_spike":
-        return f"<loss>: the loss spiked to {fmt(value)} at step {step} (recent level {fmt(before)})."
+        if extra.get("reason") == "climb":
+            return (f"<loss>: the loss climbs from step {step} (from its best level {fmt(before)} to "
+                    f"{fmt(value)}, step after step): a divergence that no single step shows.")
+        recent = f" (recent level {fmt(before)})" if _known(before) else ""
+        return f"<loss>: the loss spiked to {fmt(value)} at step {step}{recent}."
     if kind == "loss_plateau":
         k = extra.get("num_classes")
         if extra.get("reason") == "chance" and k:
             return (f"<loss>: the loss stays at chance level from step {step} ({fmt(value)}, "
                     f"ln({k}) = {fmt(math.log(k))} for {k} classes; it started at {fmt(before)}).")
-        return (f"<loss>: the loss has not fallen since step {step} ({fmt(before)} -> "
-                f"{fmt(value)}).")
+        return f"<loss>: the loss has not fallen since step {step} ({fmt_change(before, value)})."
     if kind == "initial_loss":
         k = extra.get("num_classes")
         return (f"<loss>: initial loss {fmt(value)} is far from ln({k}) = {fmt(before)} expected "
@@ -198,6 +383,6 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "scaler_collapse":
         origin = extra.get("origin")
         seen = f", first seen in {origin}" if origin else ""
-        return (f"<optimizer>: the GradScaler scale collapsed from step {step} ({fmt(before)} -> "
-                f"{fmt(value)}, skipped steps in a row{seen}).")
+        return (f"<optimizer>: the GradScaler scale collapsed from step {step} ({fmt_change(before, value)}, "
+                f"skipped steps in a row{seen}).")
     return f"{where}: {from_state} -> {to_state} at step {step}."

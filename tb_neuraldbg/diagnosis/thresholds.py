@@ -63,6 +63,10 @@ class Thresholds:
     #: it ever had (so a late noisy batch after convergence is not an explosion).
     explode_growth: float = 100.0
     explode_vs_max: float = 10.0
+    #: A single step above explode_vs_max x the largest norm a layer ever had
+    #: is a burst: the root cause when a failure follows within lr_window
+    #: steps (a divergence, a loss spike), else one info event (a clip doing
+    #: its job).
     #: exploding against the other layers at the same step (born exploding):
     #: norm above this multiple of the median layer, raw and relative to weights.
     explode_cross: float = 1e3
@@ -72,10 +76,16 @@ class Thresholds:
     #: (smdebug: > 50 % of units almost never active; AUTOTRAINER: >= 70 %).
     dead_frac: float = 0.75
     dead_exit_frac: float = 0.5
+    #: ... judged on batches of at least this many samples: with fewer, a
+    #: sparse layer's units are zero "for every sample" by chance (an output
+    #: that is exactly zero everywhere is dead whatever the batch)
+    dead_min_batch: int = 8
     #: saturated: fraction of saturated outputs of a bounded activation.
     sat_frac: float = 0.6
     sat_exit_frac: float = 0.4
-    #: collapsed: std <= collapse_rel x max|x| (a constant output).
+    #: collapsed: std <= collapse_rel x max|x| (a constant output), or a std
+    #: that fell below vanish_ratio x its own running average (an output that
+    #: stopped varying, e.g. weights that collapsed to ~0).
     collapse_rel: float = 1e-6
     #: activation explosion: RMS above this multiple of the previous row's
     #: RMS (the layer amplifies its input), or of its own running average and
@@ -88,9 +98,10 @@ class Thresholds:
     act_explode_vs_max: float = 10.0
 
     # --- weights ---------------------------------------------------------------
-    #: frozen: no update (update ratio exactly 0, or an unchanged weight norm)
-    #: while the layer has a gradient, the learning rate is > 0 and other
-    #: layers do move.
+    #: frozen: no update (update ratio exactly 0, an unchanged weight norm,
+    #: a param group at lr 0, or not held by the optimizer) while the layer
+    #: has a gradient, for this many measured steps; with no optimizer
+    #: watched, only while other layers move (a micro-batch moves nothing).
     frozen_steps: int = 5
 
     # --- <input> ---------------------------------------------------------------
@@ -125,7 +136,11 @@ class Thresholds:
     plateau_window: int = 50
     plateau_min_drop: float = 0.05
     #: ... and a loss that rose above (1 + plateau_max_rise) x the level where
-    #: the flat span would start is diverging, not on a plateau.
+    #: the flat span would start is diverging, not on a plateau. The same
+    #: factor makes a climb (a loss_spike without a spike): the last two
+    #: block medians (of 10 losses) at (1 + plateau_max_rise) x the best one
+    #: before them, having given back half of what the loss gained since its
+    #: first block.
     plateau_max_rise: float = 1.0
     #: initial loss for K-class cross-entropy, at step 0: loss0 above ln K +
     #: max(initial_loss_abs, initial_loss_rel x ln K), or negative. Below ln K

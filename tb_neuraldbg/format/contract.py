@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import metadata
 
@@ -25,6 +25,7 @@ __all__ = [
     "STATUSES",
     "NeuralDbgDataWarning",
     "run_report",
+    "annotate",
     "logdir_report",
     "is_root_event",
 ]
@@ -33,6 +34,9 @@ __all__ = [
 EVENT_KEYS = ("step", "layer", "kind", "from_state", "to_state", "value", "severity", "message")
 ROOT_CAUSE_KEYS = ("kind", "layer", "step", "message")
 STATUSES = ("healthy", "failing")
+# Steps are int64 on disk; a larger JSON integer is not a step (and its
+# decimal text, past 4,300 digits, cannot even be printed).
+_STEP_LIMIT = 2**63
 
 
 class NeuralDbgDataWarning(UserWarning):
@@ -43,15 +47,34 @@ class NeuralDbgDataWarning(UserWarning):
 # JSON: coercion to the contract
 
 
+def _describe(value: Any, limit: int = 60) -> str:
+    """A short description of an untrusted JSON value for a message: its
+    type, and its text when that is a short scalar. Never recurses (a
+    1,000-deep list has no ``repr`` worth printing, and asking for one can
+    raise RecursionError)."""
+    if isinstance(value, (list, dict)):
+        return f"a JSON {'array' if isinstance(value, list) else 'object'}"
+    if isinstance(value, str):
+        text = repr(value[:limit])
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _STEP_LIMIT:
+        text = "an integer beyond int64"  # and str() of a 5,000-digit int raises
+    elif isinstance(value, (int, float, bool)) or value is None:
+        text = repr(value)
+    else:
+        text = type(value).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _as_int(value: Any) -> int:
+    """A step: an integer within int64, as TensorBoard stores steps."""
     # bool is an int subclass but never a valid step.
     if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    if isinstance(value, int):
+        raise ValueError(f"expected an integer, got {_describe(value)}")
+    if isinstance(value, float) and value.is_integer() and abs(value) < _STEP_LIMIT:
+        value = int(value)
+    if isinstance(value, int) and abs(value) < _STEP_LIMIT:
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise ValueError(f"expected an integer, got {value!r}")
+    raise ValueError(f"expected an integer within int64, got {_describe(value)}")
 
 
 def _as_str(value: Any) -> str:
@@ -75,7 +98,7 @@ def _as_float_or_none(value: Any) -> float | None:
 def _as_choice(value: Any, choices: Iterable[str], what: str) -> str:
     value = _as_str(value)
     if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}")
+        raise ValueError(f"unknown {what} {_describe(value)}")
     return value
 
 
@@ -111,11 +134,16 @@ def _contract_root_cause(root_cause: Any) -> dict | None:
     }
 
 
-def _warn(run: str, what: str, error: Exception) -> None:
-    warnings.warn(f"run {run!r}: skipped {what}: {error}", NeuralDbgDataWarning, stacklevel=3)
+def _warn(run: str, what: str, error: Exception, note: Callable[[str], None] | None) -> None:
+    message = f"skipped {what}: {error}"
+    if note is not None:
+        note(message)
+    else:
+        warnings.warn(f"run {run[:200]!r}: {message}", NeuralDbgDataWarning, stacklevel=3)
 
 
-def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -> dict:
+def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping],
+               note: Callable[[str], None] | None = None) -> dict:
     """One run of DESIGN.md's report JSON, with exactly the contract keys.
 
     ``diagnosis`` is ``{"status", "root_cause"}`` (as stored under
@@ -125,7 +153,9 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -
     the result keeps the contract keys only, sorted by onset step (a stable
     sort: events of one step keep the order they were given in). Non-finite
     values become null. Events or a diagnosis that do not fit the contract are
-    skipped with a ``NeuralDbgDataWarning``; nothing here raises on bad data.
+    skipped with a ``NeuralDbgDataWarning`` (or, given ``note``, a message to
+    it: the reader and the plugin collect them per run); nothing here raises
+    on bad data.
     """
     run = str(run)
     clean_events = []
@@ -133,7 +163,7 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -
         try:
             clean_events.append(_contract_event(event))
         except (ValueError, TypeError) as e:
-            _warn(run, "an event", e)
+            _warn(run, "an event", e, note)
     clean_events.sort(key=lambda e: e["step"])
 
     status = None
@@ -145,7 +175,7 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -
             status = _as_choice(diagnosis.get("status"), STATUSES, "status")
             root_cause = _contract_root_cause(diagnosis.get("root_cause"))
         except (ValueError, TypeError) as e:
-            _warn(run, "the diagnosis", e)
+            _warn(run, "the diagnosis", e, note)
             status, root_cause = None, None
     if status is None:
         failing = any(e["severity"] in ("warning", "error") for e in clean_events)
@@ -155,9 +185,29 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping]) -
     return {"run": run, "status": status, "root_cause": root_cause, "events": clean_events}
 
 
-def logdir_report(runs: Iterable[Mapping]) -> dict:
-    """The whole ``--json`` object: ``{"runs": [run_report(...), ...]}``."""
-    return {"runs": list(runs)}
+def annotate(report: dict, warnings: Iterable[str] = (), incomplete: bool = False) -> dict:
+    """``report`` (a ``run_report`` dict) with the extension keys that say
+    what of the run could not be read: ``"incomplete": true`` when data was
+    lost (its diagnosis may miss what that data held) and ``"warnings"``, one
+    line each. Added only when there is something to say, so a clean run is
+    exactly the contract."""
+    warnings = [str(w) for w in warnings]
+    if incomplete:
+        report["incomplete"] = True
+    if warnings:
+        report["warnings"] = warnings
+    return report
+
+
+def logdir_report(runs: Iterable[Mapping], notes: Iterable[str] = ()) -> dict:
+    """The whole ``--json`` object: ``{"runs": [run_report(...), ...]}``, and
+    ``"notes"`` (one line each: runs, files and directories not read) when
+    there are any."""
+    out = {"runs": list(runs)}
+    notes = [str(n) for n in notes]
+    if notes:
+        out["notes"] = notes
+    return out
 
 
 def is_root_event(event: Mapping, root: Mapping | None) -> bool:

@@ -9,8 +9,11 @@ A tensor is a ``TensorProto`` or an already decoded numpy array (what a data
 provider returns). Everything stored is untrusted: a record that cannot be
 read is skipped and described to ``note``, a callable taking one message (the
 reader turns it into a ``NeuralDbgDataWarning``, the plugin into a log line);
-nothing here raises for bad data, and nothing allocates by a stored shape
-before the shape is bounded by ``MAX_ROWS``.
+a message about data that was not read starts with "skipped" (``is_skip``).
+Nothing here raises for bad data, and nothing allocates by a stored shape:
+a shape is bounded by ``MAX_ROWS``, a row is read only as wide as the layer
+list makes believable (``row_limit``), and a value is never broadcast to a
+shape (a proto holding one value for a [2^20] row is skipped, not expanded).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from . import metadata
 
 __all__ = [
     "MAX_ROWS",
+    "MAX_NAME",
     "JSON_TAGS",
+    "is_skip",
+    "row_limit",
     "Note",
     "Rows",
     "JsonRecords",
@@ -57,6 +63,56 @@ _PB_DTYPE = {np.dtype(np.float32): types_pb2.DT_FLOAT, np.dtype(np.uint8): types
 
 def _ignore(message: str) -> None:
     """The default ``note``: bad records are skipped silently."""
+
+
+def is_skip(message: str) -> bool:
+    """Whether a note says that data was not read (rather than, e.g., how a
+    row was named): such notes make a report incomplete."""
+    return message.startswith("skipped")
+
+
+class _Skips:
+    """The skipped records of one tag, told in one note per reason (a file of
+    100,000 broken records is one line, not 100,000), at most _MAX_REASONS
+    reasons and a last line counting the rest."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.reasons: dict = {}  # why -> [count, first step, last step]
+
+    def add(self, step, why: str) -> None:
+        got = self.reasons.get(why)
+        if got is not None:
+            got[0] += 1
+            got[2] = step
+        elif len(self.reasons) < _MAX_REASONS:
+            self.reasons[why] = [1, step, step]
+        else:
+            self.reasons.setdefault(None, [0, step, step])[0] += 1
+
+    def tell(self, note: Note) -> None:
+        for why, (n, first, last) in self.reasons.items():
+            if why is None:
+                note(f"skipped {n} more {self.what} records for other reasons")
+            elif n == 1:
+                note(f"skipped a {self.what} record at step {first}: {why}")
+            else:
+                note(f"skipped {n} {self.what} records (steps {first} to {last}): {why}")
+
+
+# Distinct reasons told per tag.
+_MAX_REASONS = 10
+# A longer layer name is not a module's qualified name (it would also be
+# sent in every answer naming the layers): the row is named by its number.
+MAX_NAME = 4096
+
+
+def row_limit(named: int) -> int:
+    """How many rows of a per-step tensor are believed when the layer list
+    names ``named`` rows: a row beyond the list is plausible (a record of the
+    list lost, a list still to come), a million of them is not. Rows past
+    the limit are not read (the decoder says so once per tag)."""
+    return min(MAX_ROWS, 4 * max(0, int(named)) + 256)
 
 
 class Rows(NamedTuple):
@@ -111,10 +167,10 @@ class _Spec:
         self.bad = f"not a 1-D {dtype.name} tensor"
 
 
-def _proto_row(proto, spec: _Spec):
+def _proto_row(proto, spec: _Spec, width: int):
     """(row, length, "") of a valid TensorProto, else (None, 0, why); the row
     is its raw little-endian ``tensor_content``, or an array of ``spec.dtype``
-    for values stored in float_val / int_val."""
+    for values stored in float_val / int_val, cut to ``width`` values."""
     if proto.dtype != spec.pb_dtype:
         try:  # named as numpy names it, as for an array
             name = tf_dtypes.as_dtype(proto.dtype).name
@@ -132,18 +188,27 @@ def _proto_row(proto, spec: _Spec):
     if content:
         if len(content) != n * spec.itemsize:
             return None, 0, f"{len(content)} bytes of content for {n} values"
+        if n > width:
+            return content[: width * spec.itemsize], width, ""
         return content, n, ""
-    try:  # values in float_val / int_val (other writers)
+    # Values in float_val / int_val (other writers). TensorFlow would
+    # broadcast a single value to the whole shape: a 5 KB file of [2^20]
+    # rows would become gigabytes. Only a full row is read.
+    stored = len(proto.float_val) if spec.kind == "f" else len(proto.int_val)
+    if stored != n:
+        return None, 0, f"{stored} values stored for {n} rows"
+    try:
         arr = tensor_util.make_ndarray(proto)
     except (ValueError, TypeError) as e:
-        return None, 0, str(e)
+        return None, 0, str(e)[:200]
     if arr.shape != (n,):
         return None, 0, f"{arr.size} values for {n} rows"
-    return arr.astype(spec.dtype, copy=False), n, ""
+    return arr[:width].astype(spec.dtype, copy=False), min(n, width), ""
 
 
-def _array_row(arr: np.ndarray, spec: _Spec):
-    """(row in ``spec.dtype``, length, "") of a valid numpy array, else (None, 0, why)."""
+def _array_row(arr: np.ndarray, spec: _Spec, width: int):
+    """(row in ``spec.dtype``, length, "") of a valid numpy array cut to
+    ``width`` values, else (None, 0, why)."""
     dt = arr.dtype
     if dt.kind != spec.kind or dt.itemsize != spec.itemsize:
         return None, 0, f"dtype {dt}"
@@ -151,6 +216,7 @@ def _array_row(arr: np.ndarray, spec: _Spec):
         return None, 0, f"{arr.ndim} dimensions"
     if arr.shape[0] > MAX_ROWS:
         return None, 0, f"{arr.shape[0]} rows, beyond the limit of {MAX_ROWS}"
+    arr = arr[:width]
     return (arr if dt == spec.dtype else arr.astype(spec.dtype)), arr.shape[0], ""
 
 
@@ -168,31 +234,42 @@ def _last_per_step(steps: np.ndarray) -> np.ndarray | None:
 
 
 def decode_rows(steps: Iterable[int], tensors: Iterable, dtype, fill,
-                note: Note | None = None, tag: str = "row") -> Rows:
+                note: Note | None = None, tag: str = "row",
+                max_width: int = MAX_ROWS) -> Rows:
     """Decode a series of 1-D per-step tensors (TensorProtos or numpy arrays,
     ``steps[i]`` the step of ``tensors[i]``) into ``Rows``.
 
     Only 1-D tensors of ``dtype`` (float32 or uint8) with at most MAX_ROWS
-    values are read; any other record is skipped with a note. For a
-    repeated step the last record wins. The rows are decoded in bulk: the
-    raw bytes of all records are joined and viewed as one array (one
-    np.frombuffer instead of one make_ndarray per step); the matrix is
-    writable.
+    values are read; any other record is skipped with a note. Rows longer
+    than ``max_width`` (``row_limit`` of the layer list) are cut to it, with
+    one note for the tag. For a repeated step the last record wins. The rows
+    are decoded in bulk: the raw bytes of all records are joined and viewed
+    as one array (one np.frombuffer instead of one make_ndarray per step);
+    the matrix is writable.
     """
     note = note or _ignore
     spec = _Spec(np.dtype(dtype))
+    width = max(0, min(int(max_width), MAX_ROWS))
     kept, lengths, chunks = [], [], []
+    cut, skips = 0, _Skips(tag)
     for step, tensor in zip(steps, tensors):
         if isinstance(tensor, np.ndarray):
-            chunk, length, why = _array_row(tensor, spec)
+            chunk, length, why = _array_row(tensor, spec, width)
+            longer = tensor.ndim == 1 and chunk is not None and tensor.shape[0] > width
         else:
-            chunk, length, why = _proto_row(tensor, spec)
+            chunk, length, why = _proto_row(tensor, spec, width)
+            longer = chunk is not None and tensor.tensor_shape.dim[0].size > width
         if chunk is None:
-            note(f"skipped a {tag} record at step {step}: {spec.bad} ({why})")
+            skips.add(step, f"{spec.bad} ({why})")
             continue
+        cut += longer
         kept.append(step)
         lengths.append(length)
         chunks.append(chunk)
+    skips.tell(note)
+    if cut:
+        note(f"skipped the rows past {width} of {cut} {tag} records (the layer list makes "
+             "no more believable)")
     return _assemble(np.asarray(kept, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
                      chunks, spec, fill)
 
@@ -229,10 +306,10 @@ def _assemble(steps: np.ndarray, lengths: np.ndarray, chunks: list, spec: _Spec,
 
 
 def decode_tag_rows(tag: str, steps: Iterable[int], tensors: Iterable,
-                    note: Note | None = None) -> Rows:
+                    note: Note | None = None, max_width: int = MAX_ROWS) -> Rows:
     """``decode_rows`` with the dtype and fill of ``tag`` (``row_format``)."""
     dtype, fill = row_format(tag)
-    return decode_rows(steps, tensors, dtype, fill, note, tag)
+    return decode_rows(steps, tensors, dtype, fill, note, tag, max_width)
 
 
 # ---------------------------------------------------------------------------
@@ -266,17 +343,19 @@ def decode_json(steps: Iterable[int], tensors: Iterable, note: Note | None = Non
     """
     note = note or _ignore
     kept, values, text_bytes = [], [], 0
+    skips = _Skips(tag)
     for step, tensor in zip(steps, tensors):
         try:
             text = _string_scalar(tensor)
             value = json.loads(text)
         except (ValueError, TypeError, RecursionError) as e:
             # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
-            note(f"skipped a {tag} record at step {step}: {type(e).__name__}: {e}"[:300])
+            skips.add(step, f"{type(e).__name__}: {e}"[:200])
             continue
         kept.append(int(step))
         values.append(value)
         text_bytes += len(text)
+    skips.tell(note)
     return JsonRecords(np.asarray(kept, dtype=np.int64), values, text_bytes)
 
 
@@ -285,10 +364,14 @@ def decode_json(steps: Iterable[int], tensors: Iterable, note: Note | None = Non
 
 
 def _layer(index: int, item) -> tuple[dict, bool]:
-    """One entry of a layer list as {"name", "type"}, and whether it had a name."""
-    if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]:
-        return {"name": item["name"], "type": str(item.get("type", ""))}, True
-    kind = str(item.get("type", "")) if isinstance(item, dict) else ""
+    """One entry of a layer list as {"name", "type"}, and whether it had a name.
+    A type that is not a string is dropped (never ``str()``-ed: a nested
+    value has no useful text, and making one can recurse without end)."""
+    kind = item.get("type") if isinstance(item, dict) else ""
+    kind = kind[:MAX_NAME] if isinstance(kind, str) else ""
+    name = item.get("name") if isinstance(item, dict) else None
+    if isinstance(name, str) and 0 < len(name) <= MAX_NAME:
+        return {"name": name, "type": kind}, True
     return {"name": metadata.unnamed_row(index), "type": kind}, False
 
 

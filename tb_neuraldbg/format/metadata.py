@@ -54,6 +54,7 @@ __all__ = [
     "PSEUDO_LAYERS",
     "create_summary_metadata",
     "parse_plugin_metadata",
+    "NewerFormatError",
 ]
 
 PLUGIN_NAME = "neuraldbg"
@@ -120,13 +121,28 @@ METRIC_TABLE = (
     MetricInfo("in_dead_frac", "linear", "Input dead fraction",
                "fraction of units of the first input zero for every sample"),
     MetricInfo("in_nonfinite", "linear", "Non-finite inputs", "count of non-finite values in the first input"),
-    MetricInfo("value", "log", "Value", "<loss>: loss value; <optimizer>: learning rate (first group)"),
+    MetricInfo("value", "log", "Value",
+               "<loss>: loss value; <optimizer>: learning rate (first group); <input>: batch size (dim 0)"),
     MetricInfo("scale", "log", "GradScaler scale", "<optimizer>: GradScaler scale"),
     # Where a NaN/Inf is born in backward is the module whose output gradient
     # is finite while the gradient it passes on (its parameters' or its
     # input's) is not.
     MetricInfo("gout_nonfinite", "linear", "Non-finite output gradients",
                "count (or 0/1 flag) of non-finite values in the gradient w.r.t. the output"),
+    # Facts of the step that only the training loop shows (training/
+    # optimizer_facts.py): bugs that leave the statistics above healthy.
+    MetricInfo("grad_carried", "log", "Gradient not cleared",
+               "norm of the gradient still left from the previous step when this step's backward began "
+               "(not set to None nor zeroed since optimizer.step(): gradients accumulate across steps)"),
+    MetricInfo("ran_without_grad", "linear", "Ran without autograd",
+               "1 when the module ran inside the model's forward with autograd disabled (torch.no_grad())"),
+    MetricInfo("opt_group", "linear", "Param group",
+               "index of the optimizer's param group holding the layer's trainable parameters (the one "
+               "with the lowest learning rate if several); -1: the optimizer holds none of them"),
+    MetricInfo("lr", "log", "Learning rate", "learning rate of that param group"),
+    MetricInfo("weight_decay", "linear", "Weight decay", "weight decay of that param group"),
+    MetricInfo("momentum", "linear", "Momentum",
+               "momentum of that param group (SGD, RMSprop), or Adam's first beta"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}
@@ -290,11 +306,22 @@ def create_summary_metadata(content: dict | None = None) -> summary_pb2.SummaryM
     )
 
 
+class NewerFormatError(ValueError):
+    """Data written in a format version newer than FORMAT_VERSION."""
+
+
+# A summary's metadata content is a few dozen bytes; more is not ours.
+_MAX_METADATA_BYTES = 4096
+
+
 def parse_plugin_metadata(content: bytes) -> dict:
     """Parse plugin_data.content written by create_summary_metadata.
 
-    Raises ValueError for content that is not ours or from a newer format.
+    Raises NewerFormatError (a ValueError) for a newer format version, and
+    ValueError for content that is not ours.
     """
+    if len(content) > _MAX_METADATA_BYTES:
+        raise ValueError(f"neuraldbg metadata of {len(content)} bytes is not ours")
     if isinstance(content, bytes):
         try:
             content = content.decode("utf-8")
@@ -302,16 +329,17 @@ def parse_plugin_metadata(content: bytes) -> dict:
             raise ValueError(f"neuraldbg metadata is not UTF-8: {e}") from None
     try:
         payload = json.loads(content) if content else {}
-    except json.JSONDecodeError as e:
-        raise ValueError(f"neuraldbg metadata is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"neuraldbg metadata is not JSON: {type(e).__name__}") from None
     if not isinstance(payload, dict):
         raise ValueError("neuraldbg metadata is not a JSON object")
     version = payload.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise ValueError(f"neuraldbg metadata has no valid version: {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        shown = version if isinstance(version, (int, float, type(None))) else type(version).__name__
+        raise ValueError(f"neuraldbg metadata has no valid version: {str(shown)[:40]}")
     if version > FORMAT_VERSION:
-        raise ValueError(
-            f"neuraldbg format version {version} is newer than this reader "
+        raise NewerFormatError(
+            f"neuraldbg format version {str(version)[:40]} is newer than this reader "
             f"({FORMAT_VERSION}); upgrade tb_neuraldbg"
         )
     return payload

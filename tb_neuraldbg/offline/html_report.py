@@ -29,6 +29,12 @@ STATE_COLORS = {s.name: s.color for s in metadata.STATE_TABLE}
 _CELL_H = 14
 _LABEL_W = 230
 _MAP_W = 720
+# Lines of notes listed per run and for the logdir (the JSON report has all).
+_MAX_NOTES = 50
+# Events listed per run (the root-cause event always is), characters of a message.
+_MAX_EVENTS = 5000
+_MAX_TEXT = 10_000
+_MAX_NAME = 1000
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -36,6 +42,9 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;word-break
 .meta{color:#666;font-size:12px}
 .badge{display:inline-block;padding:1px 8px;border-radius:9px;font-size:12px;font-weight:600;vertical-align:middle}
 .failing{background:#fde2e1;color:#a11}.healthy{background:#e3f3e6;color:#174}
+.incomplete{background:#fff0c2;color:#850}
+.notes{border-left:4px solid #d9a400;background:#fffbea;padding:6px 10px;margin:8px 0;font-size:13px}
+.notes li{word-break:break-all}
 .cause{border-left:4px solid #d62728;background:#fff6f6;padding:6px 10px;margin:8px 0}
 .ok{border-left:4px solid #2a8;background:#f4fbf6;padding:6px 10px;margin:8px 0}
 table{border-collapse:collapse;width:100%;font-size:13px;margin-top:8px}
@@ -111,29 +120,53 @@ def _legend(codes: Iterable[int]) -> str:
     return f"<div class='legend'>{''.join(items)}</div>"
 
 
+def _cut(text, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit} more characters]"
+
+
 def _events_table(events: Sequence[Mapping], root: Mapping | None) -> str:
     if not events:
         return "<p class='meta'>No events.</p>"
     rows = []
-    for e in events:
+    shown = list(events[:_MAX_EVENTS])
+    shown += [e for e in events[_MAX_EVENTS:] if is_root_event(e, root)][:1]
+    for e in shown:
         is_root = is_root_event(e, root)
         value = "" if e.get("value") is None else f"{e['value']:.3g}"
         rows.append(
             f"<tr{' class=root' if is_root else ''}><td class=num>{_e(e['step'])}</td>"
             f"<td class='{_e(e['severity'])}'>{_e(e['severity'])}</td>"
-            f"<td><code>{_e(e['layer'])}</code></td><td>{_e(e['kind'])}</td>"
-            f"<td>{_e(e['from_state'])} &rarr; {_e(e['to_state'])}</td>"
-            f"<td class=num>{_e(value)}</td><td>{_e(e['message'])}</td></tr>"
+            f"<td><code>{_e(_cut(e['layer'], _MAX_NAME))}</code></td><td>{_e(e['kind'])}</td>"
+            f"<td>{_e(_cut(e['from_state'], _MAX_NAME))} &rarr; "
+            f"{_e(_cut(e['to_state'], _MAX_NAME))}</td>"
+            f"<td class=num>{_e(value)}</td><td>{_e(_cut(e['message'], _MAX_TEXT))}</td></tr>"
         )
+    if len(events) > len(shown):
+        rows.append(f"<tr><td colspan=7 class='meta'>... {len(events) - len(shown)} more events "
+                    "(<code>neuraldbg report --json</code> lists every one)</td></tr>")
     head = ("<tr><th>step</th><th>severity</th><th>layer</th><th>kind</th>"
             "<th>transition</th><th>value</th><th>message</th></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _notes(title: str, notes: Sequence[str]) -> str:
+    """A box listing what could not be read."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in list(notes)[:_MAX_NOTES])
+    more = len(notes) - _MAX_NOTES
+    tail = f"<li>... {more} more</li>" if more > 0 else ""
+    return f"<div class='notes'><b>{_e(title)}</b><ul>{items}{tail}</ul></div>"
+
+
 def _run_section(report: Mapping, run, max_cols: int) -> str:
     status = "failing" if report["status"] == "failing" else "healthy"
     root = report.get("root_cause")
-    parts = [f"<section><h2>{_e(report['run'])} <span class='badge {status}'>{status}</span></h2>"]
+    badge = f"<span class='badge {status}'>{status}</span>"
+    if report.get("incomplete"):
+        badge += " <span class='badge incomplete'>incomplete</span>"
+    parts = [f"<section><h2>{_e(report['run'])} {badge}</h2>"]
     if root:
         parts.append(
             f"<div class='cause'><b>Root cause:</b> <code>{_e(root['layer'])}</code>: "
@@ -143,6 +176,11 @@ def _run_section(report: Mapping, run, max_cols: int) -> str:
         parts.append("<div class='cause'><b>Root cause:</b> not determined</div>")
     else:
         parts.append("<div class='ok'>No failure found.</div>")
+    if report.get("incomplete"):
+        parts.append(_notes("Incomplete: part of this run could not be read, so its diagnosis "
+                            "may miss what that part held.", report.get("warnings") or []))
+    elif report.get("warnings"):
+        parts.append(_notes("Notes", report["warnings"]))
     if run is not None:
         root_layer = root["layer"] if root else None
         parts.append(_state_map(run.layer_names, run.steps, run.states, root_layer, max_cols))
@@ -154,11 +192,14 @@ def _run_section(report: Mapping, run, max_cols: int) -> str:
 
 
 def render_html(reports: Sequence[Mapping], runs: Sequence | None = None, *,
-                title: str = "neuraldbg report", max_cols: int = 400) -> str:
-    """The HTML document for ``reports`` (``report.run_report`` dicts).
+                title: str = "neuraldbg report", max_cols: int = 400,
+                notes: Sequence[str] = ()) -> str:
+    """The HTML document for ``reports`` (``report.run_report`` dicts, with
+    the ``contract.annotate`` keys when a run could not be read whole).
 
     ``runs`` (``reader.Run`` objects, same order) add each run's state map;
-    without them only the diagnosis and events are shown.
+    without them only the diagnosis and events are shown. ``notes`` (what of
+    the logdir was not read) are listed at the top.
     """
     runs = list(runs) if runs is not None else [None] * len(reports)
     if len(runs) != len(reports):
@@ -170,5 +211,6 @@ def render_html(reports: Sequence[Mapping], runs: Sequence | None = None, *,
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1><p class='meta'>{len(reports)} run{'s' if len(reports) != 1 else ''}, "
         f"{failing} failing "
-        f"&middot; tb_neuraldbg {_e(__version__)}</p>{body}</body></html>\n"
+        f"&middot; tb_neuraldbg {_e(__version__)}</p>{_notes('Not read', notes)}{body}"
+        "</body></html>\n"
     )

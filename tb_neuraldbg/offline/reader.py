@@ -1,14 +1,18 @@
 """Read neuraldbg data from a logdir without a TensorBoard server.
 
-Built on TensorBoard's own event-file code (``EventMultiplexer`` with every
-neuraldbg tensor kept), so run names, restart purges and file ordering are
-exactly what the TensorBoard plugin sees. A run is a directory holding event
-files with neuraldbg data; TensorBoard names it by its path relative to the
-logdir ("." for the logdir itself).
+A run is a directory holding event files with neuraldbg data; it is named as
+TensorBoard names it, by its path relative to the logdir ("." for the logdir
+itself), and its event files are read in name order (``logdir.py``). Files
+are read by a bounded record reader of our own (``records.py``), not by
+TensorBoard's: only records holding neuraldbg tags are parsed, no length is
+trusted, and what cannot be read is named.
 
-Everything in a logdir is untrusted: JSON is decoded defensively, a record
-that cannot be read is skipped with a ``NeuralDbgDataWarning``, and data from
-a newer format version is refused with ``FormatError``. Nothing is unpickled.
+Everything in a logdir is untrusted. Nothing is unpickled or executed. A
+record or a part of a file that cannot be read is skipped with one
+``NeuralDbgDataWarning`` line, kept in the run's ``warnings``, and a run that
+lost data says so (``Run.incomplete``). A run written in a newer format
+version is not read: ``read_logdir`` skips it with a note, ``read_run``
+raises ``FormatError``. Other runs are read whatever their neighbours hold.
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.compat import tf
 
 from ..format import decode, metadata
 from ..format.contract import NeuralDbgDataWarning
+from . import logdir as logdir_files
+from . import records
 
 __all__ = ["Run", "FormatError", "NeuralDbgDataWarning", "read_logdir", "read_run", "use_fast_crc"]
+
+# Lines of notes kept (and warned) per run; more are counted in one last line.
+MAX_NOTES = 50
 
 
 class FormatError(ValueError):
@@ -42,6 +50,10 @@ class Run:
     ``events`` are the stored event dicts in the order they were written (each
     has at least DESIGN.md's keys, maybe more); ``diagnosis`` is the last
     stored ``{"status", "root_cause"}``; ``config`` the writer's settings.
+    ``warnings`` are one-line notes on what could not be read (or was read
+    oddly); ``incomplete`` is True when data of the run was not read (a
+    corrupt record, a lost tail, a skipped record), so that its diagnosis
+    may miss what that data held.
     """
 
     name: str
@@ -55,6 +67,8 @@ class Run:
     events: list = field(default_factory=list)
     diagnosis: dict | None = None
     config: dict | None = None
+    warnings: list = field(default_factory=list)
+    incomplete: bool = False
 
     @property
     def layer_names(self) -> list:
@@ -69,55 +83,129 @@ class Run:
         return len(self.layers)
 
 
-def _warner(run: str) -> decode.Note:
-    """The decoder's note for ``run``: a NeuralDbgDataWarning naming the run."""
+class _Notes:
+    """The notes of one run: warned (``NeuralDbgDataWarning``) and kept, at
+    most MAX_NOTES lines, each distinct line once."""
 
-    def note(message: str) -> None:
-        warnings.warn(f"run {run!r}: {message}", NeuralDbgDataWarning, stacklevel=2)
+    def __init__(self, run: str):
+        self.run = run
+        self.lines: list[str] = []
+        self.incomplete = False
+        self._seen: set = set()
+        self._more = 0
 
-    return note
+    def __call__(self, message: str) -> None:
+        """A decoder's note (``decode.is_skip`` tells whether data was lost)."""
+        self.add(message, lost=decode.is_skip(message))
+
+    def lost(self, message: str) -> None:
+        """A part of a file that was not read."""
+        self.add(message, lost=True)
+
+    def add(self, message: str, lost: bool) -> None:
+        self.incomplete = self.incomplete or lost
+        if message in self._seen:
+            return
+        if len(self.lines) >= MAX_NOTES:
+            self._more += 1
+            return
+        self._seen.add(message)
+        self.lines.append(message)
+        warnings.warn(f"run {self.run[:200]!r}: {message}", NeuralDbgDataWarning, stacklevel=3)
+
+    def finish(self) -> list[str]:
+        """The lines kept, with a last one counting those left out."""
+        if self._more:
+            line = f"{self._more} more notes not shown"
+            warnings.warn(f"run {self.run[:200]!r}: {line}", NeuralDbgDataWarning, stacklevel=2)
+            return self.lines + [line]
+        return list(self.lines)
+
+
+# ---------------------------------------------------------------------------
+# Records of a run
+
+
+# Tags read from a run (histograms and anything else are left alone).
+_TAGS = frozenset(
+    [metadata.stats_tag(m) for m in metadata.METRICS] + [metadata.TAG_STATES, *decode.JSON_TAGS]
+)
+
+
+class _Records:
+    """The neuraldbg records of one run, per tag, in the order read.
+
+    A tag is ours unless the first metadata written for it names another
+    plugin (TensorBoard keeps the first metadata of a tag). Values of a tag
+    whose metadata was lost with a corrupt record still count. Any metadata
+    of a newer format version refuses the whole run (FormatError).
+    """
+
+    def __init__(self, run: str, note: _Notes):
+        self.run = run
+        self.note = note
+        self.steps: dict = {}
+        self.tensors: dict = {}
+        self._owner: dict = {}  # tag -> plugin name of its first metadata
+
+    def add(self, event) -> None:
+        for value in event.summary.value:
+            tag = value.tag
+            if tag not in _TAGS:
+                continue
+            if value.HasField("metadata"):
+                self._check(tag, value.metadata.plugin_data)
+            if self._owner.get(tag, metadata.PLUGIN_NAME) != metadata.PLUGIN_NAME:
+                continue
+            if not value.HasField("tensor"):
+                continue
+            self.steps.setdefault(tag, []).append(event.step)
+            self.tensors.setdefault(tag, []).append(value.tensor)
+
+    def _check(self, tag: str, plugin_data) -> None:
+        owner = self._owner.setdefault(tag, plugin_data.plugin_name)
+        if plugin_data.plugin_name != metadata.PLUGIN_NAME or owner != metadata.PLUGIN_NAME:
+            return
+        try:
+            metadata.parse_plugin_metadata(plugin_data.content)
+        except metadata.NewerFormatError as e:
+            raise FormatError(f"run {self.run[:200]!r}, tag {tag!r}: {e}") from None
+        except ValueError as e:
+            self.note(f"tag {tag!r}: {e}; read as format version {metadata.FORMAT_VERSION}")
+
+    def get(self, tag: str) -> tuple[list, list]:
+        return self.steps.get(tag, []), self.tensors.get(tag, [])
+
+
+def _read_records(name: str, files: list, note: _Notes) -> _Records:
+    """Every neuraldbg record of the run's event files, in reading order."""
+    recs = _Records(name, note)
+    for path in files:
+        shown = path.replace("\\", "/").rsplit("/", 1)[-1]  # the run's name says where
+        try:
+            for event in records.read_events(path, note.lost, shown):
+                recs.add(event)
+        except records.NotRegularFile as e:
+            note.add(f"skipped {shown}: {e}", lost=False)
+        except OSError as e:
+            note.lost(f"{shown}: cannot be read ({e.strerror or e})")
+    return recs
 
 
 # ---------------------------------------------------------------------------
 # Runs
 
 
-def _neuraldbg_tags(name: str, accumulator) -> set:
-    """The run's neuraldbg tags (empty without any); FormatError for data
-    from a newer format version."""
-    try:
-        tags = set(accumulator.PluginTagToContent(metadata.PLUGIN_NAME))
-    except KeyError:  # TensorBoard's answer for "no data of this plugin"
-        return set()
-    for tag in sorted(tags):
-        meta = accumulator.SummaryMetadata(tag)
-        try:
-            metadata.parse_plugin_metadata(meta.plugin_data.content)
-        except ValueError as e:
-            raise FormatError(f"run {name!r}, tag {tag!r}: {e}") from None
-    return tags
-
-
-def _records(accumulator, tag: str) -> tuple[list, list]:
-    """(steps, TensorProtos) of one tag, in the order written."""
-    events = accumulator.Tensors(tag)
-    return [ev.step for ev in events], [ev.tensor_proto for ev in events]
-
-
-def _row_series(accumulator, tags: set, note: decode.Note) -> dict:
+def _row_series(recs: _Records, note: decode.Note, max_width: int) -> dict:
     """{tag: decode.Rows} of the run's per-step tags (every metric, the states)."""
-    row_tags = [t for t in sorted(tags) if metadata.metric_of_tag(t) or t == metadata.TAG_STATES]
-    return {t: decode.decode_tag_rows(t, *_records(accumulator, t), note) for t in row_tags}
+    row_tags = [t for t in sorted(recs.steps) if metadata.metric_of_tag(t) or t == metadata.TAG_STATES]
+    return {t: decode.decode_tag_rows(t, *recs.get(t), note, max_width) for t in row_tags}
 
 
-def _json_series(accumulator, tags: set, note: decode.Note) -> dict:
+def _json_series(recs: _Records, note: decode.Note) -> dict:
     """{tag: [(step, parsed JSON)]} of every JSON tag (empty when absent)."""
-    out = {}
-    for tag in sorted(decode.JSON_TAGS):
-        out[tag] = []
-        if tag in tags:
-            out[tag] = decode.decode_json(*_records(accumulator, tag), note, tag).pairs()
-    return out
+    return {tag: decode.decode_json(*recs.get(tag), note, tag).pairs()
+            for tag in sorted(decode.JSON_TAGS)}
 
 
 def _step_axis(series: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -148,18 +236,23 @@ def _matrices(series: dict, steps: np.ndarray, num_layers: int) -> tuple[np.ndar
     return stats, states
 
 
-def _build_run(name: str, path: str, accumulator) -> Run | None:
-    tags = _neuraldbg_tags(name, accumulator)
-    if not tags:
+def _build_run(name: str, path: str, files: list) -> Run | None:
+    """The Run of one directory's event files, None without neuraldbg data.
+    Raises FormatError for data of a newer format version."""
+    note = _Notes(name)
+    recs = _read_records(name, files, note)
+    if not recs.steps:
+        note.finish()
         return None
-    note = _warner(name)
-    series = _row_series(accumulator, tags, note)
+    records = _json_series(recs, note)
+    named = decode.layer_list(records[metadata.TAG_LAYERS])
+    series = _row_series(recs, note, decode.row_limit(len(named)))
+    del recs
     steps, layer_counts = _step_axis(series)
-    records = _json_series(accumulator, tags, note)
     width = int(layer_counts.max(initial=0))
     layers = decode.layer_list(records[metadata.TAG_LAYERS], width, note)
     stats, states = _matrices(series, steps, len(layers))
-    return Run(
+    run = Run(
         name=name,
         path=path,
         layers=layers,
@@ -172,6 +265,9 @@ def _build_run(name: str, path: str, accumulator) -> Run | None:
         diagnosis=decode.last_diagnosis(records[metadata.TAG_DIAGNOSIS], note),
         config=decode.run_config(records[metadata.TAG_CONFIG], note),
     )
+    run.warnings = note.finish()
+    run.incomplete = note.incomplete
+    return run
 
 
 def _masked_crc32c_fast(data: bytes) -> int:
@@ -183,7 +279,8 @@ def _masked_crc32c_fast(data: bytes) -> int:
 
 
 def use_fast_crc() -> bool:
-    """Check event-file records with a C CRC32C when ``google-crc32c`` is installed.
+    """Check event-file records with a C CRC32C in TensorBoard's own reader
+    when ``google-crc32c`` is installed (the reader here always uses it).
 
     Without TensorFlow, TensorBoard verifies every record with a pure-Python
     CRC32C (about 1 ms per 7 KB step record here: 80 % of the reading time).
@@ -203,11 +300,14 @@ def use_fast_crc() -> bool:
     return True
 
 
-def _multiplexer():
-    use_fast_crc()
-    # 0 = keep every record: the reader must see every logged step.
-    return plugin_event_multiplexer.EventMultiplexer(
-        tensor_size_guidance={metadata.PLUGIN_NAME: 0}
+def _refuse_bucket_root(path: str) -> None:
+    """A bucket root (``s3://bucket``, ``s3://bucket/``): TensorBoard's S3
+    layer lists only below a key prefix (it fails with ``ValueError:
+    substring not found`` or finds nothing), so say so in one line."""
+    bucket = path[len("s3://"):].strip("/")
+    raise FileNotFoundError(
+        f"{path} is the root of bucket {bucket!r}, which TensorBoard's S3 reader cannot list; "
+        f"point at a folder in it (e.g. s3://{bucket}/runs)"
     )
 
 
@@ -220,11 +320,16 @@ def _check_dir(path) -> str:
     path = os.fspath(path)
     if "://" not in path:
         path = os.path.expanduser(path)
+    elif path.startswith("s3://") and not path[len("s3://"):].partition("/")[2].strip("/"):
+        _refuse_bucket_root(path)
     gfile = tf.io.gfile
     try:
         exists, isdir = gfile.exists(path), gfile.isdir(path)
     except ImportError as e:  # e.g. "Install s3fs to access S3"
         raise FileNotFoundError(f"cannot open {path}: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- a missing bucket, no credentials, no network
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise FileNotFoundError(f"cannot open {path}: {reason}") from None
     if not exists:
         raise FileNotFoundError(f"no such directory: {path}")
     if not isdir:
@@ -232,21 +337,37 @@ def _check_dir(path) -> str:
     return path
 
 
-def read_logdir(logdir) -> list[Run]:
-    """Every run under ``logdir`` that holds neuraldbg data, sorted by name.
+def _logdir_note(notes: list | None) -> decode.Note:
+    """A note about the logdir (not one run): warned, and kept in ``notes``."""
+
+    def note(message: str) -> None:
+        warnings.warn(message, NeuralDbgDataWarning, stacklevel=2)
+        if notes is not None:
+            notes.append(message)
+
+    return note
+
+
+def read_logdir(logdir, notes: list | None = None) -> list[Run]:
+    """Every run under ``logdir`` that holds readable neuraldbg data, sorted by name.
 
     Run names are TensorBoard's (the path relative to ``logdir``, "." for
     ``logdir`` itself). Returns [] when there is no neuraldbg data. Raises
-    FileNotFoundError / NotADirectoryError for a bad path and FormatError for
-    data from a newer format version.
+    FileNotFoundError / NotADirectoryError for a bad path, and nothing for
+    bad data: a run of a newer format version, a FIFO or a symlink loop is
+    skipped with one ``NeuralDbgDataWarning`` line, also appended to
+    ``notes`` when a list is given (notes about one run's data are that
+    run's ``warnings``).
     """
     logdir = _check_dir(logdir)
-    mux = _multiplexer()
-    mux.AddRunsFromDirectory(logdir)
-    mux.Reload()
+    note = _logdir_note(notes)
     runs = []
-    for name, path in sorted(mux.RunPaths().items()):
-        run = _build_run(name, path, mux.GetAccumulator(name))
+    for found in logdir_files.list_runs(logdir, note):
+        try:
+            run = _build_run(found.name, found.path, found.files)
+        except FormatError as e:
+            note(f"{e}: run not read")
+            continue
         if run is not None:
             runs.append(run)
     return runs
@@ -256,16 +377,15 @@ def read_run(path, name: str | None = None) -> Run:
     """The neuraldbg data of the event files directly in directory ``path``.
 
     ``name`` defaults to the directory's base name. Raises ValueError when
-    the directory holds no neuraldbg data.
+    the directory holds no neuraldbg data, FormatError (a ValueError) when
+    it holds data of a newer format version.
     """
     path = _check_dir(path)
     if not name:
         local = "://" not in path
         name = os.path.basename(os.path.abspath(path)) if local else path.rstrip("/").rsplit("/", 1)[-1]
-    mux = _multiplexer()
-    mux.AddRun(path, name)
-    mux.Reload()
-    run = _build_run(name, path, mux.GetAccumulator(name))
+    files = logdir_files.run_files(path, _logdir_note(None))
+    run = _build_run(name, path, files)
     if run is None:
         raise ValueError(f"no neuraldbg data in {path}")
     return run

@@ -1,7 +1,9 @@
 """The terminal report: one run or a whole report as plain text of a given width.
 
 Renders the report JSON of :mod:`tb_neuraldbg.format.contract`. Layer names
-and messages come from a logdir: control characters never reach the terminal.
+and messages come from a logdir: control characters never reach the terminal,
+and one string shows at most ``MAX_TEXT`` characters (the JSON keeps it
+whole). Rendering is linear in what is shown.
 """
 
 from __future__ import annotations
@@ -11,23 +13,33 @@ from typing import Mapping
 
 from ..format.contract import is_root_event
 
-__all__ = ["DEFAULT_MAX_EVENTS", "format_report"]
+__all__ = ["DEFAULT_MAX_EVENTS", "MAX_TEXT", "MAX_NOTES", "format_report"]
 
 _SEVERITY_LABEL = {"error": "ERROR", "warning": "WARN", "info": "info"}
 # Timeline entries shown per run in the terminal (the JSON keeps everything).
 DEFAULT_MAX_EVENTS = 60
+# Characters of one message or name shown (a 10 MB message is not read on a terminal).
+MAX_TEXT = 2000
+# Note lines shown per run, and for the logdir.
+MAX_NOTES = 8
+# Characters of a name (run, layer, state) shown: it is clipped to the width anyway.
+_NAME = 300
 
 
 # ---------------------------------------------------------------------------
 # Terminal text
 
 
-def _printable(text: str) -> str:
-    """Text safe for a terminal: control and format characters are escaped.
+def _printable(text: str, limit: int = MAX_TEXT) -> str:
+    """Text safe for a terminal: control and format characters are escaped,
+    and at most ``limit`` characters are kept (a cut says how much is left).
 
     Layer names and messages come from a logdir; an ANSI escape in one must
     not be able to rewrite the user's screen.
     """
+    if len(text) > limit:
+        rest = len(text) - limit
+        return _printable(text[:limit], limit) + f" [... {rest} more characters; --json has all]"
     out = []
     for ch in text:
         cat = unicodedata.category(ch)
@@ -82,24 +94,36 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - _width(text))
 
 
+def _pieces(word: str, avail: int) -> list[str]:
+    """``word`` split into pieces of at most ``avail`` columns (at least one
+    character each), in one pass."""
+    out, start, used = [], 0, 0
+    for i, ch in enumerate(word):
+        w = _char_width(ch)
+        if used + w > avail and i > start:
+            out.append(word[start:i])
+            start, used = i, 0
+        used += w
+    out.append(word[start:])
+    return out
+
+
 def _wrap(text: str, width: int, indent: str) -> list[str]:
     """Greedy word wrap to ``width`` terminal columns (wide characters count
-    two; words longer than a line are split), each line prefixed by ``indent``."""
+    two; words longer than a line are split), each line prefixed by
+    ``indent``. Linear in the length of ``text``."""
     avail = max(1, width - _width(indent))
     lines: list[str] = []
     line, used = "", 0
     for word in text.split():
-        while _width(word) > avail:  # split an over-long word across lines
+        w = _width(word)
+        if w > avail:  # an over-long word starts a line of its own
             if line:
                 lines.append(line)
-                line, used = "", 0
-            piece = _take(word, avail) or word[0]
-            lines.append(piece)
-            word = word[len(piece):]
-        if not word:
-            continue
-        w = _width(word)
-        if line and used + 1 + w <= avail:
+            *full, word = _pieces(word, avail)
+            lines += full
+            line, used = word, _width(word)
+        elif line and used + 1 + w <= avail:
             line, used = f"{line} {word}", used + 1 + w
         elif line:
             lines.append(line)
@@ -154,17 +178,34 @@ def _select_groups(groups: list[list[dict]], max_entries: int) -> list[list[dict
     return [groups[i] for i in sorted(chosen)]
 
 
+def _notes_block(title: str, notes, width: int) -> list[str]:
+    """``title``, then at most MAX_NOTES of ``notes`` as wrapped "- " items."""
+    notes = [str(n) for n in notes or ()]
+    if not notes:
+        return []
+    lines = _wrap(title, width, "")
+    for n in notes[:MAX_NOTES]:
+        item = _wrap(_printable(n, 400), width, "    ")
+        lines += ["  - " + item[0][4:]] + item[1:]
+    if len(notes) > MAX_NOTES:
+        lines.append(f"  ... {len(notes) - MAX_NOTES} more (all are in --json)")
+    return lines
+
+
 def _format_header(run: Mapping, width: int) -> list[str]:
-    """Title with the status at the right, then the root cause."""
+    """Title with the status at the right (and "incomplete" when data of the
+    run could not be read), then the root cause."""
     status = str(run.get("status", ""))
     badge = "FAILING" if status == "failing" else "healthy"
+    if run.get("incomplete"):
+        badge = "FAILING, incomplete" if status == "failing" else "incomplete"
     room = width - len(badge) - 2
-    title = _clip(f"run {_printable(str(run.get('run', '')))}", room)
+    title = _clip(f"run {_printable(str(run.get('run', '')), _NAME)}", room)
     lines = [_pad(title, room) + "  " + badge, "=" * width]
     root = run.get("root_cause")
     if root:
-        layer = _printable(str(root.get("layer", "")))
-        kind = _printable(str(root.get("kind", "")))
+        layer = _printable(str(root.get("layer", "")), _NAME)
+        kind = _printable(str(root.get("kind", "")), _NAME)
         lines += _wrap(f"Root cause: {layer}: {kind} at step {root.get('step')}", width, "")
         lines += _wrap(_printable(str(root.get("message", ""))), width, "  ")
     elif status == "failing":
@@ -192,14 +233,15 @@ def _format_entry(group: list[dict], is_root: bool, step_w: int, sev_w: int, wid
     """One timeline entry: "  step  SEV  layer(s)  kind  from -> to  value",
     then the message indented below. The root-cause event is marked ">"."""
     e = group[0]
-    sev = _SEVERITY_LABEL.get(e["severity"], _printable(str(e["severity"])))
+    sev = _SEVERITY_LABEL.get(e["severity"], _printable(str(e["severity"]), _NAME))
     prefix = f"{'> ' if is_root else '  '}{str(e['step']).rjust(step_w)}  {sev.ljust(sev_w)}  "
     indent = " " * len(prefix)
-    transition = f"{_printable(str(e['from_state']))} -> {_printable(str(e['to_state']))}"
-    tail = f"{_printable(str(e['kind']))}  {transition}"
+    transition = (f"{_printable(str(e['from_state']), _NAME)} -> "
+                  f"{_printable(str(e['to_state']), _NAME)}")
+    tail = f"{_printable(str(e['kind']), _NAME)}  {transition}"
     if len(group) == 1 and e.get("value") is not None:
         tail += f"  value {e['value']:.3g}"
-    names = list(dict.fromkeys(_printable(str(x["layer"])) for x in group))
+    names = list(dict.fromkeys(_printable(str(x["layer"]), _NAME) for x in group))
     layer = ", ".join(names)
     if len(prefix) + _width(layer) + 2 + _width(tail) <= width:
         lines = [f"{prefix}{layer}  {tail}"]
@@ -215,7 +257,14 @@ def _format_entry(group: list[dict], is_root: bool, step_w: int, sev_w: int, wid
 
 
 def _format_run(run: Mapping, width: int, max_events: int, compact: bool) -> list[str]:
-    lines = _format_header(run, width) + [""]
+    lines = _format_header(run, width)
+    if run.get("incomplete"):
+        title = ("Incomplete: part of this run could not be read, so its diagnosis may miss "
+                 "what that part held:")
+        lines += [""] + _notes_block(title, run.get("warnings") or ["(no detail)"], width)
+    elif run.get("warnings"):
+        lines += [""] + _notes_block("Notes:", run["warnings"], width)
+    lines.append("")
     events = list(run.get("events") or [])
     if not events:
         return lines + ["Timeline: no events."]
@@ -251,12 +300,20 @@ def format_report(
     width = max(40, int(width))
     runs = report["runs"] if "runs" in report else [report]
     if not runs:
-        return "No runs with neuraldbg data.\n"
+        notes = report.get("notes") if "runs" in report else None
+        tail = _notes_block("Not read:", notes, width)
+        return "\n".join(["No runs with neuraldbg data."] + ([""] + tail if tail else [])) + "\n"
     blocks = []
     for run in runs:
         blocks.append("\n".join(line.rstrip() for line in _format_run(run, width, max_events, compact)))
     if len(runs) > 1:
         failing = sum(1 for r in runs if r.get("status") == "failing")
         summary = f"{len(runs)} runs: {failing} failing, {len(runs) - failing} healthy"
+        incomplete = sum(1 for r in runs if r.get("incomplete"))
+        if incomplete:
+            summary += f" ({incomplete} incomplete)"
         blocks.append(summary)
+    notes = report.get("notes") if "runs" in report else None
+    if notes:
+        blocks.append("\n".join(l.rstrip() for l in _notes_block("Not read:", notes, width)))
     return "\n\n".join(blocks) + "\n"

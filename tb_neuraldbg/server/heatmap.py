@@ -38,9 +38,9 @@ _CODE_OF_RANK = np.full(int(_RANK_OF_CODE.max()) + 2, metadata.STATE_UNKNOWN, dt
 for _code in metadata.STATE_CODE.values():
     _CODE_OF_RANK[metadata.state_rank(_code) + 1] = _code
 _HEALTHY_RANK = metadata.state_rank(metadata.STATE_CODE["healthy"])
-# Score of an exact zero under the log rule: beyond any finite value's
-# |log10| (<= ~45 for float32) yet below a non-finite value's +inf.
-_ZERO_SCORE = np.float32(1e30)
+# Cells of a bin looked at one by one (a gather) only while they are fewer
+# than 1 in _SPARSE; more, and one pass over the whole matrix is cheaper.
+_SPARSE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,22 +63,10 @@ def bin_bounds(num_steps: int, max_cols: int) -> np.ndarray:
     return (np.arange(cols, dtype=np.int64) * num_steps) // max(cols, 1)
 
 
-def _score(values: np.ndarray, metric: str) -> np.ndarray:
-    """Higher = more extreme; +inf for +-Inf, -inf for NaN."""
-    with np.errstate(all="ignore"):
-        if metric in MAX_RULE_METRICS:
-            score = values.astype(np.float32, copy=True)
-        else:
-            score = np.abs(np.log10(np.abs(values, dtype=np.float32)))
-            score[values == 0] = _ZERO_SCORE
-    score[np.isinf(values)] = np.inf
-    score[np.isnan(values)] = -np.inf
-    return score
-
-
 def _binned(arr: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    """[S, L] -> [C, Q, L] with Q the largest bin size; a shorter bin repeats
-    its last row (harmless for max and for "first index of" lookups)."""
+    """[S, L] -> [C, Q, L] with Q the largest bin size (a view when the bins
+    are even); a shorter bin repeats its last row, harmless for max, min and
+    "first index of" lookups."""
     sizes = np.diff(np.append(starts, n))
     q = int(sizes.max())
     if int(sizes.min()) == q:
@@ -87,12 +75,107 @@ def _binned(arr: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
     return arr[idx]
 
 
-def _first_match(binned: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Per bin and column, the offset in the bin of the first element equal
-    to ``target`` [C, L] (which must occur in the bin)."""
-    # argmax of a bool array returns the first True; far faster here than
-    # index tricks with reduceat over the whole [S, L] matrix.
-    return (binned == target[:, None, :]).argmax(axis=1)
+def _first_match(binned: np.ndarray, pair: np.ndarray, mask: np.ndarray, absolute: bool = False) -> np.ndarray:
+    """Per bin and column [C, L], the offset in the bin of the first element
+    equal to either of ``pair`` [2, C, L] (of its absolute value with
+    ``absolute``), looked for only where ``mask`` (others get 0): in a gather
+    of those bins when they are few, in one pass over all otherwise."""
+    if mask.sum() * _SPARSE > mask.size:
+        b = np.abs(binned) if absolute else binned
+        hit = (b == pair[0][:, None, :]) | (b == pair[1][:, None, :])
+        return np.where(mask, hit.argmax(axis=1), 0)
+    out = np.zeros(mask.shape, dtype=np.int64)
+    ci, li = np.nonzero(mask)
+    cells = binned[ci, :, li]  # [K, Q]
+    if absolute:
+        cells = np.abs(cells)
+    t = pair[:, ci, li]
+    out[ci, li] = ((cells == t[0][:, None]) | (cells == t[1][:, None])).argmax(axis=1)
+    return out
+
+
+def _worst_states(states: np.ndarray, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(worst code [C, L], offset in the bin of its first step [C, L]).
+
+    Most bins hold one code all along (a layer healthy, or failing, for the
+    whole bin): their worst is that code at offset 0, found by a max and a
+    min of the codes; only bins that mix codes are ranked."""
+    codes = _binned(states, starts, n)
+    hi = codes.max(axis=1)
+    mixed = hi != codes.min(axis=1)
+    worst = _CODE_OF_RANK[_RANK_OF_CODE[hi] + 1]
+    pick = np.zeros(hi.shape, dtype=np.int64)
+    if mixed.sum() * _SPARSE > mixed.size:
+        rank = _RANK_OF_CODE[codes]
+        top = rank.max(axis=1)
+        worst = _CODE_OF_RANK[top + 1]
+        return worst, (rank == top[:, None, :]).argmax(axis=1)
+    ci, li = np.nonzero(mixed)
+    if ci.size:
+        rank = _RANK_OF_CODE[codes[ci, :, li]]  # [K, Q]
+        top = rank.max(axis=1)
+        worst[ci, li] = _CODE_OF_RANK[top + 1]
+        pick[ci, li] = (rank == top[:, None]).argmax(axis=1)
+    return worst, pick
+
+
+def _extremes(values: np.ndarray, starts: np.ndarray, n: int, metric: str) -> np.ndarray:
+    """The extreme value of every bin [C, L] (module docstring).
+
+    Found from per-bin maxima and minima, without a score per step: on a
+    linear scale the extreme is the maximum (an infinity wins); on a log
+    scale it is the largest or the smallest |v|, whichever is farther from 1.
+    Only the cells where that leaves a choice between two values (both
+    infinities, |v| at equal log distance, a magnitude that occurs with both
+    signs) look for the first of them in the bin."""
+    vb = _binned(values, starts, n)
+    with np.errstate(all="ignore"):
+        smax = np.fmax.reduce(vb, axis=1)  # NaN only for a bin without measurement
+        smin = np.fmin.reduce(vb, axis=1)
+        pos_inf = smax == np.inf
+        neg_inf = smin == -np.inf
+        if metric in MAX_RULE_METRICS:
+            out = np.where(neg_inf, smin, smax)
+            tie = pos_inf & neg_inf
+            if tie.any():
+                first = _first_match(vb, np.stack([smax, smin]), tie)
+                out = np.where(tie, _at(values, starts, first), out)
+            return out
+        # Log rule: magnitudes.
+        amax = np.fmax(smax, -smin)
+        straddle = (smin < 0) & (smax > 0)
+        amin = np.where(smin >= 0, smin, -smax)
+        if straddle.any():
+            ci, li = np.nonzero(straddle)
+            if ci.size * _SPARSE > straddle.size:
+                amin = np.where(straddle, np.fmin.reduce(np.abs(vb), axis=1), amin)
+            else:
+                amin[ci, li] = np.fmin.reduce(np.abs(vb[ci, :, li]), axis=1)
+        # 0 < amin <= amax: amin is farther from 1 in log than amax iff
+        # amin * amax < 1 (exact: a product of two float32 fits a float64).
+        product = amin.astype(np.float64) * amax
+        inf = amax == np.inf
+        zero = (amin == 0) & ~inf
+        take_lo = zero | (~inf & (product < 1))
+        even = ~inf & ~zero & (product == 1) & (amin != amax)
+        mag = np.where(take_lo, amin, amax)
+        # Which sign: the magnitude's sign when only one sign reaches it
+        # (the smallest |v| of a bin holding both signs may have either).
+        has_pos = np.where(take_lo, (smin >= 0) | straddle, smax == amax)
+        has_neg = np.where(take_lo, (smax <= 0) | straddle, smin == -amax)
+        out = np.where(has_neg & ~has_pos, -mag, mag).astype(np.float32)
+        # Both signs reach it, or the two ends are equally far from 1: the first in the bin.
+        tie = (has_pos & has_neg & ~zero) | even
+        if tie.any():
+            two = np.stack([mag, np.where(even, amin, -mag)])
+            first = _first_match(vb, np.abs(two), tie, absolute=True)
+            out = np.where(tie, _at(values, starts, first), out)
+        return out
+
+
+def _at(values: np.ndarray, starts: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """values[starts[c] + offset[c, l], l] for every cell [C, L]."""
+    return np.take_along_axis(values, starts[:, None] + offset, axis=0)
 
 
 def bin_heatmap(
@@ -131,21 +214,17 @@ def bin_heatmap(
         return Heatmap(steps[starts], steps[ends], np.ascontiguousarray(out_values.T),
                        np.ascontiguousarray(out_states.T))
 
-    rank = _binned(_RANK_OF_CODE[states], starts, n)
-    worst = rank.max(axis=1)
-    out_states = _CODE_OF_RANK[worst + 1]
+    out_states, pick = _worst_states(states, starts, n)
     if metric == STATE_METRIC:
         out_values = out_states.astype(np.float32)
     else:
-        score = _binned(_score(values, metric), starts, n)
-        pick = _first_match(score, score.max(axis=1))
-        failing = worst > _HEALTHY_RANK
+        out_values = _extremes(values, starts, n, metric)
+        failing = _RANK_OF_CODE[out_states] > _HEALTHY_RANK
         if failing.any():
-            pick = np.where(failing, _first_match(rank, worst), pick)
-        out_values = np.take_along_axis(values, starts[:, None] + pick, axis=0)
+            out_values = np.where(failing, _at(values, starts, pick), out_values)
     return Heatmap(
         steps[starts],
         steps[ends],
-        np.ascontiguousarray(out_values.T),
+        np.ascontiguousarray(out_values.T, dtype=np.float32),
         np.ascontiguousarray(out_states.T),
     )

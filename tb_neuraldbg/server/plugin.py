@@ -1,11 +1,16 @@
 """The NeuralDbg TensorBoard plugin: loader, plugin and HTTP routes.
 
 Routes and JSON shapes are specified in docs/API.md. Each ``*_route`` only
-parses the request and answers; the matching ``*_impl`` does the work and is
-testable without HTTP. Data comes only from ``context.data_provider``
-(through plugin_data.PluginData); bad input raises
+parses the request (``query.py``) and answers; the matching ``*_impl`` does
+the work and is testable without HTTP. Data comes only from
+``context.data_provider`` (through plugin_data.PluginData); bad input raises
 ``tensorboard.errors.InvalidArgumentError`` (400) or ``NotFoundError`` (404),
 which TensorBoard's WSGI app turns into plain-text answers.
+
+The logdir is untrusted (docs/API.md, "Untrusted logdirs"): bad data never
+makes a 500, answers are bounded (events paged, the report cut per run,
+strings at MAX_TEXT characters), a run of a newer format is refused alone,
+and what a run's report depends on is cached until its tags change.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..format import contract, metadata
-from . import heatmap, jsonfast
+from ..format import contract, decode, metadata
+from . import heatmap, jsonfast, query
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
 __all__ = ["NeuralDbgLoader", "NeuralDbgPlugin"]
@@ -55,7 +60,12 @@ MAX_CELLS = 8_000_000
 DEFAULT_EVENT_LIMIT = 1000
 MAX_EVENT_LIMIT = 10000
 MAX_LAYER_POINTS = 100_000
-_MAX_STEP = 2**62  # beyond any real step, far from int64 overflow
+# Events per run in a `report` answer unless `limit` says otherwise.
+DEFAULT_REPORT_LIMIT = 1000
+# Characters of one string from a logdir in an answer (a message, a layer or
+# state name); longer ones are cut with a marker (the CLI's JSON keeps them).
+MAX_TEXT = 10_000
+_MAX_OFFSET = 2**31
 _FORMATS = ("json", "b64")
 _FAST_GZIP_BYTES = 1 << 20
 
@@ -71,47 +81,6 @@ _METRIC_INFO = [
     for m in metadata.METRIC_TABLE
 ]
 _COLORS = {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_STATE_COLOR}
-
-
-# -- request parsing -------------------------------------------------------
-
-
-def _int_arg(args, name: str, default: int | None, lo: int, hi: int) -> int | None:
-    raw = args.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw[:40]!r}")
-    if not lo <= value <= hi:
-        raise errors.InvalidArgumentError(f"{name} must be in [{lo}, {hi}], got {value}")
-    return value
-
-
-def _required(args, name: str) -> str:
-    value = args.get(name)
-    if not value:
-        raise errors.InvalidArgumentError(f"missing required parameter {name!r}")
-    return value
-
-
-def _step_range(args) -> tuple[int, int]:
-    start = _int_arg(args, "start", 0, 0, _MAX_STEP)
-    end = _int_arg(args, "end", _MAX_STEP, 0, _MAX_STEP)
-    if start > end:
-        raise errors.InvalidArgumentError(f"start ({start}) must be <= end ({end})")
-    return start, end
-
-
-def _choices(args, name: str, allowed) -> list[str]:
-    values = args.getlist(name)
-    for v in values:
-        if v not in allowed:
-            raise errors.InvalidArgumentError(
-                f"unknown {name} {v[:60]!r}; expected one of: {', '.join(allowed)}"
-            )
-    return values
 
 
 def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
@@ -170,6 +139,19 @@ def _column(series, row: int, steps: np.ndarray, fill, dtype) -> np.ndarray:
     return out
 
 
+def _cut(text: str) -> str:
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]} [... {len(text) - MAX_TEXT} more characters]"
+
+
+def _capped(item: dict) -> dict:
+    """An event or root cause with its strings at most MAX_TEXT characters."""
+    if all(len(v) <= MAX_TEXT for v in item.values() if isinstance(v, str)):
+        return item
+    return {k: _cut(v) if isinstance(v, str) else v for k, v in item.items()}
+
+
 def _step_slice(steps: np.ndarray, start: int, end: int) -> slice:
     lo = int(np.searchsorted(steps, start, side="left"))
     hi = int(np.searchsorted(steps, end, side="right"))
@@ -210,14 +192,44 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     # -- shared reads ---------------------------------------------------
 
     def _listing(self, ctx, eid: str, run: str) -> dict:
-        listing = self._data.list_series(ctx, eid, run).get(run)
+        found = self._data.listing(ctx, eid, run)
+        if run in found.refused:
+            raise errors.NotFoundError(f"run {run[:200]!r} is not read: {found.refused[run]}")
+        listing = found.runs.get(run)
         if not listing:
             raise errors.NotFoundError(f"no neuraldbg data for run {run[:200]!r}")
         return listing
 
-    def _run_report(self, run: str, series: dict) -> dict:
-        return contract.run_report(run, self._data.diagnosis(series, run),
-                                   self._data.events(series, run))
+    @staticmethod
+    def _version(listing: dict, tags) -> tuple:
+        """What a value derived from ``tags`` depends on: their listed versions."""
+        return tuple((t, listing[t].max_step, listing[t].max_wall_time)
+                     for t in sorted(set(tags)) if t in listing)
+
+    def _run_report(self, ctx, eid: str, run: str, listing: dict) -> dict:
+        """The run's contract report (cached per version of its events and
+        diagnosis: 200,000 events are not coerced again on every request).
+        Shared: callers copy what they change."""
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+
+        def build() -> dict:
+            series = self._data.read(ctx, eid, run, tags, listing)
+            note = self._data.note(run)
+            rep = contract.run_report(run, self._data.diagnosis(series, run),
+                                      self._data.events(series, run), note)
+            rep["events"] = [_capped(e) for e in rep["events"]]
+            if rep["root_cause"] is not None:
+                rep["root_cause"] = _capped(rep["root_cause"])
+            return rep
+
+        # Coerced events weigh about 400 bytes each in memory.
+        return self._data.memo(eid, run, "report", self._version(listing, tags), build,
+                               lambda rep: 4096 + 400 * len(rep["events"]))
+
+    def _annotated(self, run: str, body: dict) -> dict:
+        """``body`` with the notes kept about the run (``contract.annotate``)."""
+        notes = self._data.warnings(run)
+        return contract.annotate(body, notes, any(decode.is_skip(n) for n in notes))
 
     @staticmethod
     def _axis_tag(listing: dict) -> str:
@@ -246,26 +258,35 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     # -- impls ------------------------------------------------------------
 
     def runs_impl(self, ctx, eid: str) -> dict:
-        """Every run with neuraldbg data, its status and root cause."""
+        """Every run with neuraldbg data, its status and root cause; the
+        runs refused (a newer format version) under "skipped"."""
         out = []
-        listings = self._data.list_series(ctx, eid)
+        found = self._data.listing(ctx, eid)
         tags = (metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
-        for run in sorted(listings):
-            listing = listings[run]
-            series = self._data.read(ctx, eid, run, (self._axis_tag(listing), *tags), listing)
-            steps = self._axis(series)
-            rep = self._run_report(run, series)
-            out.append({
-                "run": run,
-                "status": rep["status"],
-                "root_cause": rep["root_cause"],
-                "num_layers": len(self._data.layers(series, self._width(series), run)),
-                "first_step": int(steps[0]) if steps.size else None,
-                "last_step": int(steps[-1]) if steps.size else None,
-                "num_steps": int(steps.size),
-                "num_events": len(rep["events"]),
-            })
-        return {"runs": out}
+        for run in sorted(found.runs):
+            listing = found.runs[run]
+            axis = self._axis_tag(listing)
+
+            def build(run=run, listing=listing, axis=axis) -> dict:
+                series = self._data.read(ctx, eid, run, (axis, *tags), listing)
+                steps = self._axis(series)
+                rep = self._run_report(ctx, eid, run, listing)
+                return {
+                    "run": run,
+                    "status": rep["status"],
+                    "root_cause": rep["root_cause"],
+                    "num_layers": len(self._data.layers(series, self._width(series), run)),
+                    "first_step": int(steps[0]) if steps.size else None,
+                    "last_step": int(steps[-1]) if steps.size else None,
+                    "num_steps": int(steps.size),
+                    "num_events": len(rep["events"]),
+                }
+
+            summary = self._data.memo(eid, run, "summary",
+                                      self._version(listing, (axis, *tags)), build)
+            out.append(self._annotated(run, dict(summary)))
+        skipped = [{"run": run, "reason": found.refused[run]} for run in sorted(found.refused)]
+        return {"runs": out, "skipped": skipped}
 
     def meta_impl(self, ctx, eid: str, run: str) -> dict:
         """Layers, metrics, state codes and step span of one run."""
@@ -283,6 +304,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "first_step": int(steps[0]) if steps.size else None,
             "last_step": int(steps[-1]) if steps.size else None,
             "num_steps": int(steps.size),
+            "warnings": self._data.warnings(run),
         }
 
     def heatmap_impl(self, ctx, eid: str, run: str, metric: str, start: int, end: int,
@@ -330,30 +352,32 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return body
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
-                    start: int = 0, end: int = _MAX_STEP,
-                    limit: int = DEFAULT_EVENT_LIMIT) -> dict:
-        """The run's events (contract keys, sorted by onset step), filtered."""
+                    start: int = 0, end: int = query.MAX_STEP,
+                    limit: int = DEFAULT_EVENT_LIMIT, offset: int = 0) -> dict:
+        """The run's events (contract keys, sorted by onset step), filtered;
+        ``limit`` of them from ``offset`` on (a page)."""
         listing = self._listing(ctx, eid, run)
-        series = self._data.read(ctx, eid, run, (metadata.TAG_EVENTS,), listing)
         events = [
-            e for e in self._run_report(run, series)["events"]
+            e for e in self._run_report(ctx, eid, run, listing)["events"]
             if start <= e["step"] <= end
             and (not kinds or e["kind"] in kinds)
             and (not layers or e["layer"] in layers)
             and (not severities or e["severity"] in severities)
         ]
-        return {"run": run, "total": len(events), "truncated": len(events) > limit,
-                "events": events[:limit]}
+        page = events[offset: offset + limit]
+        return {"run": run, "total": len(events), "offset": offset,
+                "truncated": offset + len(page) < len(events), "events": page}
 
     def layer_impl(self, ctx, eid: str, run: str, layer: str, start: int, end: int,
-                   metrics: Sequence[str] = ()) -> dict:
+                   metrics: Sequence[str] = (), event_limit: int = DEFAULT_EVENT_LIMIT,
+                   event_offset: int = 0) -> dict:
         """One layer at full resolution over [start, end]; ``metrics`` limits
-        the metrics returned (default: all)."""
+        the metrics returned (default: all); ``event_limit`` of the layer's
+        events in range from ``event_offset`` on."""
         metrics = list(dict.fromkeys(metrics)) or list(metadata.METRICS)
         listing = self._listing(ctx, eid, run)
         head = self._data.read(ctx, eid, run, (metadata.TAG_LAYERS, metadata.TAG_STATES,
-                                               metadata.TAG_EVENTS, self._axis_tag(listing)),
-                               listing)
+                                               self._axis_tag(listing)), listing)
         stats_tags = [metadata.stats_tag(m) for m in metrics]
         layers = self._data.layers(head, self._width(head), run)
         names = [l["name"] for l in layers]
@@ -380,20 +404,30 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         states = _column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
                          np.uint8)
         events = [
-            e for e in self._run_report(run, head)["events"]
+            e for e in self._run_report(ctx, eid, run, listing)["events"]
             if e["layer"] == layer and start <= e["step"] <= end
         ]
+        page = events[event_offset: event_offset + event_limit]
         return {"run": run, "layer": layer, "type": layers[row]["type"], "steps": steps,
-                "metrics": columns, "states": states, "events": events}
+                "metrics": columns, "states": states, "events": page,
+                "events_total": len(events),
+                "events_truncated": event_offset + len(page) < len(events)}
 
-    def report_impl(self, ctx, eid: str) -> dict:
-        """``neuraldbg report --json`` for every run."""
-        listings = self._data.list_series(ctx, eid)
-        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
-        return contract.logdir_report(
-            self._run_report(run, self._data.read(ctx, eid, run, tags, listings[run]))
-            for run in sorted(listings)
-        )
+    def report_impl(self, ctx, eid: str, limit: int = DEFAULT_REPORT_LIMIT) -> dict:
+        """``neuraldbg report --json`` for every run, at most ``limit`` events
+        per run (the first by onset step; a run cut says "truncated" and its
+        "total_events"); runs refused are named in "notes"."""
+        found = self._data.listing(ctx, eid)
+        runs = []
+        for run in sorted(found.runs):
+            rep = dict(self._run_report(ctx, eid, run, found.runs[run]))
+            if len(rep["events"]) > limit:
+                rep["total_events"] = len(rep["events"])
+                rep["truncated"] = True
+                rep["events"] = rep["events"][:limit]
+            runs.append(self._annotated(run, rep))
+        notes = [f"run {run[:200]!r}: {why}: run not read" for run, why in sorted(found.refused.items())]
+        return contract.logdir_report(runs, notes)
 
     def index_js_impl(self) -> str:
         """The frontend bundle, or a module that says it was not built."""
@@ -422,16 +456,16 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def meta_route(self, request):
-        run = _required(request.args, "run")
+        run = query.required(request.args, "run")
         return _respond(request, self.meta_impl(*self._ids(request), run))
 
     @wrappers.Request.application
     def heatmap_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        metric = _required(args, "metric")
-        start, end = _step_range(args)
-        max_cols = _int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
+        run = query.required(args, "run")
+        metric = query.required(args, "metric")
+        start, end = query.step_range(args)
+        max_cols = query.int_arg(args, "max_cols", DEFAULT_MAX_COLS, 1, MAX_MAX_COLS)
         fmt = args.get("format") or "json"
         if fmt not in _FORMATS:
             raise errors.InvalidArgumentError(f"format must be one of {', '.join(_FORMATS)}")
@@ -441,31 +475,37 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def events_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        start, end = _step_range(args)
+        run = query.required(args, "run")
+        start, end = query.step_range(args)
         body = self.events_impl(
             *self._ids(request), run,
-            kinds=_choices(args, "kind", metadata.KINDS),
+            kinds=query.choices(args, "kind", metadata.KINDS),
             layers=args.getlist("layer"),
-            severities=_choices(args, "severity", metadata.SEVERITIES),
+            severities=query.choices(args, "severity", metadata.SEVERITIES),
             start=start, end=end,
-            limit=_int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            limit=query.int_arg(args, "limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            offset=query.int_arg(args, "offset", 0, 0, _MAX_OFFSET),
         )
         return _respond(request, body)
 
     @wrappers.Request.application
     def layer_route(self, request):
         args = request.args
-        run = _required(args, "run")
-        layer = _required(args, "layer")
-        start, end = _step_range(args)
-        metrics = _choices(args, "metric", metadata.METRICS)
-        body = self.layer_impl(*self._ids(request), run, layer, start, end, metrics)
+        run = query.required(args, "run")
+        layer = query.required(args, "layer")
+        start, end = query.step_range(args)
+        metrics = query.choices(args, "metric", metadata.METRICS)
+        body = self.layer_impl(
+            *self._ids(request), run, layer, start, end, metrics,
+            event_limit=query.int_arg(args, "event_limit", DEFAULT_EVENT_LIMIT, 1, MAX_EVENT_LIMIT),
+            event_offset=query.int_arg(args, "event_offset", 0, 0, _MAX_OFFSET),
+        )
         return _respond(request, body)
 
     @wrappers.Request.application
     def report_route(self, request):
-        return _respond(request, self.report_impl(*self._ids(request)))
+        limit = query.int_arg(request.args, "limit", DEFAULT_REPORT_LIMIT, 1, MAX_EVENT_LIMIT)
+        return _respond(request, self.report_impl(*self._ids(request), limit))
 
 
 class NeuralDbgLoader(base_plugin.TBLoader):

@@ -10,7 +10,19 @@ from ``list_tensors``: repeated zooms never re-read, and a run that gains
 steps is re-read once (its stale entry is replaced, not kept beside it).
 
 Decoding is ``format.decode``'s, the offline reader's too: the same records
-are skipped (each distinct note logged once), the same rows named.
+are skipped (each distinct note logged once, and kept per run for the
+routes' ``warnings``), the same rows named, and a row is read only as wide
+as the run's layer list makes believable (``decode.row_limit``), so a few KB
+of [2^20]-shaped records never become [S, 2^20] matrices. A run with data
+of a newer format version is refused (``listing``), its neighbours served.
+
+With TensorBoard's Python loader (a MultiplexerDataProvider) the stored
+TensorProtos are read from its multiplexer and decoded here:
+``read_tensors`` would run ``make_ndarray`` on each, which raises on a
+record it cannot decode (a 500 for the whole run) and broadcasts a single
+value to whatever shape the record claims. Any other provider is read
+through the public ``read_tensors``; a tag it cannot read is skipped with a
+note, the other tags served.
 
 With the Rust data server (``--load_fast``, a GrpcDataProvider) the same
 ReadTensors request is sent on the provider's own gRPC stub, one matrix per
@@ -23,11 +35,15 @@ one ``make_ndarray`` per step; a failed request falls back to the public
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import random
 import threading
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
+from tensorboard import errors
+from tensorboard.backend.event_processing import data_provider as tb_data_provider
 from tensorboard.data import provider
 
 try:  # the Rust data server's provider (load_fast); absent in odd installs
@@ -39,7 +55,7 @@ except ImportError:  # pragma: no cover
 
 from ..format import decode, metadata
 
-__all__ = ["PluginData", "Series", "DEFAULT_CACHE_BYTES", "FULL_DOWNSAMPLE"]
+__all__ = ["PluginData", "Series", "Listing", "DEFAULT_CACHE_BYTES", "FULL_DOWNSAMPLE"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +72,16 @@ _MAX_READ_BYTES = 160 * 1024 * 1024
 _IN_FLIGHT = 2
 # Distinct notes about bad records remembered (so each is logged once).
 _MAX_NOTES = 10_000
+# Notes kept per run for the routes' "warnings", and runs that keep some.
+_RUN_NOTES = 20
+_NOTED_RUNS = 1000
 
 
 class Series:
     """One tag of one run: ``steps`` int64 [S] and ``data``: for per-step
     tensors a dense [S, L] array (steps ascending and unique), for JSON tags
-    a list of parsed JSON values (the step of each, in the order written).
-    ``nbytes`` is what the cache counts."""
+    a list of parsed JSON values (the step of each, in the order written);
+    for a ``memo`` the derived value. ``nbytes`` is what the cache counts."""
 
     __slots__ = ("steps", "data", "nbytes")
 
@@ -130,11 +149,48 @@ class _LRU:
 
 def _steps_and_tensors(raw) -> tuple:
     """(steps, tensors) of one tag of a provider's answer: a list of points
-    (``step``, ``numpy``: read_tensors) or a TensorData proto (the Rust data
-    server's ReadTensors answer, TensorProtos decoded in bulk)."""
+    (``step``, ``numpy``: read_tensors), a TensorData proto (the Rust data
+    server's ReadTensors answer, TensorProtos decoded in bulk) or already
+    (steps, TensorProtos) (the Python loader's multiplexer)."""
+    if isinstance(raw, tuple):
+        return raw
     if isinstance(raw, list):
         return [p.step for p in raw], [p.numpy for p in raw]
     return raw.step, raw.value
+
+
+class Listing(NamedTuple):
+    """What ``list_tensors`` holds for the plugin: ``runs`` {run: {tag:
+    TensorTimeSeries}} of the runs that can be read, ``refused`` {run:
+    reason} of those written in a newer format version."""
+
+    runs: dict
+    refused: dict
+
+
+@functools.lru_cache(maxsize=1024)
+def _content_problem(content: bytes) -> tuple[bool, str]:
+    """(newer, why) of a tag's plugin content that ``parse_plugin_metadata``
+    refuses; (False, "") when it is fine. Cached: every request lists."""
+    try:
+        metadata.parse_plugin_metadata(content)
+    except metadata.NewerFormatError as e:
+        return True, str(e)
+    except ValueError as e:
+        return False, str(e)
+    return False, ""
+
+
+def _downsample(items: list, k: int) -> list:
+    """At most ``k`` of ``items`` in order: the last always, the others a
+    seeded uniform sample (what TensorBoard's data provider does, so both
+    paths keep the same points)."""
+    if k >= len(items):
+        return items
+    if k <= 0:
+        return []
+    keep = sorted(random.Random(0).sample(range(len(items) - 1), k - 1))
+    return [items[i] for i in keep] + [items[-1]]
 
 
 class PluginData:
@@ -151,21 +207,45 @@ class PluginData:
         self._downsample = int(downsample) if downsample else FULL_DOWNSAMPLE
         self._cache = _LRU(cache_bytes)
         self._noted: set = set()
+        self._run_notes: collections.OrderedDict = collections.OrderedDict()
+        self._notes_lock = threading.Lock()
 
     @property
     def cache_bytes(self) -> int:
         """Bytes held by the cache now."""
         return self._cache.nbytes
 
-    def list_series(self, ctx, experiment_id: str, run: str | None = None) -> dict:
-        """{run: {tag: TensorTimeSeries}} of neuraldbg tags (one run or all)."""
+    def listing(self, ctx, experiment_id: str, run: str | None = None) -> Listing:
+        """The neuraldbg tags of every run (or of ``run``), split into runs
+        that can be read and runs refused (a tag of a newer format version;
+        logged once). A tag whose metadata is unreadable but not newer is
+        read as version 1, with a note."""
         rtf = provider.RunTagFilter(runs=[run]) if run is not None else None
-        return self._provider.list_tensors(
+        listed = self._provider.list_tensors(
             ctx,
             experiment_id=experiment_id,
             plugin_name=metadata.PLUGIN_NAME,
             run_tag_filter=rtf,
         )
+        runs, refused = {}, {}
+        for name, tags in listed.items():
+            for tag, ts in tags.items():
+                newer, why = _content_problem(bytes(ts.plugin_content or b""))
+                if newer:
+                    refused[name] = f"tag {tag!r}: {why}"
+                    self.note(name)(f"{refused[name]}: run not read")
+                    break
+                if why:
+                    self.note(name)(f"tag {tag!r}: {why}; read as format version "
+                                    f"{metadata.FORMAT_VERSION}")
+            else:
+                runs[name] = tags
+        return Listing(runs, refused)
+
+    def list_series(self, ctx, experiment_id: str, run: str | None = None) -> dict:
+        """{run: {tag: TensorTimeSeries}} of neuraldbg tags of the runs that
+        can be read (one run or all); see ``listing``."""
+        return self.listing(ctx, experiment_id, run).runs
 
     def runs(self, ctx, experiment_id: str) -> list[str]:
         """Names of runs that have neuraldbg data, sorted."""
@@ -177,23 +257,55 @@ class PluginData:
 
         ``listing`` is this run's {tag: TensorTimeSeries} if already listed.
         With ``keep=False`` fresh reads are not added to the cache (for
-        one-off wide reads that would evict the heatmap's matrices).
+        one-off wide reads that would evict the heatmap's matrices). Rows
+        are read at most ``decode.row_limit`` of the layer list wide (the
+        layer list is read first for that).
         """
         if listing is None:
             listing = self.list_series(ctx, experiment_id, run).get(run, {})
+        tags = [t for t in dict.fromkeys(tags) if t in listing]
+        out = {}
+        width = None
+        if any(t not in decode.JSON_TAGS for t in tags):
+            head = self._read(ctx, experiment_id, run,
+                              [t for t in (metadata.TAG_LAYERS,) if t in listing], listing, keep,
+                              None)
+            if metadata.TAG_LAYERS in tags:
+                out.update(head)
+            layers = head.get(metadata.TAG_LAYERS)
+            # Quietly here: the routes name the layers (and note) themselves.
+            width = decode.row_limit(len(decode.layer_list(layers.records() if layers else [])))
+        rest = [t for t in tags if t not in out]
+        out.update(self._read(ctx, experiment_id, run, rest, listing, keep, width))
+        return out
+
+    def _read(self, ctx, experiment_id: str, run: str, tags: list, listing: dict, keep: bool,
+              width: int | None) -> dict:
+        """``read`` of tags in ``listing``, rows at most ``width`` wide."""
         out, missing = {}, []
         for tag in tags:
-            ts = listing.get(tag)
-            if ts is None:
-                continue
+            ts = listing[tag]
             key = (experiment_id, run, tag)
-            version = (ts.max_step, ts.max_wall_time)
+            version = (ts.max_step, ts.max_wall_time,
+                       None if tag in decode.JSON_TAGS else width)
             hit = self._cache.get(key, version)
             if hit is not None:
                 out[tag] = hit
             else:
                 missing.append((tag, (key, version)))
-        stub = self._grpc_stub() if missing else None
+        if not missing:
+            return out
+        mux = self._multiplexer()
+        if mux is not None:
+            for tag, key in missing:
+                try:
+                    events = _downsample(mux.Tensors(run, tag), self._downsample)
+                except KeyError:  # gone since it was listed
+                    events = []
+                got = {tag: ([e.step for e in events], [e.tensor_proto for e in events])}
+                self._store(run, [(tag, key)], got, out, keep, width)
+            return out
+        stub = self._grpc_stub()
         if stub is not None:
             # One matrix per request (a 160 MB answer takes longer than two
             # 80 MB ones), JSON tags together, two requests in flight.
@@ -203,33 +315,50 @@ class PluginData:
             done = set()
             try:
                 for group, got in self._grpc_reads(stub, experiment_id, run, groups):
-                    self._store(run, group, got, out, keep)
+                    self._store(run, group, got, out, keep, width)
                     done.update(tag for tag, _ in group)
             except grpc.RpcError as e:
                 logger.info("neuraldbg: direct ReadTensors failed (%s); using read_tensors", e)
             missing = [m for m in missing if m[0] not in done]
+        one_by_one = False
         while missing:
-            group, missing = self._next_group(missing, out)
-            got = self._provider.read_tensors(
-                ctx,
-                experiment_id=experiment_id,
-                plugin_name=metadata.PLUGIN_NAME,
-                downsample=self._downsample,
-                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[t for t, _ in group]),
-            ).get(run, {})
-            self._store(run, group, got, out, keep)
+            if one_by_one:
+                group, missing = missing[:1], missing[1:]
+            else:
+                group, missing = self._next_group(missing, out)
+            try:
+                got = self._provider.read_tensors(
+                    ctx,
+                    experiment_id=experiment_id,
+                    plugin_name=metadata.PLUGIN_NAME,
+                    downsample=self._downsample,
+                    run_tag_filter=provider.RunTagFilter(runs=[run], tags=[t for t, _ in group]),
+                ).get(run, {})
+            except errors.PublicError:
+                raise
+            except Exception as e:  # the provider could not decode a record
+                if len(group) > 1:  # find which tag: one at a time from here
+                    one_by_one, missing = True, group + missing
+                    continue
+                self.note(run)(f"skipped tag {group[0][0]}: the data provider could not read "
+                               f"it ({type(e).__name__}: {str(e)[:200]})")
+                got = {}
+            self._store(run, group, got, out, keep, width)
         return out
 
-    def _store(self, run: str, group: list, got: dict, out: dict, keep: bool) -> None:
+    def _store(self, run: str, group: list, got: dict, out: dict, keep: bool,
+               width: int | None) -> None:
         """Decode the Series of each (tag, cache key) of ``group`` from
-        ``got`` ({tag: list of points, or a TensorData proto}) into ``out``."""
+        ``got`` ({tag: list of points, a TensorData proto, or (steps,
+        TensorProtos)}) into ``out``; rows at most ``width`` wide."""
         note = self.note(run)
         for tag, key in group:
             steps, tensors = _steps_and_tensors(got.pop(tag, []))
             if tag in decode.JSON_TAGS:
                 series = Series.from_json(decode.decode_json(steps, tensors, note, tag))
             else:
-                series = Series.from_rows(decode.decode_tag_rows(tag, steps, tensors, note))
+                limit = decode.MAX_ROWS if width is None else width
+                series = Series.from_rows(decode.decode_tag_rows(tag, steps, tensors, note, limit))
             del steps, tensors
             if keep:
                 self._cache.put(*key, series)
@@ -237,18 +366,53 @@ class PluginData:
 
     def note(self, run: str) -> decode.Note:
         """The decoder's note for ``run``: a warning log line, once per
-        distinct message (a run's views are decoded again on every request)."""
+        distinct message (a run's views are decoded again on every request),
+        kept for ``warnings``."""
 
         def log(message: str) -> None:
             key = (run, message)
-            if key in self._noted:
-                return
-            if len(self._noted) >= _MAX_NOTES:
-                self._noted.clear()
-            self._noted.add(key)
-            logger.warning("neuraldbg: run %r: %s", run, message)
+            with self._notes_lock:
+                if key in self._noted:
+                    return
+                if len(self._noted) >= _MAX_NOTES:
+                    self._noted.clear()
+                self._noted.add(key)
+                kept = self._run_notes.setdefault(run, [])
+                self._run_notes.move_to_end(run)
+                if len(kept) < _RUN_NOTES:
+                    kept.append(message)
+                while len(self._run_notes) > _NOTED_RUNS:
+                    self._run_notes.popitem(last=False)
+            logger.warning("neuraldbg: run %r: %s", run[:200], message)
 
         return log
+
+    def memo(self, experiment_id: str, run: str, name: str, version, build,
+             nbytes=lambda value: 4096):
+        """A value derived from a run's tags (a report, a summary), built by
+        ``build()`` once per ``version`` (the versions of the tags it reads)
+        and kept in the cache beside the tags, counted as ``nbytes(value)``."""
+        key = (experiment_id, run, f"<{name}>")  # no tag looks like this
+        hit = self._cache.get(key, version)
+        if hit is not None:
+            return hit.data
+        value = build()
+        self._cache.put(key, version, Series(np.zeros(0, np.int64), value, nbytes(value)))
+        return value
+
+    def warnings(self, run: str) -> list[str]:
+        """The first notes logged about ``run`` (at most 20): what of it
+        could not be read, as far as it has been read."""
+        with self._notes_lock:
+            return list(self._run_notes.get(run, ()))
+
+    def _multiplexer(self):
+        """The multiplexer of TensorBoard's Python loader, else None."""
+        if isinstance(self._provider, tb_data_provider.MultiplexerDataProvider):
+            mux = getattr(self._provider, "_multiplexer", None)
+            if hasattr(mux, "Tensors"):
+                return mux
+        return None
 
     def _grpc_reads(self, stub, experiment_id: str, run: str, groups: list):
         """Yield (group, {tag: TensorData proto}) for each group of

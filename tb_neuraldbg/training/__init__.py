@@ -3,7 +3,10 @@
 Along the data path: ``modules`` (which modules are rows, what each gets),
 ``instrument`` (the hooks), ``collector`` (one step's device values),
 ``worker`` (the background thread: rows, diagnosis, writes), ``batches`` (the
-batch behind an event), ``writer`` (``DebugWriter``, the public face);
-beside them ``schedule`` (the settings of ``watch()``) and ``stats`` (the
-reductions). Never imported by ``server/`` or ``diagnosis/``.
+batch behind an event), ``filewriter`` (the event file, unable to raise
+into training), ``writer`` (``DebugWriter``, the public face); beside them
+``schedule`` (the settings of ``watch()``), ``stats`` (the reductions),
+``optimizers`` (the optimizer inside a framework's wrapper) and
+``distributed`` (ranks, per-rank statistics, norms over shards). Never
+imported by ``server/`` or ``diagnosis/``.
 """

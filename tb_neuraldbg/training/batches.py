@@ -4,7 +4,9 @@ The training thread keeps the last batches it was called with (no copy: the
 tensors the user already holds) and adds the criterion's target to the
 current one; the worker, a few steps behind, looks up the batch of an
 event's step and saves it into the run directory as
-``neuraldbg_batch_step<N>.npz`` (readable with ``numpy.load``, no pickle).
+``neuraldbg_batch_step<N>.npz`` (readable with ``numpy.load``, no pickle),
+through TensorBoard's file layer, so that a run on object storage (s3://,
+gs://, what TensorBoard can write) gets its batches beside its event file.
 
 Both sides share one budget, :data:`BUDGET_BYTES`: the batches held together,
 and the arrays of one saved file (cut along the batch dimension).
@@ -13,10 +15,11 @@ and the arrays of one saved file (cut along the batch dimension).
 from __future__ import annotations
 
 import collections
-import os
+import io
 
 import numpy as np
 import torch
+from tensorboard.compat import tf
 
 from .collector import host_finite
 from .modules import iter_tensors
@@ -47,6 +50,7 @@ class BatchKeeper:
         self._suspect: tuple | None = None
         self.files_saved = 0
         self._saved_nonfinite = False
+        self._paths: dict[int, str] = {}  # step -> file already saved
 
     # -- training side ----------------------------------------------------
 
@@ -97,7 +101,10 @@ class BatchKeeper:
     def save_for(self, event, log_dir: str) -> str | None:
         """Save the batch behind ``event`` (a data anomaly, or the first
         non-finite event) into ``log_dir``; its path, or None when the event
-        needs none, :data:`MAX_FILES` are written or no batch is held."""
+        needs none (a recovery needs none), :data:`MAX_FILES` are written or
+        no batch is held."""
+        if getattr(event, "to_state", None) == "healthy":
+            return None
         if event.kind == "nonfinite":
             if self._saved_nonfinite:
                 return None
@@ -109,12 +116,18 @@ class BatchKeeper:
         if found is None:
             return None
         step, args, kwargs = found
+        if step in self._paths:  # two events of one batch: one file
+            return self._paths[step]
         arrays = _arrays(args, kwargs)
         if not arrays:
             return None
-        path = os.path.join(log_dir, f"neuraldbg_batch_step{step}.npz")
-        np.savez(path, **arrays)
+        path = f"{str(log_dir).rstrip('/')}/neuraldbg_batch_step{step}.npz"
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(buf.getvalue())
         self.files_saved += 1
+        self._paths[step] = path
         if event.kind == "nonfinite":
             self._saved_nonfinite = True
         return path

@@ -19,7 +19,7 @@ Which modules are rows and what is measured for each comes from
 :mod:`.modules`; when, from :mod:`.schedule`; the batches behind events are
 kept by :mod:`.batches`.
 
-Why one file: one class of about 600 lines, on purpose: its hooks share one step's state
+Why one file: one class of about 1,100 lines, on purpose: its hooks share one step's state
 (the collector, the schedule, the previous row's output) and run for every
 module at every step, so the fast paths are inlined in its methods rather
 than spread over more objects (each extra layer is a Python call per hook).
@@ -37,12 +37,24 @@ import torch
 from torch import nn
 
 from ..format import metadata
+from . import distributed
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
 from . import replay as R
 from .collector import all_finite, host_finite
-from .modules import Behaviour, behaviour_of, first_tensor, iter_tensors, owned_params, select_modules, unwrap
+from .modules import (
+    Behaviour,
+    behaviour_of,
+    first_tensor,
+    is_compiled,
+    iter_tensors,
+    loss_of_output,
+    owned_params,
+    select_modules,
+    unwrap,
+)
+from .optimizer_facts import StepFacts
 from .schedule import WatchConfig
 from .stats import Key
 
@@ -120,7 +132,13 @@ class Instrument:
         self._replaying = False  # inside replay.rerun
         self._replay_nf_only = False  # a full step's replay: counts only
         self._warned_fallback = False
-        self._param_hooks = False  # per-parameter hooks (see _check_step)
+        # Per-parameter hooks find the backward when it does not go through
+        # the model's output (a LightningModule whose training_step calls
+        # its sub-modules, gradients of an inner tensor's loss): on until a
+        # step's backward is seen at the output, again if one is missed
+        # (see _check_step).
+        self._param_hooks = True
+        self._param_handles: list = []
         # every_step on CUDA: the previous step's host copy, checked at the next commit.
         self._unchecked_host: list | None = None
         self._cuda_devices: list[int] = []
@@ -137,11 +155,29 @@ class Instrument:
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
+        self._params_done: set[int] = set()  # ids of parameters some row owns
         self.batches = BatchKeeper()  # the worker saves the batch behind an event from here
+        # Host-side facts for the diagnosis (leftover gradients, modules run
+        # without autograd, param groups): see optimizer_facts.py.
+        self.facts = StepFacts(optimizer)
+        # The model's input was seen with autograd off (an evaluation
+        # forward): modules running without autograd then are not a bug.
+        self._outside = False
         self._scaler_update: Callable | None = None
         # Without an optimizer, the weights of a record() before the next
         # update (see _commit); taken over by the next iteration.
         self._next_upd_snapshot: tuple | None = None
+        # Parameter norms; a distributed run swaps in one that reduces over
+        # shards (see .distributed).
+        self.norms: Callable = S.foreach_norm
+        # In a distributed run: gradients are measured after DDP's reducer
+        # has written the all-reduced ones (see _on_backward_end).
+        self.after_reduce = False
+        self._requeued = False
+        # For the "stepped by another optimizer" check (see _check_stepped).
+        self._probe_version: int | None = None
+        self._committed = False
+        self.warned_unstepped = False
         self._reset_iteration()
         self._find_devices()
 
@@ -163,6 +199,7 @@ class Instrument:
         self._grad_col: Collector | None = None
         self._loss: torch.Tensor | None = None
         self._backward_queued = False
+        self._via_output = False  # this step's backward was seen at the model's output
         # (params, rows, copies, norms) taken before an update; see _commit.
         self._upd_snapshot: tuple | None = self._next_upd_snapshot
         self._next_upd_snapshot = None
@@ -185,15 +222,30 @@ class Instrument:
     # -- installation -----------------------------------------------------
 
     def _install(self) -> None:
+        # All or nothing: a watch() that fails half-way (a module refusing a
+        # hook) leaves no hook behind, so a retry does not double them.
+        try:
+            self._install_hooks()
+        except BaseException:
+            self.remove()
+            raise
+
+    def _install_hooks(self) -> None:
         h = self._handles
-        h.append(self.root.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
-        h.append(self.root.register_forward_hook(self._on_model_output, with_kwargs=True))
-        params_done: set[int] = set()
+        # The batch and the model's own loss are read outside a compiled
+        # region: on torch.compile's wrapper when that is what was watched.
+        entry = self.model if is_compiled(self.model) else self.root
+        h.append(entry.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
+        # Where the backward starts (one tensor hook a step on the outputs),
+        # and the model's own loss when there is no criterion.
+        h.append(entry.register_forward_hook(self._on_model_output, with_kwargs=True))
         for name, m in self._watched:
-            h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
-            owned = [p for p in owned_params(m) if id(p) not in params_done]
-            params_done.update(id(p) for p in owned)
-            self._params_pending[id(m)] = owned
+            self._install_module(name, m)
+        if entry is self.model and entry is not self.root:
+            # Compiled: forward hooks are silent, so the rows exist from the
+            # start, in definition order (their parameters are measured).
+            for name, m in self._watched:
+                self._row_for(name, m)
         if self.criterion is not None:
             h.append(self.criterion.register_forward_hook(self._on_loss, with_kwargs=True))
         if self.optimizer is not None:
@@ -214,14 +266,40 @@ class Instrument:
             # instance only, and restore it in remove().
             self.scaler.update = update
 
+    def _install_module(self, name: str, m: nn.Module) -> None:
+        h = self._handles
+        h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
+        owned = [p for p in owned_params(m) if id(p) not in self._params_done]
+        self._params_done.update(id(p) for p in owned)
+        self._params_pending[id(m)] = owned
+
+    def add_modules(self, modules: list) -> None:
+        """Watch ``[(name, module)]`` added to the model after watch(): their
+        rows are appended when they first run."""
+        if self._removed:
+            return
+        for name, m in modules:
+            self._watched.append((name, m))
+            self._install_module(name, m)
+            row = self._row_of.get(name)
+            if row is not None:  # a replaced module: its row now owns the new parameters
+                owned = self._params_pending[id(m)]
+                self._params_of_row[row] = owned
+                self._flat_params = None
+                if self._param_hooks:
+                    for p in owned:
+                        if p.requires_grad:  # (a frozen one refuses the hook)
+                            self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+
     def remove(self) -> None:
         """Remove every hook and the scaler wrapper. Safe to call twice."""
         if self._removed:
             return
         self._removed = True
-        for handle in self._handles:
+        for handle in self._handles + self._param_handles:
             handle.remove()
         self._handles.clear()
+        self._param_handles.clear()
         if self._scaler_update is not None and self.scaler.__dict__.get("update") is self._scaler_update:
             del self.scaler.update
         self._col = Collector()
@@ -242,6 +320,7 @@ class Instrument:
         if self._removed:
             self.model = self.root = None
             self.optimizer = self.criterion = self.scaler = None
+            self.facts.release()
             self._watched = []
             self._params_of_row = {}
             self._params_pending = {}
@@ -277,7 +356,7 @@ class Instrument:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
             self._broken.add(part)
-            msg = f"tb_neuraldbg: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
+            msg = f"{distributed.tag()}: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
             return None
@@ -301,7 +380,8 @@ class Instrument:
             self._flat_params = None
             if self._param_hooks:
                 for p in owned:
-                    self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+                    if p.requires_grad:  # (a frozen one refuses the hook)
+                        self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
         return row
 
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
@@ -321,27 +401,53 @@ class Instrument:
 
     # -- forward ----------------------------------------------------------
 
+    # Every module hook starts with torch.compiler.is_compiling(): dynamo
+    # traces hooks into the graph, and ours (weak references, Python state,
+    # thread settings) would break it. Constant at trace time, so the hook
+    # adds nothing to a compiled graph: inside one, only what runs outside
+    # (parameters, gradients, the batch and loss at the wrapper) is measured.
+
     def _on_model_input(self, module, args, kwargs):
+        if torch.compiler.is_compiling():
+            return None
         if self._replaying:
             if not self._input_done:
                 self._input_done = True
                 self._guard("replay", self._measure_input_replay, args, kwargs)
             return None
         self._raise_pending()
-        if self._input_done or not torch.is_grad_enabled():
+        # The model's input seen with autograd off is an evaluation forward:
+        # modules running without autograd then are not a bug.
+        self._outside = not torch.is_grad_enabled()
+        if self._outside or self._removed:
             return None
+        if self.mode == "replay" and self._capture is None:
+            # Before the forward: the RNG and autocast state it starts from.
+            self._capture = self._guard("replay", R.capture, args, kwargs, self._cuda_devices, self._device_types)
+        self.observe_input(args, kwargs)
+        return None
+
+    def observe_input(self, args, kwargs) -> None:
+        """Measure this step's batch (the ``<input>`` row, the kept batch),
+        once a step. The model's input hook calls it; a framework's callback
+        does too, with the batch it hands the user's step (a LightningModule's
+        training_step may never call the model itself)."""
+        if self._input_done or self._removed or not torch.is_grad_enabled():
+            return
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
         if self._sched_step != self.step:
             self._schedule()
-        if self.mode == "replay":
-            self._capture = self._guard("replay", R.capture, args, kwargs, self._cuda_devices, self._device_types)
         self._guard("input", self._measure_input, args, kwargs)
-        return None
 
     def _on_model_output(self, module, args, kwargs, output):
-        if self._replaying or self._removed or not torch.is_grad_enabled():
+        if torch.compiler.is_compiling() or self._replaying or self._removed or not torch.is_grad_enabled():
             return None
+        if self.criterion is None and self._loss is None:
+            # A model that computes its own loss (Hugging Face: output.loss).
+            loss = loss_of_output(output)
+            if loss is not None:
+                self._loss = loss.detach()
         self._guard("backward", self._follow_outputs, output)
         return None
 
@@ -368,6 +474,7 @@ class Instrument:
         def hook(grad):
             inst = instrument()
             if inst is not None and inst.step == step:
+                inst._via_output = True
                 inst._on_backward_start()
                 if keep is not None:
                     keep(grad)
@@ -422,6 +529,8 @@ class Instrument:
         if self.exact:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
+        if x.dim() >= 1:
+            col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
 
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
@@ -429,8 +538,14 @@ class Instrument:
         row_of = self._row_of
 
         def hook(module, args, kwargs, output):
+            if torch.compiler.is_compiling():
+                return None
             inst = instrument()
-            if inst is None or not torch.is_grad_enabled():
+            if inst is None:
+                return None
+            if not torch.is_grad_enabled():
+                if inst._input_done and not inst._outside:  # no_grad() inside the training forward
+                    inst._guard("optimizer facts", inst.facts.ran_without_grad, inst._row_for(name, m))
                 return None
             if inst._light:
                 # A cheap step of nonfinite="replay": only note that it ran.
@@ -546,7 +661,9 @@ class Instrument:
         col = self._col
         exact = self.exact
         col.const(row, Key.OUT_N, y.numel())
-        if not self._sched_stats:
+        # One value (a 0-d output, a [1, 1] score) has no spread: only its
+        # non-finite flag and value, never a "constant activation".
+        if not self._sched_stats or y.numel() == 1:
             if behaviour.pointwise and same_as_prev and not exact:
                 col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
             else:
@@ -610,7 +727,7 @@ class Instrument:
             self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
     def _on_loss(self, module, args, kwargs, output):
-        if self._replaying or not torch.is_grad_enabled():
+        if torch.compiler.is_compiling() or self._replaying or not torch.is_grad_enabled():
             return None
         cap = self._capture
         if cap is not None:
@@ -634,11 +751,26 @@ class Instrument:
         if t is None:
             return
         self._loss = t.detach()
+        if t.requires_grad:
+            # Backward reaches the loss before any parameter's gradient: the
+            # moment to look for gradients left over from the previous step.
+            instrument = weakref.ref(self)
+
+            def hook(grad):
+                inst = instrument()
+                if inst is not None:
+                    inst._check_leftovers()
+
+            t.register_hook(hook)
         target = first_tensor(args[1]) if len(args) > 1 else None
         if target is not None:
             self.batches.attach_target(self.step, target)
 
     # -- backward ---------------------------------------------------------
+
+    def _check_leftovers(self) -> None:
+        if self.facts.unchecked and not self._removed:
+            self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
 
     def _on_grad_accumulated(self, param) -> None:
         # Per parameter, installed only when a step's gradients came from a
@@ -651,6 +783,7 @@ class Instrument:
         if self._backward_queued or self._replaying or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
+        self._check_leftovers()  # (without a hooked loss: here, where the backward starts)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead
@@ -658,10 +791,44 @@ class Instrument:
             self._broken.add("backward")
 
     def _on_backward_end(self) -> None:
+        if self.after_reduce and not self._requeued:
+            # DDP queues its end-of-backward callback (which waits for the
+            # all-reduce and writes the averaged gradients) after ours: run
+            # again behind it, to measure what the optimizer will apply.
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+                self._requeued = True
+                return
+            except Exception:  # noqa: BLE001 -- measure now rather than never
+                pass
+        self._requeued = False
         self._backward_queued = False
+        if self.optimizer is not None and not self.warned_unstepped:
+            self._guard("optimizer check", self._check_stepped)
         col = self._guard("backward", self._measure_grads)
         if col is not None:
             self._grad_col = col  # with accumulation, the last backward wins
+
+    def _check_stepped(self) -> None:
+        """Warn once when the weights changed between two backwards without
+        the watched optimizer stepping (another optimizer steps the model,
+        and nothing is recorded). A parameter's in-place version counter
+        tells, without reading the weights."""
+        probe = next((p for ps in self._params_of_row.values() for p in ps if p.requires_grad), None)
+        version = _version_of(probe) if probe is not None else None
+        if version is None:
+            return
+        if self._probe_version is not None and not self._committed and version != self._probe_version:
+            self.warned_unstepped = True
+            msg = (
+                f"{distributed.tag()}: the model's weights changed but the watched optimizer "
+                f"({type(self.optimizer).__name__}) did not step: is the model stepped by "
+                "another optimizer? No step is recorded until the watched one steps"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+        self._probe_version = version
+        self._committed = False
 
     def _grads_scaled(self) -> bool:
         """True while the gradients still carry the GradScaler's scale."""
@@ -698,7 +865,9 @@ class Instrument:
         grads = [g.detach() if g.requires_grad else g for g in grads]
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        norms = S.grad_norms(grads)
+        # BLAS dots for large CPU tensors, unless a distributed run swapped
+        # in norms over shards.
+        norms = (S.grad_norms if self.norms is S.foreach_norm else self.norms)(grads)
         self._grad_norms = (gparams, norms)
         col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact:
@@ -722,7 +891,14 @@ class Instrument:
             if self._grad_norms is not None and not self._param_hooks:
                 self._param_hooks = True
                 for p in self._param_rows()[0]:
-                    self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+                    self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+        elif self._via_output and self._param_hooks:
+            # The model's output leads to the backward: one tensor hook a
+            # step does, the per-parameter ones go.
+            self._param_hooks = False
+            for handle in self._param_handles:
+                handle.remove()
+            self._param_handles.clear()
         if self.mode != "replay":
             return
         cap, self._capture = self._capture, None
@@ -836,12 +1012,13 @@ class Instrument:
         self._check_step(at_commit=False)
         if self.config.is_update(self.step) and self._upd_snapshot is None:
             self._upd_snapshot = self._snapshot_weights()
+
     def _snapshot_weights(self):
         """(params, rows, copies, norms) before an update."""
         params, rows = self._param_rows()
         with torch.no_grad():
             old = [p.detach().clone() for p in params]
-        return params, rows, old, S.foreach_norm(old)
+        return params, rows, old, self.norms(old)
 
     def _on_step_post(self, optimizer, args, kwargs):
         if self.scaler is None:
@@ -893,18 +1070,18 @@ class Instrument:
         if self._gout_sums:
             col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
-        if full:
-            params, prow = self._param_rows()
-            if params:
-                with torch.no_grad():
-                    col.add_many(S.foreach_norm([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
+        params, prow = self._param_rows()
+        self._guard("optimizer facts", self.facts.commit, col, params, prow)
+        if full and params:
+            with torch.no_grad():
+                col.add_many(self.norms([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot
         if snap is not None:
             sparams, srows, old, base = snap
             with torch.no_grad():
                 # In place: the copy becomes w_{t-1} - w_t, no second buffer.
                 S.foreach_sub_(old, [p.detach() for p in sparams])
-            col.add_many(S.foreach_norm(old), srows, Key.UPD_NORM)
+            col.add_many(self.norms(old), srows, Key.UPD_NORM)
             col.add_many(base, srows, Key.UPD_BASE)
         if self.optimizer is None and self.config.is_update(step + 1):
             # Without optimizer hooks the update happens after record():
@@ -934,7 +1111,8 @@ class Instrument:
             step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
         )
         self.step = step + 1
-        self._reset_iteration()
+        self._reset_iteration()  # (schedules the next step: after the step moved)
+        self._committed = True
         self.sink(packet)
 
     def _note_nonfinite(self, host: list) -> None:

@@ -30,10 +30,15 @@ __all__ = [
     "register_module",
     "behaviour_of",
     "select_modules",
+    "select_added",
     "owned_params",
     "first_tensor",
     "iter_tensors",
     "unwrap",
+    "is_compiled",
+    "is_loss_module",
+    "loss_modules",
+    "loss_of_output",
 ]
 
 
@@ -91,6 +96,10 @@ _TABLE: dict[type, Behaviour] = {
     nn.FeatureAlphaDropout: _SKIP,
     nn.Flatten: _SKIP,
     nn.Unflatten: _SKIP,
+    # A loss module kept in the model (``self.crit = nn.CrossEntropyLoss()``)
+    # is the <loss> row, never a layer: its scalar output is no activation.
+    # (torch's base class of every built-in loss.)
+    nn.modules.loss._Loss: _SKIP,
     nn.MultiheadAttention: Behaviour(atomic=True),
     nn.RNNBase: Behaviour(atomic=True),
     nn.ReLU: Behaviour(dead=True, pointwise=True),
@@ -163,10 +172,13 @@ def behaviour_of(module: nn.Module | type) -> Behaviour:
 _WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
+def is_compiled(m: nn.Module) -> bool:
+    """True for torch.compile's wrapper of a module (``OptimizedModule``)."""
+    return type(m).__name__ == "OptimizedModule" and isinstance(getattr(m, "_orig_mod", None), nn.Module)
+
+
 def _is_wrapper(m: nn.Module) -> bool:
-    return isinstance(m, _WRAPPERS) or (
-        type(m).__name__ == "OptimizedModule" and isinstance(getattr(m, "_orig_mod", None), nn.Module)
-    )
+    return isinstance(m, _WRAPPERS) or is_compiled(m)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -219,6 +231,27 @@ def _as_list(x) -> list:
     return list(x)
 
 
+def _select(root: nn.Module, prefix: str, include, exclude):
+    """(qualified name, module) of the working modules under ``root``, named
+    under ``prefix``, by the rules of :func:`select_modules`."""
+    include, exclude = _as_list(include), _as_list(exclude)
+    for rel, m in _walk(root, "", set()):
+        if not _does_work(m):
+            continue
+        if prefix:
+            name = f"{prefix}.{rel}" if rel else prefix
+        else:
+            name = rel or type(m).__name__  # the model itself is a single layer
+        if include:
+            if not _matches(name, m, include):
+                continue
+        elif not behaviour_of(m).watch:
+            continue
+        if exclude and _matches(name, m, exclude):
+            continue
+        yield name, m
+
+
 def select_modules(model: nn.Module, include=None, exclude=None, max_layers: int | None = None):
     """The modules to watch, as ``[(name, module)]`` in definition order.
 
@@ -229,21 +262,7 @@ def select_modules(model: nn.Module, include=None, exclude=None, max_layers: int
     ``exclude``: the same, removed afterwards. Above ``max_layers`` modules an
     evenly spaced subset is kept (first and last included) with a warning.
     """
-    root = unwrap(model)
-    include, exclude = _as_list(include), _as_list(exclude)
-    found = []
-    for name, m in _walk(root, "", set()):
-        if not _does_work(m):
-            continue
-        name = name or type(m).__name__  # the model itself is a single layer
-        if include:
-            if not _matches(name, m, include):
-                continue
-        elif not behaviour_of(m).watch:
-            continue
-        if exclude and _matches(name, m, exclude):
-            continue
-        found.append((name, m))
+    found = list(_select(unwrap(model), "", include, exclude))
     if max_layers is not None and len(found) > max_layers:
         keep = sorted(set(np.linspace(0, len(found) - 1, max_layers).round().astype(int).tolist()))
         warnings.warn(
@@ -254,6 +273,35 @@ def select_modules(model: nn.Module, include=None, exclude=None, max_layers: int
         )
         found = [found[i] for i in keep]
     return found
+
+
+def is_loss_module(m: nn.Module) -> bool:
+    """True for torch's loss modules (every ``nn.*Loss``) and their subclasses."""
+    return isinstance(m, nn.modules.loss._Loss)
+
+
+def loss_modules(model: nn.Module) -> list[nn.Module]:
+    """The loss modules kept inside ``model``, in definition order."""
+    return [m for m in unwrap(model).modules() if is_loss_module(m)]
+
+
+def loss_of_output(output):
+    """The loss a model computed itself, from its output: a ``loss`` entry
+    or attribute that is a tensor (Hugging Face ``ModelOutput``s, dicts); None
+    when there is none."""
+    loss = None
+    if isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None:
+        loss = getattr(output, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) else None
+
+
+def select_added(name: str, module: nn.Module, include=None, exclude=None) -> list:
+    """The rows of ``module``, added to a watched model as ``name`` after
+    watch(): ``[(qualified name, module)]`` by :func:`select_modules`' rules
+    with ``include``/``exclude`` matched against the full names."""
+    return list(_select(module, name, include, exclude))
 
 
 def owned_params(m: nn.Module) -> list[nn.Parameter]:

@@ -16,6 +16,10 @@ Host side (called on the writer's worker thread): :func:`assemble` turns the
 flat vector of one step (every device value copied to the host in one
 transfer) plus its slot descriptions into the ``[L, len(METRICS)]`` float32
 row of the on-disk format, with numpy.
+
+Why one file: both sides are written against the same slot keys (``Key``):
+a reduction added on the device side and its completion on the host side
+change together, and a test holds them to the same row.
 """
 
 from __future__ import annotations
@@ -154,7 +158,14 @@ class Key:
     OUT_INHERIT = 26  # not measured: the output's non-finite flag is the input's
     GOUT_SUM = 27  # sum of the gradient w.r.t. the output: a non-finite flag
     GOUT_NF = 28  # exact count of non-finite values of that gradient
-    COUNT = 29
+    # Host-side facts of the step (see optimizer_facts.py).
+    GRAD_CARRIED = 29  # norm of a gradient left over from the previous step
+    RAN_NO_GRAD = 30  # the module ran with autograd disabled
+    OPT_GROUP = 31  # param group holding the row's parameters (-1: none)
+    OPT_LR = 32
+    OPT_WD = 33
+    OPT_MOMENTUM = 34
+    COUNT = 35
 
 
 # --------------------------------------------------------------------------
@@ -376,7 +387,8 @@ def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None
 _M = metadata.METRIC_INDEX
 # Keys with several slots per row (summed), the others have one.
 _MULTI = np.zeros(Key.COUNT, dtype=bool)
-_MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE, Key.HIST]] = True
+_MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.GRAD_CARRIED, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE,
+        Key.HIST]] = True
 
 
 class _Slots:
@@ -514,6 +526,13 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         row[:, _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
         row[:, _M["value"]] = pick(Key.VALUE)
         row[:, _M["scale"]] = pick(Key.SCALE)
+        # Host-side facts of the step (optimizer_facts.py).
+        row[:, _M["grad_carried"]] = slots.norm(Key.GRAD_CARRIED)
+        row[:, _M["ran_without_grad"]] = pick(Key.RAN_NO_GRAD)
+        row[:, _M["opt_group"]] = pick(Key.OPT_GROUP)
+        row[:, _M["lr"]] = pick(Key.OPT_LR)
+        row[:, _M["weight_decay"]] = pick(Key.OPT_WD)
+        row[:, _M["momentum"]] = pick(Key.OPT_MOMENTUM)
     return row.astype(np.float32)
 
 

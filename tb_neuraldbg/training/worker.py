@@ -37,8 +37,10 @@ import numpy as np
 from torch.utils.tensorboard.summary import histogram_raw
 
 from ..format import metadata, summary
+from . import distributed
 from . import stats as S
 from .collector import StepPacket
+from .filewriter import GuardedFileWriter
 from .instrument import Instrument
 from .rows import RowAssembler
 from .schedule import WatchConfig
@@ -58,7 +60,9 @@ class Worker:
     file and run directory this writes to. ``failure``: the exception type
     raised in training after an error-level event with ``on_error="raise"``
     (the writer's ``TrainingFailure``: passed in so that this module does not
-    import the writer).
+    import the writer). In a distributed run, ``ranks`` (a
+    :class:`.distributed.RankGather`) brings every rank's statistics to rank
+    0 (the only one that writes), or to every rank when each writes a run.
 
     The constructor starts nothing: :meth:`start` starts the daemon thread.
     Every failure is warned once and the worker carries on (a broken engine
@@ -74,8 +78,13 @@ class Worker:
         config: WatchConfig,
         packets: queue.SimpleQueue,
         failure: Callable[[dict, list], BaseException],
+        ranks: "distributed.RankGather | None" = None,
     ):
         self.writer = writer
+        self.ranks = ranks
+        # A rank that does not write (``ranks`` on a rank other than 0).
+        self.silent = ranks is not None and not ranks.writes
+        self._null = GuardedFileWriter(None, str(getattr(writer, "log_dir", "")))
         self.instrument = instrument
         self.config = config
         self.queue = packets
@@ -84,7 +93,7 @@ class Worker:
         self.layers: list[dict] = []
         self.engine = None
         self.engine_broken = False
-        self.ring: collections.deque = collections.deque()  # (step, row, states)
+        self.ring: collections.deque = collections.deque()  # (step, row, states, per-rank or None)
         self.last_written = -1
         self.last_event_step: int | None = None
         self.diagnosis: dict | None = None
@@ -124,7 +133,7 @@ class Worker:
             return False
         self.thread.join(timeout)
         if self.thread.is_alive():
-            msg = f"tb_neuraldbg: the writer's worker did not finish within {timeout} s; the last steps may be missing"
+            msg = f"{distributed.tag()}: the writer's worker did not finish within {timeout} s; the last steps may be missing"
             warnings.warn(msg, RuntimeWarning)
             log.warning(msg)
             return False
@@ -151,13 +160,15 @@ class Worker:
     def _warn_once(self, what: str, e: BaseException) -> None:
         if what not in self.warned:
             self.warned.add(what)
-            msg = f"tb_neuraldbg: writer {what} failed: {type(e).__name__}: {e}"
+            msg = f"{distributed.tag()}: writer {what} failed: {type(e).__name__}: {e}"
             warnings.warn(msg, RuntimeWarning)
             log.warning(msg)
 
     # -- writing ----------------------------------------------------------
 
     def _file_writer(self):
+        if self.silent:
+            return self._null  # rank 0 writes the run
         fw = self.writer._get_file_writer()
         if fw is not self._seen_fw:  # a new event file: metadata again
             self._seen_fw = fw
@@ -173,26 +184,28 @@ class Worker:
                 self._seen_tags.add(v.tag)
         fw.add_summary(summ, global_step=step)
 
-    def _write_row(self, step: int, row: np.ndarray, states: np.ndarray) -> None:
+    def _write_row(self, step: int, row: np.ndarray, states: np.ndarray, per_rank=None) -> None:
         if self._seen_fw is not None and self._seen_tags.issuperset(summary.ROW_TAGS):
             self._file_writer().add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
         else:
             self._add(summary.stats_summary(row, states), step)
+        if per_rank is not None:
+            self._add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
 
     def _flush_ring(self) -> None:
-        for step, row, states in self.ring:
-            self._write_row(step, row, states)
+        for step, row, states, per_rank in self.ring:
+            self._write_row(step, row, states, per_rank)
         self.ring.clear()
 
     def _drain_ring(self, now: int) -> None:
         K = self.config.ring
         while self.ring and self.ring[0][0] <= now - K:
-            step, row, states = self.ring.popleft()
+            step, row, states, per_rank = self.ring.popleft()
             near_event = self.last_event_step is not None and 0 < step - self.last_event_step <= K
             if self.config.is_written(step) or near_event:
-                self._write_row(step, row, states)
+                self._write_row(step, row, states, per_rank)
 
     # -- per step ---------------------------------------------------------
 
@@ -205,7 +218,7 @@ class Worker:
         if first:
             self._add(summary.config_summary(self._config_json()), step)
         self._add(summary.layers_summary(self.layers), step)
-        if self.engine_broken:
+        if self.engine_broken or self.silent:
             return
         try:
             if self.engine is None:
@@ -234,6 +247,19 @@ class Worker:
         self._grow_layers(packet.layers, step)
         L = len(self.layers)
         row = self.rows.row(packet, values, L)
+        per_rank, seen = None, row  # seen: what the diagnosis gets
+        if self.ranks is not None:
+            # Every rank, every step, in step order: the collective pairs up.
+            per_rank = self.ranks.gather(step, row)
+            if self.silent:
+                self.steps_analysed += 1
+                return
+            if per_rank is not None:
+                seen = self.ranks.merge(row, per_rank, self._loss_row())
+                if self.ranks.everyone:
+                    per_rank = None  # a run per rank stores its own rank's row
+                else:
+                    row = seen  # one run: the global batch, per-rank blocks beside it
         events = []
         states = np.full(L, metadata.STATE_UNKNOWN, dtype=np.uint8)
         if self.engine is not None and not self.engine_broken:
@@ -241,7 +267,7 @@ class Worker:
                 k = self.instrument.num_classes
                 if k is not None and getattr(self.engine, "num_classes", k) is None:
                     self.engine.num_classes = k
-                events = list(self.engine.update(step, row))
+                events = list(self.engine.update(step, seen))
                 states = np.asarray(self.engine.states, dtype=np.uint8).copy()
             except Exception as e:  # noqa: BLE001
                 self.engine_broken = True
@@ -252,7 +278,7 @@ class Worker:
             # the file monotonic per tag; the row was still analysed.
             self._warn_once("order", ValueError(f"step {step} is not after the last one; not written"))
         else:
-            self.ring.append((step, row, states))
+            self.ring.append((step, row, states, per_rank))
             self._write_histograms(packet, values, step)
         if events:
             self._on_events(step, events)
@@ -284,23 +310,29 @@ class Worker:
             fw.add_summary(summ, global_step=step)
 
     def _on_events(self, step: int, events: list) -> None:
-        self._flush_ring()
+        # The ring first (steps stay in order), but a failure there must not
+        # cost the events: they are written and flushed whatever happens.
+        self._safe("ring", self._flush_ring)
+        self.ring.clear()
         self.last_event_step = step
         dicts = []
         for e in events:
             d = e.to_dict()
-            path = self._safe("batch save", self._save_batch, e)
+            self._name_rank(d)
+            # Rank 0 holds its own batches only: another rank's is not saved.
+            theirs = self.ranks is not None and self.ranks.rank not in d.get("ranks", [d.get("rank", self.ranks.rank)])
+            path = None if theirs else self._safe("batch save", self._save_batch, e)
             if path:
                 d["batch_file"] = os.path.basename(path)
             dicts.append(d)
             if d.get("severity") == "error":
-                log.warning("tb_neuraldbg: step %s, %s: %s", d.get("step"), d.get("layer"), d.get("message"))
+                log.warning("%s: step %s, %s: %s", distributed.tag(), d.get("step"), d.get("layer"), d.get("message"))
         self._add(summary.events_summary(dicts), step)
         self.last_events_step = step
         self._write_diagnosis(step)
         # Flush first: a run that stops here (on_error="raise", a crash) has
         # its events on disk.
-        self.writer._get_file_writer().flush()
+        self._file_writer().flush()
         if (
             self.config.on_error == "raise"
             and any(d.get("severity") == "error" for d in dicts)
@@ -312,7 +344,10 @@ class Worker:
         if self.engine is None:
             return
         rc = self.engine.root_cause
-        diag = {"status": self.engine.status, "root_cause": dict(rc) if rc else None}
+        rc = dict(rc) if rc else None
+        if self.ranks is not None:
+            rc = self.ranks.root_cause(rc)
+        diag = {"status": self.engine.status, "root_cause": rc}
         if diag != self.diagnosis:
             self.diagnosis = diag
             self._add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
@@ -336,7 +371,21 @@ class Worker:
                 # One events value per step: after events already written at
                 # the last step, the end-of-run ones go one step later.
                 at = max(last, self.last_events_step + 1)
-                self._add(summary.events_summary([e.to_dict() for e in events]), at)
+                dicts = [e.to_dict() for e in events]
+                for d in dicts:
+                    self._name_rank(d)
+                self._add(summary.events_summary(dicts), at)
                 self.last_events_step = last = at
             self._write_diagnosis(last)
-        self.writer._get_file_writer().flush()
+        self._file_writer().flush()
+
+    def _loss_row(self) -> int | None:
+        for i, layer in enumerate(self.layers):
+            if layer.get("name") == metadata.PSEUDO_LOSS:
+                return i
+        return None
+
+    def _name_rank(self, d: dict) -> None:
+        """The rank an event comes from, in a distributed run (see .distributed)."""
+        if self.ranks is not None:
+            self.ranks.name_ranks([d], [layer["name"] for layer in self.layers])

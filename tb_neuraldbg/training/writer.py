@@ -10,7 +10,10 @@ registry of live writers here) takes the hooks off and writes what is left.
 from __future__ import annotations
 
 import atexit
+import gc
+import logging
 import queue
+import sys
 import warnings
 import weakref
 from typing import Any
@@ -18,11 +21,17 @@ from typing import Any
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from . import distributed
+from .filewriter import GuardedFileWriter
 from .instrument import Instrument
+from .modules import loss_modules, select_added, unwrap
+from .optimizers import unwrap_optimizer
 from .schedule import WatchConfig, knobs_doc
 from .worker import Worker
 
-__all__ = ["DebugWriter", "WatchHandle", "TrainingFailure"]
+__all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
+
+log = logging.getLogger("tb_neuraldbg")
 
 # Models watched by any DebugWriter: watching twice is a no-op, and nothing
 # is set on the user's module.
@@ -56,6 +65,49 @@ class WatchHandle:
         self._writer = weakref.ref(writer)
         self._model = weakref.ref(model)
         self.instrument = instrument
+        self._added_hook = None  # see watch_added_modules
+        self._names: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
+        self.added: list[str] = []  # modules watched after watch(), by name
+
+    def watch_added_modules(self) -> None:
+        """From now on, a module added to the model (``model.head = ...``)
+        is said once and watched (a global registration hook that looks only
+        at this model's modules)."""
+        root = unwrap(self._model())
+        for name, m in root.named_modules():
+            self._names.setdefault(m, name)
+        handle = weakref.ref(self)
+
+        def on_register(parent, name, sub):
+            h = handle()
+            if h is not None and parent in h._names and isinstance(sub, torch.nn.Module):
+                try:
+                    h._on_added(parent, name, sub)
+                except Exception as e:  # noqa: BLE001 -- never break model building
+                    warnings.warn(f"{distributed.tag()}: cannot watch the added module {name!r}: {e}", RuntimeWarning)
+            return None
+
+        self._added_hook = torch.nn.modules.module.register_module_module_registration_hook(on_register)
+
+    def _on_added(self, parent, name: str, sub) -> None:
+        inst = self.instrument
+        if inst.removed or sub in self._names:
+            return
+        prefix = self._names[parent]
+        full = f"{prefix}.{name}" if prefix else name
+        for n, m in sub.named_modules():
+            self._names.setdefault(m, f"{full}.{n}" if n else full)
+        found = select_added(full, sub, inst.config.include, inst.config.exclude)
+        if not found:
+            return
+        inst.add_modules(found)
+        self.added.extend(n for n, _ in found)
+        msg = (
+            f"{distributed.tag()}: module {full!r} was added to the model after watch(); it is "
+            "watched from its first call (its row is appended)"
+        )
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        log.warning(msg)
 
     @property
     def layers(self) -> list[dict]:
@@ -64,6 +116,9 @@ class WatchHandle:
 
     def remove(self) -> None:
         """Remove every hook. Safe to call twice; the writer stays open."""
+        if self._added_hook is not None:
+            self._added_hook.remove()
+            self._added_hook = None
         self.instrument.remove()
         writer = self._writer()
         if writer is not None and writer._worker is not None:
@@ -92,10 +147,35 @@ class DebugWriter(SummaryWriter):
     histograms; ``close()`` (also at interpreter exit and on leaving a
     ``with`` block, exception or not) removes the hooks and writes what is
     left.
+
+    In a distributed run (an initialised process group of 2 ranks or more,
+    every rank making its own DebugWriter), ``ranks`` says who writes:
+    ``"gather"`` (default): rank 0 writes one run holding every rank's
+    statistics, other ranks write nothing into ``log_dir`` (SummaryWriter
+    calls of theirs go to ``<log_dir>/rank<r>``); ``"each"``: every rank
+    writes its own run ``<log_dir>/rank<r>`` (see :mod:`.distributed`).
     """
 
-    def __init__(self, log_dir: str | None = None, *args, **kwargs):
+    def __init__(self, log_dir: str | None = None, *args, ranks: str = "gather", **kwargs):
+        if ranks not in distributed.MODES:
+            raise ValueError(f"ranks must be one of {distributed.MODES}, got {ranks!r}")
+        self.ranks = ranks
+        w = distributed.world()
+        # Born first: SummaryWriter.__init__ opens the event file through
+        # _get_file_writer (a failure to open it then is raised: the user's
+        # path is wrong before training starts).
+        self._guarded: GuardedFileWriter | None = None
+        self._opening = True
+        # A rank other than 0 of a "gather" run opens its own file only when
+        # the user writes something (two writers of one run directory would
+        # mix and lose each other's data in TensorBoard).
+        self._defer_open = False
+        if w is not None and log_dir:
+            if ranks == "each" or w[0] != 0:
+                log_dir = distributed.rank_dir(log_dir, w[0])
+            self._defer_open = ranks == "gather" and w[0] != 0
         super().__init__(log_dir, *args, **kwargs)
+        self._opening = False
         self._handle: WatchHandle | None = None
         self._worker: Worker | None = None
         self._last_worker: Worker | None = None  # after close(), for stats_info
@@ -148,7 +228,7 @@ class DebugWriter(SummaryWriter):
         if existing is not None and not existing.instrument.removed:
             if existing._writer() is self:
                 return existing
-            raise ValueError("this model is already watched by another DebugWriter; remove() that first")
+            _take_over(existing)
         if self._handle is not None:
             # One run per event file: a second model (or a second watch of the
             # same one) would restart steps and change the row list mid-file.
@@ -157,13 +237,33 @@ class DebugWriter(SummaryWriter):
                 "(another run directory) to watch again"
             )
         config = WatchConfig.from_arguments(knobs)
+        optimizer, scaler = unwrap_optimizer(optimizer, scaler)
+        if criterion is None:
+            # A loss module kept in the model (self.crit = nn.CrossEntropyLoss())
+            # is the criterion: the first one, when there are several.
+            found = loss_modules(model)
+            criterion = found[0] if found else None
         # Built in order, joined by the queue: the hooks put, the worker gets.
+        # All or nothing: a failure half-way leaves no hook and no thread.
         packets: queue.SimpleQueue = queue.SimpleQueue()
         instrument = Instrument(model, packets.put, config, optimizer=optimizer, criterion=criterion, scaler=scaler)
-        worker = Worker(self, instrument, config, packets, failure=TrainingFailure)
-        worker.start()
+        try:
+            gather = None
+            if distributed.world() is not None:
+                instrument.after_reduce = True
+                # A collective: every rank's watch() makes the gloo group.
+                gather = distributed.RankGather.create(everyone=self.ranks == "each")
+            if distributed.has_dtensors(model.parameters()):
+                instrument.norms = distributed.sharded_norms
+            worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+            handle = WatchHandle(self, model, instrument)
+            handle.watch_added_modules()
+            worker.start()
+        except BaseException:
+            instrument.remove()
+            instrument.release()
+            raise
         self._worker = worker
-        handle = WatchHandle(self, model, instrument)
         self._handle = handle
         _WATCHED[model] = handle
         return handle
@@ -191,23 +291,63 @@ class DebugWriter(SummaryWriter):
 
     def flush(self) -> None:
         """Process every recorded step, then flush the event file. Rows
-        still in the ring (the last ``ring`` steps) are written at close()."""
+        still in the ring (the last ``ring`` steps) are written at close().
+        Never raises a file error (see :mod:`.filewriter`)."""
         if self._worker is not None:
             self._worker.sync(_CLOSE_TIMEOUT)
-        super().flush()
+        for w in list((self.all_writers or {}).values()):
+            self._quietly("flush", w.flush)
 
     def close(self) -> None:
-        """Remove the hooks, write what is left, close the event file."""
+        """Remove the hooks, write what is left, close the event file.
+
+        Never raises (also at the end of a ``with`` block): a logdir that
+        was deleted, made read-only or filled up is warned, once."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._handle is not None:
-                self._handle.remove()
-            self._stop_worker()
+                self._quietly("close", self._handle.remove)
+            self._quietly("close", self._stop_worker)
         finally:
-            super().close()
+            for w in list((self.all_writers or {}).values()):
+                self._quietly("close", w.flush)
+                self._quietly("close", w.close)
+            self.file_writer = self.all_writers = None
             _LIVE_WRITERS.discard(self)
+
+    # -- SummaryWriter's file, guarded ------------------------------------
+
+    def _get_file_writer(self):
+        """The event file writer, wrapped so that no write raises into
+        training (SummaryWriter's own add_* go through here too)."""
+        if self._opening and self._defer_open:
+            return None  # SummaryWriter.__init__'s eager open: deferred
+        guard = self._guarded
+        if guard is not None and (guard.inner is None or guard.inner is self.file_writer):
+            if guard.inner is None or self.all_writers is not None:
+                return guard
+        try:
+            fw = super()._get_file_writer()
+        except Exception as e:  # noqa: BLE001
+            if self._opening:
+                raise
+            guard = self._guarded = GuardedFileWriter(None, str(self.log_dir), distributed.tag())
+            guard.failed = False
+            guard.fail("open", e)
+            return guard
+        self._guarded = GuardedFileWriter(fw, str(self.log_dir), distributed.tag())
+        return self._guarded
+
+    def _quietly(self, what: str, fn) -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 -- close()/flush() never raise
+            guard = self._guarded or GuardedFileWriter(None, str(self.log_dir))
+            self._guarded = guard
+            if not guard.failed:
+                guard.fail(what, e)
 
     # -- internals --------------------------------------------------------
 
@@ -229,6 +369,58 @@ class DebugWriter(SummaryWriter):
             "rows_written": w.rows_written,
             "engine": w.engine is not None and not w.engine_broken,
         }
+
+
+def _in_use(ref: "weakref.ref[DebugWriter]") -> bool:
+    """True when something besides its own worker thread refers to the
+    writer behind ``ref`` (a variable, a container, a running frame): it is
+    in use, not lost. Counted, not searched: the locals of running frames
+    are invisible to gc.get_referrers."""
+    gc.collect()
+    writer = ref()
+    if writer is None:
+        return False
+    # Ours: this local, getrefcount's argument, and the worker's attribute.
+    own = 2 + (writer._worker is not None and writer._worker.writer is writer)
+    return sys.getrefcount(writer) > own
+
+
+def _take_over(existing: WatchHandle) -> None:
+    """Release a model watched by another writer, if that writer is lost
+    (a notebook cell re-run: only its worker thread still holds it): that
+    writer is closed, with a warning. Raises ValueError when it is in use."""
+    if _in_use(existing._writer):
+        raise ValueError(
+            "this model is already watched by another DebugWriter; close() or remove() that "
+            "first (or tb_neuraldbg.unwatch(model))"
+        )
+    old = existing._writer()
+    where = f" (log_dir {old.log_dir})" if old is not None else ""
+    del old
+    msg = f"{distributed.tag()}: the model was watched by a DebugWriter no longer in use{where}; it is closed and the new one watches"
+    warnings.warn(msg, RuntimeWarning, stacklevel=4)
+    log.warning(msg)
+    _release(existing)
+
+
+def _release(handle: WatchHandle) -> None:
+    writer = handle._writer()
+    if writer is not None:
+        writer.close()
+    else:
+        handle.remove()
+
+
+def unwatch(model: torch.nn.Module) -> bool:
+    """Release ``model`` from whichever DebugWriter watches it (one lost in a
+    notebook, say): that writer is closed, its data written. True when the
+    model was watched."""
+    handle = _WATCHED.get(model)
+    if handle is None or handle.instrument.removed:
+        return False
+    _release(handle)
+    _WATCHED.pop(model, None)
+    return True
 
 
 @atexit.register

@@ -10,6 +10,7 @@ are measured every Nth step are tested honestly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import nn
@@ -22,9 +23,19 @@ class Case:
     spec: Spec
     kinds: tuple  # accepted root-cause kinds
     layer: str
-    onset: int
+    onset: int | None
     tolerance: int = 0  # |root step - onset| allowed
     replay: dict = field(default_factory=dict)  # Engine kwargs for an offline replay
+    #: the same run without the bug (``truth`` compares the two)
+    fixed: Spec | None = None
+    #: truth(result, fixed_result): asserts, on the raw statistics and losses
+    #: and without the diagnosis, that the planted fault is real and where
+    #: the case says (layer, onset)
+    truth: Callable[..., None] | None = None
+    #: for a fault whose onset is not planted at a step (it appears when the
+    #: training gets there): measure_onset(result) measures it, on the raw
+    #: statistics of the run, and ``onset`` is None
+    measure_onset: Callable[..., int] | None = None
 
 
 def _teacher(d_in=16, k=4, batch=32, seed=1):
@@ -174,9 +185,10 @@ def backward_inf(at=57, amp=False, steps=80):
 
     name = "amp_scaler_collapse" if amp else "backward_inf"
     spec = Spec(name, build, _teacher(), steps=steps, plant=plant, amp=amp)
-    if amp:
-        return Case(spec, ("scaler_collapse",), "<optimizer>", at, tolerance=1)
-    return Case(spec, ("nonfinite",), "2", at)
+    # under a GradScaler too, the root is where the inf is born (the scale's
+    # collapse, its symptom, is reported as well); the first skipped step is
+    # the one after the scale was recorded, hence the tolerance
+    return Case(spec, ("nonfinite",), "2", at, tolerance=1 if amp else 0)
 
 
 class _InfBackward(nn.Module):

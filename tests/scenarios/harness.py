@@ -34,10 +34,19 @@ class Spec:
     steps: int = 200
     plant: Callable[[int, Any, Any], None] | None = None  # (step, model, optimizer)
     clip: float | None = None
-    amp: bool = False  # GradScaler (CPU) around the step
+    amp: Any = False  # GradScaler (CPU) around the step: True (bf16 autocast) or the autocast dtype
     num_classes: int | None = None
     seed: int = 0
     watch: dict = field(default_factory=dict)
+    #: where the loop clears the gradients: "before" (the first thing of an
+    #: iteration), "after_forward" (right before backward), "keep_tensors"
+    #: (zero_grad(set_to_none=False)), "before_step" (the bug: between
+    #: backward and step) or "never" (the bug: forgotten)
+    zero_grad: Any = "before"  # or a function (model, optimizer) called there instead
+    accum: int = 1  # backward passes (micro-batches) per optimizer step
+    autocast: Any = None  # a dtype: torch.autocast around the forward, without a scaler
+    #: (model, inputs, targets) before each forward, e.g. teacher forcing
+    prepare: Callable[[Any, Any, Any], None] | None = None
 
 
 class _Recording(diagnosis.Engine):
@@ -73,6 +82,17 @@ class Result:
     def failures(self):
         return [e for e in self.events if e["severity"] != "info"]
 
+    def series(self, layer: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of one statistic of one row over the run (NaN
+        where it was not measured), for checks of a scenario's truth."""
+        from tb_neuraldbg import metadata
+
+        i = [l["name"] for l in self.layers].index(layer)
+        j = metadata.METRIC_INDEX[metric]
+        steps = np.array([s for s, _ in self.rows])
+        vals = np.array([r[i, j] if i < r.shape[0] else np.nan for _, r in self.rows], dtype=np.float64)
+        return steps, vals
+
     def replay(self, **engine_kwargs):
         """A fresh Engine fed the same rows (e.g. with num_classes)."""
         eng = diagnosis.Engine(self.layers, **engine_kwargs)
@@ -99,25 +119,7 @@ def train(spec: Spec, logdir: str) -> Result:
             for step in range(spec.steps):
                 if spec.plant is not None:
                     spec.plant(step, model, opt)
-                x, y = spec.batch(step)
-                opt.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
-                        out = model(x)
-                    loss = crit(out.float(), y)
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(opt)
-                    if spec.clip:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    out = model(x)
-                    loss = crit(out, y)
-                    loss.backward()
-                    if spec.clip:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
-                    opt.step()
+                loss = _iteration(spec, step, model, opt, crit, scaler)
                 if sched is not None:
                     sched.step()
                 losses.append(float(loss.detach()))
@@ -125,6 +127,52 @@ def train(spec: Spec, logdir: str) -> Result:
     return Result(
         engine=eng, rows=eng.rows, layers=list(eng.layers), logdir=logdir, losses=losses, instrument=handle.instrument
     )
+
+
+def _iteration(spec: Spec, step: int, model, opt, crit, scaler):
+    """One training iteration of ``spec``'s loop; returns the (last) loss."""
+    x, y = spec.batch(step)
+    if callable(spec.zero_grad):
+        spec.zero_grad(model, opt)
+    elif spec.zero_grad == "before":
+        opt.zero_grad(set_to_none=True)
+    elif spec.zero_grad == "keep_tensors":
+        opt.zero_grad(set_to_none=False)
+    for k in range(spec.accum):
+        if spec.prepare is not None:
+            spec.prepare(model, x, y)
+        if scaler is not None:
+            with torch.autocast("cpu", dtype=torch.bfloat16 if spec.amp is True else spec.amp):
+                out = model(x)
+            loss = crit(_to_float(out), y)
+        elif spec.autocast is not None:
+            with torch.autocast("cpu", dtype=spec.autocast):
+                out = model(x)
+            loss = crit(_to_float(out), y)
+        else:
+            out = model(x)
+            loss = crit(out, y)
+        if spec.zero_grad == "after_forward" and k == 0:
+            opt.zero_grad(set_to_none=True)
+        (scaler.scale(loss) if scaler is not None else loss / spec.accum).backward()
+    if scaler is not None:
+        scaler.unscale_(opt)
+    if spec.clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
+    if spec.zero_grad == "before_step":
+        opt.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    return loss
+
+
+def _to_float(out):
+    if isinstance(out, tuple):
+        return tuple(o.float() for o in out)
+    return out.float()
 
 
 def read_events(logdir: str) -> tuple[list, dict | None]:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .harness import Spec
+from .models import images, quadrants
 
 
 def _teacher_data(d_in, k, batch, seed=1, noise=0.0):
@@ -89,19 +90,7 @@ def deep_mlp_tanh(steps=300):
 
 def _images(batch, k=4, size=12, channels=1, seed=2):
     """A bright blob in one of k quadrants-ish positions, plus noise."""
-    g = torch.Generator().manual_seed(seed)
-    centres = torch.randint(2, size - 2, (k, 2), generator=g)
-
-    def batch_fn(step):
-        gs = torch.Generator().manual_seed(5000 + step)
-        y = torch.randint(0, k, (batch,), generator=gs)
-        x = 0.5 * torch.randn(batch, channels, size, size, generator=gs)
-        for i in range(batch):
-            cy, cx = centres[y[i]]
-            x[i, :, cy - 1: cy + 2, cx - 1: cx + 2] += 2.0
-        return x, y
-
-    return batch_fn
+    return images(batch=batch, size=size, k=k, channels=channels, seed=seed)
 
 
 def cnn_bn(optim="sgd", steps=200):
@@ -485,17 +474,7 @@ def lstm_lm(steps=300):
 
 def _quadrant_images(batch=32, size=8):
     """The class is the quadrant that is brighter: a task a CNN learns."""
-    def batch_fn(step):
-        gs = torch.Generator().manual_seed(4000 + step)
-        x = torch.randn(batch, 3, size, size, generator=gs)
-        y = torch.randint(0, 4, (batch,), generator=gs)
-        h = size // 2
-        for i in range(batch):
-            r, c = divmod(int(y[i]), 2)
-            x[i, :, h * r:h * r + h, h * c:h * c + h] += 1.0
-        return x, y
-
-    return batch_fn
+    return quadrants(batch=batch, size=size)
 
 
 def vgg_no_bn(steps=200):

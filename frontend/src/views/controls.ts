@@ -1,6 +1,6 @@
 /** The toolbar (metric, zoom and pan buttons, range) and the run selector. */
 import { el, setChildren } from "../dom";
-import { formatSteps } from "../format";
+import { formatSteps, humanize } from "../format";
 import type { MetricTable } from "../metrics";
 import { CLASS } from "../styles";
 import type { RunInfo, StepRange } from "../types";
@@ -73,6 +73,31 @@ export interface RunListCallbacks {
   onToggle(run: string, on: boolean): void;
 }
 
+/** Characters of a root cause's layer shown in the run list (its title has the whole name). */
+const SUMMARY_LAYER = 14;
+
+/** The last segments of a module path that fit SUMMARY_LAYER characters ("…37.mlp.fc1"): its end says which module it is. */
+export function shortLayer(name: string): string {
+  if (name.length <= SUMMARY_LAYER) return name;
+  const segs = name.split(".");
+  let tail = segs.pop()!;
+  while (segs.length && segs[segs.length - 1].length + 1 + tail.length <= SUMMARY_LAYER - 1) tail = `${segs.pop()}.${tail}`;
+  return tail.length <= SUMMARY_LAYER - 1 ? `…${tail}` : `…${tail.slice(2 - SUMMARY_LAYER)}`;
+}
+
+/**
+ * A run's status and root cause in one line (from `runs`), so twenty runs
+ * compare at a glance: "Exploding gradient · fc3 @ 80", "healthy · 300 steps".
+ */
+export function runSummary(r: RunInfo): { text: string; full: string; tone: "failing" | "warning" | "healthy" } {
+  const rc = r.root_cause;
+  if (rc) {
+    return { text: `${humanize(rc.kind)} · ${shortLayer(rc.layer)} @ ${rc.step}`, full: `${humanize(rc.kind)} in ${rc.layer} from step ${rc.step}`, tone: r.status === "failing" ? "failing" : "warning" };
+  }
+  const text = r.status === "failing" ? "failing, no single root cause" : `healthy · ${r.num_steps} step${r.num_steps === 1 ? "" : "s"}`;
+  return { text, full: text, tone: r.status === "failing" ? "failing" : "healthy" };
+}
+
 export class RunList {
   readonly element: HTMLElement;
   private readonly list = el("ul", { class: "nd-runlist" });
@@ -91,20 +116,28 @@ export class RunList {
           on: { change: () => this.cb.onToggle(r.run, box.checked) },
         });
         box.checked = on;
-        const rc = r.root_cause;
+        const sum = runSummary(r);
         return el("li", { class: `nd-runitem${on ? ` ${CLASS.selected}` : ""}`, attrs: { "data-run": r.run } }, [
           box,
-          el("button", {
-            class: "nd-runname",
-            text: r.run,
-            attrs: {
-              type: "button",
-              "aria-pressed": on,
-              title: rc ? `${r.run}: ${rc.kind} in ${rc.layer} at step ${rc.step}` : `${r.run}: ${r.status}`,
+          el(
+            "button",
+            {
+              class: "nd-runname",
+              attrs: { type: "button", "aria-pressed": on, title: `${r.run}: ${sum.full}` },
+              on: { click: () => this.cb.onOnly(r.run) },
             },
+            [
+              el("span", { class: "nd-runname-text", text: r.run }),
+              el("span", { class: `nd-dot nd-dot-${r.status}`, attrs: { title: r.status, "aria-label": r.status } }),
+            ],
+          ),
+          // Under the checkbox too: the line needs the whole width.
+          el("span", {
+            class: `nd-runsum nd-runsum-${sum.tone}`,
+            text: sum.text,
+            attrs: { "data-testid": "run-summary", title: sum.full },
             on: { click: () => this.cb.onOnly(r.run) },
           }),
-          el("span", { class: `nd-dot nd-dot-${r.status}`, attrs: { title: r.status, "aria-label": r.status } }),
         ]);
       }),
     );

@@ -1,26 +1,32 @@
 /**
- * One run's heatmap: canvas (painted by colour bucket), row labels, step axis
- * and DOM overlays (hover, keyboard cursor, root-cause row and onset marker,
- * event pointer, tooltip). Mouse moves only move overlays with `transform`;
- * the canvas is repainted only when data or size changes.
+ * One run's heatmap: canvas (painted by colour bucket), row labels (the
+ * module tree, treeLabels.ts), step axis and DOM overlays (hover, keyboard
+ * cursor, root-cause row and onset marker, event pointer, tooltip, the bands
+ * of expanded groups). Mouse moves only move overlays with `transform`; the
+ * canvas is repainted only when the rows, their data or the size change.
  */
-import { colorIndices, type Scale } from "../colormap";
+import type { Scale } from "../colormap";
 import { el, setChildren } from "../dom";
 import { formatSteps, niceTicks } from "../format";
-import { cellAt, cellRect, colForStep, computeLayout, LABEL_MIN_ROW, type Layout } from "../layout";
+import { cellAt, cellRect, colForStep, computeLayout, type Layout } from "../layout";
 import type { MetricInfo } from "../metrics";
 import { paintHeatmap } from "../paint";
+import { RowColors } from "../rowcolors";
+import { cellOf, rowOfRef, type RowView } from "../rowview";
 import type { StateTable } from "../states";
 import { CLASS } from "../styles";
 import { tooltipLines } from "../tooltip";
+import { RowKind, type ModuleTree } from "../tree";
 import { keyAction } from "../keys";
-import { fitLabel, labelWidth, LABEL_MAX } from "./labels";
-import type { Heatmap, Meta, NdEvent, RunInfo } from "../types";
+import { treeLabelWidth } from "./labels";
+import { TreeLabels } from "./treeLabels";
+import type { Meta, NdEvent, RunInfo } from "../types";
 
 export interface PanelData {
   info: RunInfo;
   meta: Meta;
-  heatmap: Heatmap;
+  /** The rows to draw: the heatmap through the module tree. */
+  view: RowView;
   scale: Scale;
   palette: readonly string[];
   states: StateTable;
@@ -38,8 +44,14 @@ export interface CellRef {
 export interface PanelCallbacks {
   onZoom(run: string, factor: number, anchorStep: number): void;
   onPan(run: string, deltaSteps: number): void;
+  /** Open the layer of a row of data at a step. */
   onSelect(run: string, cell: CellRef): void;
   onCursor(run: string, cell: CellRef): void;
+  /**
+   * Expand (true) or collapse (false) the group of row id `id`; `then`, if
+   * given, is where the cursor goes after (the layer that decided a cell).
+   */
+  onToggle(run: string, id: string, open: boolean, then?: CellRef): void;
   onEscape(): void;
 }
 
@@ -47,8 +59,10 @@ const DRAG_THRESHOLD = 3;
 export class HeatmapPanel {
   readonly element: HTMLElement;
   private readonly head: HTMLElement;
-  private readonly labels: HTMLElement;
+  private readonly labels: TreeLabels;
   private readonly wrap: HTMLElement;
+  /** Behind the canvas: the bands of expanded groups show through their empty rows. */
+  private readonly bands: HTMLElement;
   private readonly canvas: HTMLCanvasElement;
   private readonly axis: HTMLElement;
   private readonly hoverBox: HTMLElement;
@@ -67,11 +81,11 @@ export class HeatmapPanel {
   private cursor: { row: number; col: number } | null = null;
   private cursorRef: CellRef | null = null;
   private pointRef: CellRef | null = null;
-  private labelEls: HTMLElement[] = [];
   /** Layer name -> type, of `typesOf` (the labels' titles and the tooltip read it). */
   private types = new Map<string, string>();
   private typesOf: Meta | null = null;
-  private labelsKey = "";
+  private labelPx = 0;
+  private readonly colors = new RowColors();
   /** Last mouse position over the canvas (client px), null when outside. */
   private hoverAt: { x: number; y: number } | null = null;
   private drag: { x0: number; moved: boolean } | null = null;
@@ -79,7 +93,7 @@ export class HeatmapPanel {
   lastPaintMs = 0;
   private paintCount = 0;
   private painted: {
-    heatmap: Heatmap;
+    view: RowView;
     width: number;
     dpr: number;
     rowHeight: number;
@@ -89,14 +103,18 @@ export class HeatmapPanel {
 
   constructor(readonly run: string, private readonly cb: PanelCallbacks) {
     this.head = el("div", { class: "nd-panel-head" });
-    this.labels = el("div", { class: "nd-labels", attrs: { "aria-hidden": "true" } });
+    this.labels = new TreeLabels(run, {
+      onToggle: (row, open) => this.toggleRow(row, open),
+      onActivate: (row) => this.activateRow(row, this.cursor?.col ?? this.defaultCol()),
+      onFocusRow: (row) => this.moveCursor(row, this.cursor?.col ?? this.defaultCol(), false),
+    });
     this.canvas = el("canvas", {
       class: "nd-canvas",
       attrs: {
         tabindex: 0,
         role: "application",
         "aria-roledescription": "heatmap",
-        "aria-label": `Layer by step heatmap of run ${run}. Arrow keys move, Enter opens the layer, + and - zoom, [ and ] pan.`,
+        "aria-label": `Layer by step heatmap of run ${run}. Arrow keys move, Enter opens the layer or expands the group, + and - zoom, [ and ] pan.`,
       },
     });
     const ov = (cls: string) => el("div", { class: `nd-ov ${cls}`, style: { display: "none" } });
@@ -108,7 +126,9 @@ export class HeatmapPanel {
     this.pointer = ov("nd-pointer");
     this.tooltip = ov("nd-tooltip");
     this.note = el("div", { class: CLASS.note, style: { display: "none" } });
+    this.bands = el("div", { class: "nd-bands", attrs: { "aria-hidden": "true" } });
     this.wrap = el("div", { class: "nd-canvas-wrap" }, [
+      this.bands,
       this.canvas,
       this.rootRow,
       this.hoverBox,
@@ -123,20 +143,21 @@ export class HeatmapPanel {
     this.element = el("section", { class: `${CLASS.card} nd-panel`, attrs: { "data-run": run } }, [
       this.head,
       this.note,
-      el("div", { class: "nd-plot" }, [this.labels, this.wrap, el("div"), this.axis]),
+      el("div", { class: "nd-plot" }, [this.labels.element, this.wrap, el("div"), this.axis]),
       this.live,
     ]);
     this.bindEvents();
   }
 
   /**
-   * Size the label column for these rows. Call before plotWidth(): the canvas
-   * gets what the labels leave, and max_cols must not exceed it (a column
-   * narrower than a pixel could hide a failing cell).
+   * Size the label column for the rows of this tree. Call before
+   * plotWidth(): the canvas gets what the labels leave, and max_cols must
+   * not exceed it (a column narrower than a pixel could hide a failing cell).
    */
-  setRows(names: readonly string[]): void {
-    const w = `${labelWidth(names)}px`;
-    if (this.labels.style.width !== w) this.labels.style.width = w;
+  setRows(tree: ModuleTree): void {
+    this.labelPx = treeLabelWidth(tree);
+    const w = `${this.labelPx}px`;
+    if (this.labels.element.style.width !== w) this.labels.element.style.width = w;
   }
 
   /** Width (css px) the canvas may use: what max_cols is asked for. */
@@ -164,44 +185,63 @@ export class HeatmapPanel {
       this.typesOf = data.meta;
       this.types = new Map(data.meta.layers.map((l) => [l.name, l.type]));
     }
-    const hm = data.heatmap;
+    const view = data.view;
     this.renderHead();
-    if (hm.rows === 0 || hm.cols === 0) {
-      this.note.textContent = hm.rows === 0 ? "This run has no layers yet." : "No logged steps in this range.";
+    if (view.rows === 0 || view.cols === 0) {
+      this.note.textContent =
+        view.heatmap.rows === 0 ? "This run has no layers yet." : view.rows === 0 ? "No layer matches the filter." : "No logged steps in this range.";
       this.note.style.display = "";
       this.wrap.style.display = "none";
+      this.labels.element.style.display = "none";
       this.layout = null;
       this.painted = null;
       return;
     }
     this.note.style.display = "none";
     this.wrap.style.display = "";
-    this.setRows(hm.layers);
+    this.labels.element.style.display = "";
+    this.setRows(view.tree);
     const width = this.plotWidth();
     const dpr = window.devicePixelRatio || 1;
     const prev = this.painted;
     // Overlay-only changes (cursor, selection, primary run) must not cost a repaint.
-    if (!prev || prev.heatmap !== hm || prev.width !== width || prev.dpr !== dpr || prev.rowHeight !== data.rowHeight ||
+    if (!prev || prev.view !== view || prev.width !== width || prev.dpr !== dpr || prev.rowHeight !== data.rowHeight ||
         prev.scale.kind !== data.scale.kind || prev.scale.lo !== data.scale.lo || prev.scale.hi !== data.scale.hi ||
         prev.palette.some((c, i) => c !== data.palette[i])) {
       const t0 = performance.now();
-      this.idx = colorIndices(data.scale, hm.values, hm.states, this.idx);
-      this.layout = this.sizeCanvas(hm.rows, hm.cols, data.rowHeight, width, dpr);
+      this.idx = this.colors.indices(view, data.scale);
+      this.layout = this.sizeCanvas(view.rows, view.cols, data.rowHeight, width, dpr);
       const ctx = this.canvas.getContext("2d");
       if (ctx) paintHeatmap(ctx, this.layout, this.idx, data.palette);
+      this.placeBands();
       this.lastPaintMs = performance.now() - t0;
       this.paintCount++;
-      this.painted = { heatmap: hm, width, dpr, rowHeight: data.rowHeight, scale: data.scale, palette: data.palette };
+      this.painted = { view, width, dpr, rowHeight: data.rowHeight, scale: data.scale, palette: data.palette };
       this.element.setAttribute("data-paint-ms", this.lastPaintMs.toFixed(2));
       this.element.setAttribute("data-paint-count", String(this.paintCount));
-      this.element.setAttribute("data-metric", hm.metric);
+      this.element.setAttribute("data-metric", view.heatmap.metric);
+      this.element.setAttribute("data-rows", String(view.rows));
     }
-    this.renderLabels();
+    const rc = data.info.root_cause;
+    this.labels.render(view, this.layout!, this.labelPx, rc ? rowOfRef(view, rc.layer) : -1, rc?.layer ?? null, this.types);
     this.renderAxis();
     this.placeRootCause();
     this.resolveCursor();
     this.placeRef(this.pointer, this.pointRef);
     this.refreshHover();
+  }
+
+  /** The bands of expanded groups without data of their own, behind the canvas. */
+  private placeBands(): void {
+    const view = this.data!.view;
+    const layout = this.layout!;
+    const bands: HTMLElement[] = [];
+    for (let r = 0; r < view.rows; r++) {
+      if (view.kinds[r] !== RowKind.Open || view.layer[r] >= 0) continue;
+      const c = cellRect(layout, r, 0);
+      bands.push(el("div", { class: "nd-band", style: { transform: `translateY(${c.y}px)`, height: `${c.h}px` } }));
+    }
+    setChildren(this.bands, bands);
   }
 
   /** After a repaint the cell under a resting mouse may mean something else: redo its tooltip. */
@@ -232,17 +272,18 @@ export class HeatmapPanel {
     this.canvas.style.width = `${width}px`;
     this.canvas.style.height = `${layout.heightCss}px`;
     this.canvas.style.transform = "";
-    this.labels.style.height = `${layout.heightCss}px`;
+    this.labels.element.style.height = `${layout.heightCss}px`;
     return layout;
   }
 
   private renderHead(): void {
     const d = this.data!;
-    const hm = d.heatmap;
+    const hm = d.view.heatmap;
     const status = d.info.status;
+    const rows = d.view.rows === hm.rows ? `${hm.rows} layers` : `${d.view.rows} rows of ${hm.rows} layers`;
     const sub =
       hm.cols > 0
-        ? `${formatSteps(hm.colStart[0], hm.colEnd[hm.cols - 1])} · ${hm.cols} col${hm.cols === 1 ? "" : "s"} · ${hm.rows} layers`
+        ? `${formatSteps(hm.colStart[0], hm.colEnd[hm.cols - 1])} · ${hm.cols} col${hm.cols === 1 ? "" : "s"} · ${rows}`
         : `${d.meta.num_steps} steps`;
     setChildren(this.head, [
       el("span", { class: "nd-panel-run", text: this.run, attrs: { title: this.run } }),
@@ -251,47 +292,8 @@ export class HeatmapPanel {
     ]);
   }
 
-  private renderLabels(): void {
-    const d = this.data!;
-    const layout = this.layout!;
-    // Rebuilding ~L elements on every repaint (zoom, reload) is wasted work
-    // and would drop hover state: only when rows, root cause or size change.
-    const key = JSON.stringify([d.heatmap.layers, d.info.root_cause?.layer ?? null, layout.rowHeightCss, layout.dpr]);
-    if (key === this.labelsKey) return;
-    this.labelsKey = key;
-    const types = this.types;
-    const root = d.info.root_cause?.layer;
-    const rootRow = root === undefined ? -1 : d.heatmap.layers.indexOf(root);
-    // Rows too thin for a label each: label every k-th row (away from the
-    // root-cause label) so the eye can still find its way.
-    const k = Math.ceil(14 / layout.rowHeightCss);
-    const els = d.heatmap.layers.map((name, r) => {
-      const isRoot = name === root;
-      const tick = layout.rowHeightCss < LABEL_MIN_ROW && r % k === 0 && (rootRow < 0 || Math.abs(r - rootRow) >= k);
-      const y = layout.yEdges[r] / layout.dpr;
-      const lab = el(
-        "div",
-        {
-          class: tick ? "nd-label nd-label-tick" : "nd-label",
-          attrs: { "data-layer": name, "data-root-cause": isRoot ? name : undefined, title: `${name}${types.get(name) ? ` (${types.get(name)})` : ""}` },
-          style: {
-            top: `${y}px`,
-            height: `${Math.max(layout.rowHeightCss, 12)}px`,
-            lineHeight: `${Math.max(layout.rowHeightCss, 12)}px`,
-            marginTop: layout.rowHeightCss < 12 ? `${(layout.rowHeightCss - 12) / 2}px` : "",
-          },
-        },
-        [isRoot ? el("span", { text: fitLabel(name, LABEL_MAX - 34) }) : fitLabel(name, LABEL_MAX - 22)],
-      );
-      return lab;
-    });
-    this.labelEls = els;
-    this.labels.classList.toggle(CLASS.compact, layout.rowHeightCss < LABEL_MIN_ROW);
-    setChildren(this.labels, els);
-  }
-
   private renderAxis(): void {
-    const hm = this.data!.heatmap;
+    const hm = this.data!.view.heatmap;
     const layout = this.layout!;
     const first = hm.colStart[0];
     const last = hm.colEnd[hm.cols - 1];
@@ -304,13 +306,14 @@ export class HeatmapPanel {
     setChildren(this.axis, ticks);
   }
 
+  /** The row showing a layer or row id (its own, or the collapsed group holding it). */
   private rowOf(layer: string): number {
-    return this.data ? this.data.heatmap.layers.indexOf(layer) : -1;
+    return this.data ? rowOfRef(this.data.view, layer) : -1;
   }
 
   /** Column of a step if it is inside the shown bins, else -1. */
   private colOf(step: number): number {
-    const hm = this.data?.heatmap;
+    const hm = this.data?.view.heatmap;
     if (!hm || hm.cols === 0 || step < hm.colStart[0] || step > hm.colEnd[hm.cols - 1]) return -1;
     return colForStep(hm.colStart, hm.colEnd, step);
   }
@@ -367,37 +370,43 @@ export class HeatmapPanel {
     const row = ref && this.layout ? this.rowOf(ref.layer) : -1;
     const col = ref && row >= 0 ? this.colOf(ref.step) : -1;
     this.cursor = row >= 0 && col >= 0 ? { row, col } : null;
-    for (const l of this.labelEls) l.classList.remove(CLASS.labelActive);
+    this.labels.setActive(this.cursor ? this.cursor.row : -1);
     if (!this.cursor) {
       this.cursorBox.style.display = "none";
       return;
     }
-    this.labelEls[this.cursor.row]?.classList.add(CLASS.labelActive);
     this.placeCell(this.cursorBox, this.cursor.row, this.cursor.col, 1);
   }
 
   private refAt(row: number, col: number): CellRef {
-    const hm = this.data!.heatmap;
-    return { layer: hm.layers[row], step: hm.colStart[col] };
+    const view = this.data!.view;
+    return { layer: view.ids[row], step: view.heatmap.colStart[col] };
   }
 
   private tooltipFor(row: number, col: number): string[] {
     const d = this.data!;
-    const hm = d.heatmap;
-    const i = row * hm.cols + col;
-    const layer = hm.layers[row];
+    const view = d.view;
+    const hm = view.heatmap;
+    const id = view.ids[row];
     const first = hm.colStart[col];
     const last = hm.colEnd[col];
-    const events = d.events.filter((e) => e.layer === layer && e.step >= first && e.step <= last).length;
+    if (view.kinds[row] === RowKind.Open && view.layer[row] < 0) {
+      return [id, `expanded: ${view.tree.nodes[view.tree.byId.get(id)!].rows.length} layers below`];
+    }
+    const cell = cellOf(view, row, col);
+    const group = view.group[row] >= 0;
+    const events = d.events.filter((e) => e.step >= first && e.step <= last && rowOfRef(view, e.layer) === row).length;
     return tooltipLines({
-      layer,
-      type: this.types.get(layer) ?? "",
+      layer: id,
+      type: group ? "" : (this.types.get(id) ?? ""),
       first,
       last,
-      value: hm.values[i],
-      state: d.states.name(hm.states[i]),
+      value: cell.value,
+      state: d.states.name(cell.state),
       metric: d.metric,
       events,
+      rows: group ? view.size[row] : undefined,
+      source: group && cell.source >= 0 ? hm.layers[cell.source] : undefined,
     });
   }
 
@@ -432,7 +441,7 @@ export class HeatmapPanel {
   }
 
   private stepAtX(clientX: number): number | null {
-    const hm = this.data?.heatmap;
+    const hm = this.data?.view.heatmap;
     if (!this.layout || !hm || hm.cols === 0) return null;
     const b = this.canvas.getBoundingClientRect();
     const c = cellAt(this.layout, Math.min(Math.max(0, clientX - b.left), this.layout.widthCss - 0.01), 0);
@@ -441,7 +450,7 @@ export class HeatmapPanel {
 
   /** Steps per css pixel at the current binning. */
   private stepsPerPx(): number {
-    const hm = this.data!.heatmap;
+    const hm = this.data!.view.heatmap;
     return (hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1) / this.layout!.widthCss;
   }
 
@@ -485,9 +494,8 @@ export class HeatmapPanel {
         }
         const cell = this.cellFromEvent(ev);
         if (cell) {
-          const ref = this.refAt(cell.row, cell.col);
-          this.cb.onCursor(this.run, ref);
-          this.cb.onSelect(this.run, ref);
+          this.cb.onCursor(this.run, this.refAt(cell.row, cell.col));
+          this.activateRow(cell.row, cell.col);
         }
       };
       window.addEventListener("mouseup", up);
@@ -514,9 +522,9 @@ export class HeatmapPanel {
   private onKey(e: KeyboardEvent): void {
     const d = this.data;
     if (!d || !this.layout) return;
-    const hm = d.heatmap;
+    const hm = d.view.heatmap;
     const cur = this.cursor ?? { row: 0, col: 0 };
-    const action = keyAction(e.key, e.shiftKey, cur.row, cur.col, hm.rows, hm.cols);
+    const action = keyAction(e.key, e.shiftKey, cur.row, cur.col, d.view.rows, hm.cols);
     if (!action) return;
     e.preventDefault();
     switch (action.kind) {
@@ -525,7 +533,7 @@ export class HeatmapPanel {
         break;
       case "select":
         if (!this.cursor) this.moveCursor(cur.row, cur.col);
-        this.cb.onSelect(this.run, this.refAt(cur.row, cur.col));
+        this.activateRow(cur.row, cur.col);
         break;
       case "zoom":
         this.cb.onZoom(this.run, action.factor, (hm.colStart[cur.col] + hm.colEnd[cur.col]) / 2);
@@ -542,13 +550,47 @@ export class HeatmapPanel {
     }
   }
 
-  /** Keyboard cursor to a cell: overlay, tooltip, screen-reader text, app. */
-  private moveCursor(row: number, col: number): void {
+  /** Keyboard cursor to a cell: overlay, tooltip (unless the labels have the focus), screen-reader text, app. */
+  private moveCursor(row: number, col: number, hover = true): void {
+    if (!this.data || !this.layout) return;
     const ref = this.refAt(row, col);
     this.cursorRef = ref;
     this.resolveCursor();
-    this.showHover(row, col);
+    if (hover) this.showHover(row, col);
     this.live.textContent = this.tooltipFor(row, col).join(", ");
     this.cb.onCursor(this.run, ref);
+  }
+
+  /** The column the labels' keyboard starts on: the root cause's, else the last. */
+  private defaultCol(): number {
+    const rc = this.data?.info.root_cause;
+    const col = rc ? this.colOf(rc.step) : -1;
+    return col >= 0 ? col : Math.max(0, (this.data?.view.cols ?? 1) - 1);
+  }
+
+  /**
+   * Click or Enter on a cell: a row of data opens its layer; a collapsed
+   * group expands, the cursor on the layer that decided the cell; an
+   * expanded group's band collapses.
+   */
+  private activateRow(row: number, col: number): void {
+    const view = this.data?.view;
+    if (!view) return;
+    const kind = view.kinds[row];
+    if (kind === RowKind.Group) {
+      const src = cellOf(view, row, col).source;
+      const then = src >= 0 ? { layer: view.heatmap.layers[src], step: view.heatmap.colStart[col] } : undefined;
+      this.cb.onToggle(this.run, view.ids[row], true, then);
+    } else if (view.layer[row] < 0) {
+      this.cb.onToggle(this.run, view.ids[row], false);
+    } else {
+      this.cb.onSelect(this.run, this.refAt(row, col));
+    }
+  }
+
+  /** The labels asked to expand or collapse a row's group. */
+  private toggleRow(row: number, open: boolean): void {
+    const view = this.data?.view;
+    if (view) this.cb.onToggle(this.run, view.ids[row], open);
   }
 }

@@ -1,0 +1,15 @@
+"""One file per aspect of the rows, each with its own state (Cockpit's
+``quantities/`` habit): ``gradient``, ``activation``, ``weight``, ``input``,
+``loss`` and ``optimizer``, over the shared helpers of ``_base``. The
+``Classifier`` (diagnosis/states.py) runs them in order at every step.
+"""
+
+from ._base import Aspect, RowKinds
+from .activation import Activation
+from .gradient import Gradient
+from .input import Input
+from .loss import Loss
+from .optimizer import Optimizer, Rate
+from .weight import Weight
+
+__all__ = ["Aspect", "RowKinds", "Gradient", "Activation", "Weight", "Input", "Loss", "Optimizer", "Rate"]

@@ -1,0 +1,222 @@
+"""The gradient aspect: vanishing, exploding, missing and non-finite
+gradients, and where non-finite gradients are born in backward."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from ._base import HEALTHY, METRIC, STATE, UNMEASURED, Aspect, LogTrack, RowKinds, blank, grow
+
+__all__ = ["Gradient"]
+
+_M = METRIC
+
+
+class Gradient(Aspect):
+    """Gradient states of the module rows (hysteresis aspect ``grad``).
+
+    Evidence is relative: a layer against the layers after it (vanishing),
+    against the other layers at the same step and against its own history
+    (exploding). It also keeps which rows have parameters (the activation
+    aspect needs the model's output layer).
+    """
+
+    EVIDENCE = {"grad": ("grad_norm", "grad_nonfinite")}
+
+    def __init__(self, thresholds: Thresholds):
+        super().__init__()
+        self.t = thresholds
+        self.track = LogTrack(thresholds.ema_alpha)  # of the gradient norms
+        self.has_param = np.zeros(0, bool)  # rows with parameters (grad_missing reported)
+        self.last_wn = np.zeros(0)  # last weight norm measured
+        # this step's non-finite gradients: modules whose parameters' gradients
+        # are non-finite; where they are born in backward (see _backward) and
+        # which rows received them from the layers after
+        self.param_nonfinite = np.zeros(0, bool)
+        self.origin = np.zeros(0, bool)
+        self.received = np.zeros(0, bool)
+        self.seen_gout = np.zeros(0, bool)  # rows whose output gradient was measured finite
+        self.measured = False  # gout_nonfinite was measured at this step
+        # bursts: (step, row, norm, its largest healthy norm before), a norm
+        # an order of magnitude above anything the row had before; the root
+        # cause decides whether one did damage (a loss failure after it)
+        self.bursts = []
+        self.step = 0
+
+    def grow(self, kinds: RowKinds) -> None:
+        super().grow(kinds)
+        n = kinds.n
+        self.track.grow(n)
+        self.has_param = grow(self.has_param, n, False)
+        self.last_wn = grow(self.last_wn, n, np.nan)
+        self.param_nonfinite = np.zeros(n, bool)
+        self.origin = np.zeros(n, bool)
+        self.received = np.zeros(n, bool)
+        self.seen_gout = np.zeros(n, bool)
+        self.measured = False
+
+    def classify(self, step: int, row, conf, scaler_active: bool) -> dict:
+        """{"grad": (raw, None)}; ``conf``: the confirmed gradient states;
+        ``scaler_active``: a GradScaler is in use at this step."""
+        t, k, n = self.t, self.kinds, self.kinds.n
+        self.step = step
+        g = row[:, _M["grad_norm"]]
+        w = row[:, _M["weight_norm"]]
+        missing = row[:, _M["grad_missing"]]
+        mod = k.is_mod
+        # a NaN norm of gradients that all arrived is a NaN gradient, not a gap
+        nonfinite = mod & ((row[:, _M["grad_nonfinite"]] > 0) | np.isinf(g) | (np.isnan(g) & (missing == 0)))
+        self.param_nonfinite = nonfinite
+        if self._backward(row, nonfinite):
+            # with the output gradients measured, a parameterless module can
+            # be where the non-finite gradient is born (a bad custom backward)
+            nonfinite = nonfinite | self.origin
+        self.has_param |= mod & np.isfinite(missing)
+        # no gradient although the module ran in this forward pass (a module
+        # skipped by conditional computation, e.g. an unrouted expert, is not
+        # expected to get one)
+        ran = (np.isfinite(row[:, _M["act_nonfinite"]]) | np.isfinite(row[:, _M["act_mean"]])
+               | (row[:, _M["ran_without_grad"]] > 0))  # (under torch.no_grad(): no statistics, but it ran)
+        # ... and none of its parameters got one (an unused extra parameter
+        # of a module that otherwise learns is a DDP nuisance, not a failure)
+        no_grad = mod & (missing > 0) & np.isnan(g) & ran & ~nonfinite
+        fin = mod & np.isfinite(g) & ~no_grad & ~nonfinite
+        raw = blank(n)
+        raw[fin] = HEALTHY
+        # weight norms are measured every Nth step: use the last one known
+        wf = np.isfinite(w)
+        self.last_wn[wf] = w[wf]
+        w = self.last_wn
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(fin & (w > 0), g / w, np.nan)
+        if fin.sum() >= 2:
+            # vanishing: far below the largest gradient among the layers after
+            # it (toward the loss), both raw and relative to the weights
+            down_g = _strict_suffix_max(np.where(fin, g, -np.inf))
+            down_r = _strict_suffix_max(np.where(np.isfinite(rel), rel, -np.inf))
+            ratio = np.where(conf == STATE["vanishing"], t.vanish_exit_ratio, t.vanish_ratio)
+            with np.errstate(invalid="ignore"):
+                low_g = (down_g > 0) & (g < ratio * down_g)
+                low_r = ~np.isfinite(rel) | ~(down_r > 0) | (rel < ratio * down_r)
+            low = fin & low_g & low_r
+            # gradients vanish on their way to the input: the vanishing layers
+            # are a prefix of the network. A layer inside a residual branch
+            # whose last BatchNorm is zero-initialised has a tiny gradient
+            # while the layers before it get theirs through the skip path.
+            prefix = np.logical_and.accumulate(np.where(fin, low, True))
+            raw[low & prefix] = STATE["vanishing"]
+        else:
+            low = np.zeros(n, dtype=bool)
+        # exploding, against the other layers at this step (born exploding);
+        # the reference leaves out the layers whose gradient is tiny
+        exploding = np.zeros(n, dtype=bool)
+        ref = fin & ~low
+        if ref.sum() >= 3:
+            gr = g[ref]
+            # cheap exit: nothing can exceed explode_cross x the median when
+            # the largest is within explode_cross of the smallest
+            quiet = gr.max() <= t.explode_cross * gr.min()
+            med_g = np.inf if quiet else np.median(gr)
+            finr = np.isfinite(rel) & ref
+            med_r = np.median(rel[finr]) if (not quiet and finr.sum() >= 3) else np.nan
+            with np.errstate(invalid="ignore"):
+                cross = fin & (g > t.explode_cross * med_g) & (med_g > 0)
+                if med_r > 0:
+                    cross &= ~finr | (rel > t.explode_cross * med_r)
+            exploding |= cross
+        # ... and against its own history
+        with np.errstate(invalid="ignore", over="ignore"):
+            exploding |= fin & self.track.grew(g, t.history_min, t.explode_growth, t.explode_vs_max)
+            # a burst: a single step an order of magnitude above the largest
+            # norm the row ever had (recurrent nets explode in bursts, not by
+            # growing); kept for the root cause, which judges it by the loss
+            burst = fin & (self.track.count >= t.history_min) & (g > t.explode_vs_max * self.track.max)
+        for i in np.flatnonzero(burst):
+            self.bursts.append((self.step, int(i), float(g[i]), float(self.track.max[i])))
+        raw[exploding & fin] = STATE["exploding"]
+        raw[no_grad] = STATE["no_gradient"]
+        if scaler_active:
+            # with a GradScaler, inf/NaN gradients are how the scaler finds its
+            # scale: a skipped step, judged by the scaler aspect, not here
+            raw[nonfinite] = UNMEASURED
+        else:
+            raw[nonfinite] = STATE["nonfinite"]
+        # (a burst does not raise the reference it is judged against)
+        self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
+        return {"grad": (raw, None)}
+
+    def _backward(self, row, param_bad) -> bool:
+        """Where non-finite gradients are born in backward, from gout_nonfinite.
+
+        The origin is a module whose output gradient is finite while the
+        gradients it produces are not: its own parameters' gradients, or the
+        gradient it passed on to its input (the output gradient of the module
+        before it in forward order). Sets ``origin`` (rows where it is born)
+        and ``received`` (rows whose output gradient was already non-finite);
+        returns whether the column was measured at all (NaN/absent in older
+        logs: ``origin_row`` falls back to the deepest layer with non-finite
+        parameter gradients).
+        """
+        mod = self.kinds.is_mod
+        gout = row[:, _M["gout_nonfinite"]]
+        fin = mod & (gout == 0)
+        bad = mod & (gout > 0)
+        measured = bool(fin.any() or bad.any())
+        prev_bad = np.zeros(len(mod), dtype=bool)
+        prev_bad[1:] = bad[:-1]
+        self.origin = fin & (param_bad | prev_bad) if measured else np.zeros(len(mod), dtype=bool)
+        self.received = bad
+        self.seen_gout = fin
+        self.measured = measured
+        return measured
+
+    def origin_row(self) -> int | None:
+        """The row where this step's non-finite gradients are born in backward
+        (the first module in backward order, from gout_nonfinite), else the
+        deepest module with non-finite parameter gradients; None without any."""
+        bwd = np.flatnonzero(self.origin) if self.measured else np.zeros(0, np.int64)
+        if not len(bwd) and self.born_in_loss():
+            return self.kinds.loss_index
+        if not len(bwd):
+            bwd = np.flatnonzero(self.param_nonfinite)
+        return int(bwd[-1]) if len(bwd) else None
+
+    def born_in_loss(self) -> bool:
+        """The gradient is already non-finite when it reaches the model: the
+        module that feeds the loss (the deepest one whose output gradient was
+        measured) received it, so it is born in the loss's backward."""
+        if not self.measured or self.kinds.loss_index < 0:
+            return False
+        seen = np.flatnonzero(self.kinds.is_mod & (self.received | self.seen_gout))
+        return bool(len(seen) and self.received[seen[-1]] and not self.origin.any())
+
+    def event_fields(self, name, kind, tr, row):
+        if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
+            return tr.value, tr.value_before, {"ran_without_grad": True}
+        if kind != "nonfinite":
+            return tr.value, tr.value_before, {}
+        i = tr.index
+        k = self.kinds
+        nf = row[:, _M["act_nonfinite"]]
+        extra = {"side": "backward",
+                 "forward_nonfinite": bool(((k.is_mod | k.is_loss | k.is_input) & (nf > 0)).any())}
+        if self.measured:
+            extra["bwd_origin"] = bool(self.origin[i])
+            if self.received[i]:
+                extra["received"] = True
+            elif self.origin[i]:
+                # born in the gradient it passed on to its input, not (only)
+                # in its parameters' gradients
+                inp = i > 0 and bool(self.received[i - 1])
+                par = bool(row[i, _M["grad_nonfinite"]] > 0 or np.isinf(row[i, _M["grad_norm"]]))
+                extra["via"] = "both" if inp and par else ("input" if inp else "parameters")
+        return tr.value, tr.value_before, extra
+
+
+def _strict_suffix_max(a: np.ndarray) -> np.ndarray:
+    """out[i] = max(a[i+1:]) (-inf for the last element)."""
+    out = np.full(len(a), -np.inf)
+    if len(a) > 1:
+        out[:-1] = np.maximum.accumulate(a[::-1])[::-1][1:]
+    return out

@@ -1,0 +1,293 @@
+"""The ``<loss>`` aspect: a non-finite loss, spikes, a loss that climbs,
+plateaus and the initial loss of a K-class cross-entropy."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from ._base import HEALTHY, METRIC, STATE, Aspect, Window, blank, nonfinite_before
+
+__all__ = ["Loss", "Plateau"]
+
+_M = METRIC
+#: losses per block of the plateau rule (a block median tames batch noise)
+_PLATEAU_BLOCK = 10
+
+
+class Loss(Aspect):
+    """The <loss> row, three hysteresis aspects: ``loss`` (non-finite, spike),
+    ``plateau`` and ``init`` (the initial loss against ln K).
+
+    ``num_classes`` (K of a K-class cross-entropy, if known) may be set until
+    the first loss is seen.
+    """
+
+    EVIDENCE = {"loss": ("value", "value"), "plateau": ("value", None), "init": ("value", None)}
+
+    def __init__(self, thresholds: Thresholds, num_classes: int | None = None):
+        super().__init__()
+        self.t = thresholds
+        self.num_classes = num_classes
+        self.hist = Window(thresholds.loss_window)  # recent non-spike losses
+        self.loss_min = math.inf
+        self.first_step = None  # of the run (any row), for the plateau rule
+        self.first_loss = None  # (step, value)
+        self.improved_step = None  # the first step with a loss clearly below the first one
+        self.doubled_step = None  # the first step with a loss above twice the first one
+        self.init_done = False
+        self.plateau = Plateau(thresholds)
+
+    def below_first(self) -> bool:
+        """The recent losses' median is below the (finite) first loss."""
+        if self.first_loss is None or not math.isfinite(self.first_loss[1]) or len(self.hist) < self.t.loss_history_min:
+            return False
+        med = self.hist.median()
+        return bool(math.isfinite(med) and med < self.first_loss[1])
+
+    def classify(self, step: int, row, lr: float, plateau_conf) -> dict:
+        """{"loss", "plateau", "init": (raw, onset | None)}; ``lr``: the
+        learning rate (NaN: unknown); ``plateau_conf``: the confirmed plateau
+        states."""
+        if self.first_step is None:
+            self.first_step = step
+        n = self.kinds.n
+        out = {"loss": (blank(n), None), "plateau": (blank(n), None), "init": (blank(n), None)}
+        i = self.kinds.loss_index
+        if i >= 0:
+            self._loss(step, row[i], lr, plateau_conf[i] == STATE["loss_plateau"], out)
+        return out
+
+    def _loss(self, step, r, lr, in_plateau, out):
+        t, i = self.t, self.kinds.loss_index
+        v = float(r[_M["value"]])
+        raw_loss = out["loss"][0]
+        if r[_M["act_nonfinite"]] > 0 or math.isinf(v):
+            raw_loss[i] = STATE["nonfinite"]
+            return
+        if math.isnan(v):
+            return
+        # initial loss of K-class cross-entropy (one check, at the first loss
+        # of a run that starts at step 0: a resumed run is not at its init)
+        if not self.init_done:
+            self.init_done = True
+            self.first_loss = (step, v)
+            k = self.num_classes
+            if k is not None and k >= 2 and step == 0:
+                lnk = math.log(k)
+                tol = max(t.initial_loss_abs, t.initial_loss_rel * lnk)
+                # far above: confident wrong logits. Below ln K is what a
+                # pretrained model gives; only a negative value is impossible
+                bad = v > lnk + tol or v < 0
+                out["init"][0][i] = STATE["initial_loss"] if bad else HEALTHY
+        first = self.first_loss[1]
+        if self.improved_step is None and first > 0 and v < (1.0 - t.plateau_min_drop) * first:
+            self.improved_step = step
+        if self.doubled_step is None and first > 0 and v > (1.0 + t.plateau_max_rise) * first:
+            self.doubled_step = step
+        # spike: far above both the maximum and the median of recent losses
+        hist = self.hist
+        spike = False
+        if len(hist) >= t.loss_history_min and self.loss_min > 0:  # ratios need positive losses
+            spike = v > t.spike_ratio * hist.max() and v > t.spike_median * hist.median()
+        raw_loss[i] = STATE["loss_spike"] if spike else HEALTHY
+        if not spike:
+            hist.append(v)
+            self.loss_min = min(self.loss_min, v)
+        # climbing: a divergence that no single step shows against a window
+        # that climbs with it (judged on blocks of losses, see Plateau.climb)
+        if self.plateau.climb_onset is not None:
+            raw_loss[i] = STATE["loss_spike"]
+            onset = np.full(self.kinds.n, -1, np.int64)
+            onset[i] = self.plateau.climb_onset
+            out["loss"] = (raw_loss, onset)
+        # plateau: judged on blocks of losses at steps with a learning rate > 0
+        # (a frozen run is not stuck)
+        p = self.plateau
+        if lr > 0 or math.isnan(lr):
+            p.add(step, v, in_plateau, self.first_step, self.num_classes)
+        if p.state is not None:
+            out["plateau"][0][i] = p.state
+            if p.state == STATE["loss_plateau"]:
+                onset = np.full(self.kinds.n, -1, np.int64)
+                onset[i] = p.onset
+                out["plateau"] = (out["plateau"][0], onset)
+
+    def final(self, plateau_conf) -> dict:
+        """{"plateau": (raw, onset)} of a run shorter than plateau_min_steps,
+        at its end ({} when it has no plateau to report)."""
+        i = self.kinds.loss_index
+        if i < 0 or plateau_conf[i] != HEALTHY:
+            return {}
+        code = self.plateau.decide(False, True, self.first_step, self.num_classes)
+        if code != STATE["loss_plateau"]:
+            return {}
+        raw = blank(self.kinds.n)
+        raw[i] = code
+        onset = np.full(self.kinds.n, -1, np.int64)
+        onset[i] = self.plateau.onset
+        return {"plateau": (raw, onset)}
+
+    def event_fields(self, name, kind, tr, row):
+        failing = tr.to_code != HEALTHY
+        value, before, extra = tr.value, tr.value_before, {}
+        if name == "loss" and kind == "loss_spike" and failing and self.plateau.climb_onset is not None:
+            p = self.plateau
+            extra["reason"] = "climb"
+            return p.climb_level, p.climb_best, extra
+        if name == "loss" and kind == "nonfinite":
+            extra["side"] = "loss"
+            prev = nonfinite_before(row, tr.index)
+            if prev >= 0:
+                extra["from_layer"] = self.kinds.names[prev]
+        elif name == "plateau":
+            if failing:
+                extra["reason"] = self.plateau.reason
+                extra["num_classes"] = self.num_classes
+            before, value = self.plateau.level_before, self.plateau.level
+        elif name == "init":
+            k = self.num_classes
+            extra["num_classes"] = k
+            before = math.log(k) if k else math.nan
+        return value, before, extra
+
+
+class Plateau:
+    """The plateau rule's state: the loss in blocks of ``_PLATEAU_BLOCK``
+    losses, their medians, and the levels (medians of the last
+    ``plateau_window`` losses) at the end of each block."""
+
+    def __init__(self, thresholds: Thresholds):
+        self.t = thresholds
+        self.block = []  # losses of the block being filled
+        self.block_step = None  # its first step
+        self.blocks = []  # medians of the complete blocks
+        self.block_steps = []  # their first steps
+        self.recent = Window(thresholds.plateau_window)  # the last losses
+        self.levels = []  # median of the last plateau_window losses, at each block's end
+        self.level_steps = []  # the first step of each level's window
+        self.steps = 0  # losses seen with lr > 0
+        self.state = None  # the last decision (None: undecidable so far)
+        self.reason = "flat"  # of the last failing decision: "flat" or "chance"
+        self.onset = -1  # start of the current flat span
+        self.level_before = math.nan  # loss level at its start
+        self.level = math.nan  # loss level now
+        # the losses of the recent blocks, (step, value), for the step a climb starts
+        self.block_losses = deque(maxlen=64)
+        self.climb_onset = None  # the loss climbs: the first step at twice its best level
+        self.climb_best = math.nan  # the best level (a block median) before the climb
+        self.climb_level = math.nan  # the level now
+
+    def add(self, step: int, v: float, in_plateau: bool, first_step, num_classes) -> None:
+        """Add a loss of a step with a learning rate > 0; decide again once a block is complete."""
+        if not self.block:
+            self.block_step = step
+            self.block_losses.append([])
+        self.block.append(v)
+        self.block_losses[-1].append((step, v))
+        self.recent.append(v)
+        self.steps += 1
+        if len(self.block) == _PLATEAU_BLOCK:
+            self.blocks.append(float(np.median(self.block)))
+            self.block_steps.append(self.block_step)
+            self.block = []
+            per = max(1, self.t.plateau_window // _PLATEAU_BLOCK)
+            if len(self.blocks) >= per:
+                # the level: the median of the last plateau_window losses
+                # (kept once a block: the rule reads them all at each check)
+                self.levels.append(float(np.median(self.recent.values())))
+                self.level_steps.append(self.block_steps[-per])
+            # judged once a block: a plateau is a matter of hundreds of steps
+            self.state = self.decide(in_plateau, False, first_step, num_classes)
+            self.climb_onset = self.climb()
+
+    def climb(self):
+        """The step a climbing loss started, or None: the last two block
+        medians are both at least ``1 + plateau_max_rise`` times the best one
+        before them, and the loss gave back at least half of what it had
+        gained since its first block (a loss that never fell gave back
+        everything). Only for positive losses (the ratio needs them). The
+        onset is the first step after the best block whose loss passed that
+        level."""
+        b = self.blocks
+        if len(b) < 3:
+            return None
+        j = int(np.argmin(b[:-2]))
+        best, first = b[j], b[0]
+        if not best > 0:
+            return None
+        limit = (1.0 + self.t.plateau_max_rise) * best
+        low = min(b[-1], b[-2])
+        if low < limit or low - best < 0.5 * (first - best):
+            return None
+        self.climb_best, self.climb_level = float(best), float(b[-1])
+        start = self.block_steps[j]
+        for block in self.block_losses:
+            for s, v in block:
+                if s > start and v > limit:
+                    return int(s)
+        return int(self.block_steps[-2])
+
+    def decide(self, in_plateau: bool, final: bool, first_step, num_classes):
+        """Plateau state from the loss so far; None while undecidable.
+
+        A plateau is a flat stretch of the loss that reaches the present: the
+        longest recent span of block medians whose last level (the median of
+        ``plateau_window`` losses) is not ``plateau_min_drop`` below the level
+        at the span's start, in which no level fell further than that (plus
+        three times the levels' noise) on the way, nor rose above
+        ``1 + plateau_max_rise`` times it (a diverging loss is not a plateau:
+        the spike and explosion rules judge it). Its onset is where the span starts, i.e. where the
+        loss stopped falling, never before a substantial fall. It is a
+        failure only at a level that says so: the span starts with the run
+        (the loss never fell; runs starting at step 0 only, since a resumed
+        run may start converged), or, with K classes known, it sits at (or
+        above) chance level ln K. A loss that fell and then flattened below
+        chance is a converged run, not a plateau. ``final``: the decision at
+        the end of a run shorter than ``plateau_min_steps``.
+        """
+        t = self.t
+        need = t.plateau_min_steps if not final else max(2 * t.plateau_window, t.plateau_min_steps // 2)
+        per = max(1, t.plateau_window // _PLATEAU_BLOCK)  # blocks per level
+        blocks = np.asarray(self.blocks)
+        lev = np.asarray(self.levels)
+        if self.steps < need or len(lev) == 0:
+            return None
+        # hysteresis on values: leaving takes three times the drop; a short run
+        # (decided at its end) must be twice as flat
+        drop = t.plateau_min_drop * (3.0 if in_plateau else 1.0) * (0.5 if final else 1.0)
+        tol = np.abs(lev)
+        # the levels' own noise (small noisy batches): from the differences of
+        # consecutive block medians, robust to a trend; a dip or a rise inside
+        # the span counts only beyond 3 sigma of it
+        noise = 0.0
+        if len(blocks) >= 3:
+            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(blocks)))) / math.sqrt(2.0 * per)
+        suf_min = np.minimum.accumulate(lev[::-1])[::-1]
+        suf_max = np.maximum.accumulate(lev[::-1])[::-1]
+        flat_from = (
+            (lev[-1] >= lev - drop * tol)  # it has not fallen since (as a whole) ...
+            & (suf_min >= lev - drop * tol - noise)  # ... nor on the way, then rose back
+            & (suf_max <= lev + t.plateau_max_rise * tol + noise)  # nor diverged
+        )
+        # the earliest start of a flat span reaching the present (every later
+        # level of it is within the band of its first level)
+        starts = np.flatnonzero(flat_from)
+        j = int(starts[0]) if len(starts) else len(lev) - 1
+        span = (len(lev) - 1 - j + per) * _PLATEAU_BLOCK
+        recent = float(lev[-1])
+        self.level_before = float(lev[j])
+        self.level = recent
+        self.onset = int(self.level_steps[j])
+        if span < need:
+            return HEALTHY
+        # never fell: the flat span is the whole run (from step 0)
+        flat = j == 0 and first_step == 0
+        k = num_classes
+        # K known: stuck at (or above) the chance level ln K
+        chance = k is not None and k >= 2 and recent > (1.0 - drop) * math.log(k)
+        self.reason = "chance" if chance else "flat"
+        return STATE["loss_plateau"] if (flat or chance) else HEALTHY

@@ -1,0 +1,110 @@
+"""How failures propagate: which of the failures that start together comes
+first (the tie-break of DESIGN.md's rules, see rootcause.py), and which
+failures another one explains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .events import Event
+
+__all__ = ["Failure", "ACTIVATION_KINDS", "pick", "explained_by_frozen"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure event with what the propagation rules need."""
+
+    event: Event
+    index: int  # row (forward order; <input> first)
+    aspect: str  # "grad", "act", "loss", ...
+    born: bool  # failing from the layer's first measurement
+    earliest: int  # earliest possible onset (statistics measured every Nth step)
+
+    @property
+    def onset(self) -> int:
+        return self.event.step
+
+
+# activation failures: dead, saturated or constant layers (blockers of the
+# gradient, links of a chain; frozen weights explain them in their own layer:
+# a zero-initialised layer that never moves stays dead or constant)
+ACTIVATION_KINDS = ("dead_activation", "saturated_activation", "activation_collapse")
+
+
+def explained_by_frozen(group, failures) -> list:
+    """``group`` without the activation failures of layers that are frozen
+    from the same onset or before: a layer that never moves (not in the
+    optimizer, a rate of 0) keeps whatever its initialisation gave it, dead or
+    constant (a zero-initialised BatchNorm), and the frozen weights are the
+    first link."""
+    frozen = {}
+    for f in failures:
+        if f.event.kind == "frozen_weights":
+            frozen[f.index] = min(frozen.get(f.index, f.onset), f.onset)
+    if not frozen:
+        return group
+    kept = [f for f in group if not (f.event.kind in ACTIVATION_KINDS and frozen.get(f.index, math.inf) <= f.onset)]
+    frozen_in = [f for f in failures if f.event.kind == "frozen_weights" and f.index in frozen
+                 and any(g.index == f.index for g in group if g not in kept)]
+    return kept + [f for f in frozen_in if f not in kept]
+
+
+def pick(group) -> Failure:
+    """The failure that the propagation rules (rootcause.py's docstring) put
+    first among ``group``, failures of the same onset."""
+    by_kind = {}
+    for f in group:
+        by_kind.setdefault(f.event.kind, []).append(f)
+
+    def first(fs):
+        return min(fs, key=lambda f: (f.index, f.onset))
+
+    def deepest(fs):
+        return max(fs, key=lambda f: (f.index, -f.onset))
+
+    if "data_anomaly" in by_kind:
+        return first(by_kind["data_anomaly"])
+    nonfinite = by_kind.get("nonfinite", [])
+    fwd = [f for f in nonfinite if f.aspect in ("fwd", "loss")]
+    if fwd:
+        return min(fwd, key=lambda f: (f.onset, f.index))
+    accum = [f for f in by_kind.get("exploding_gradient", []) if f.aspect == "accum"]
+    if accum:  # gradients that accumulate across steps: their growth follows
+        return accum[0]
+    if "activation_explosion" in by_kind:
+        return first(by_kind["activation_explosion"])
+    if "exploding_gradient" in by_kind:
+        return max(by_kind["exploding_gradient"],
+                   key=lambda f: (f.event.value if f.event.value is not None else 0.0, -f.index))
+    if nonfinite:
+        # backward: where the output gradients say it is born (gout_nonfinite),
+        # else the deepest layer (backward runs from the loss toward the input)
+        return max(nonfinite, key=lambda f: (-f.onset, bool(f.event.extra.get("bwd_origin")), f.index))
+    if "scaler_collapse" in by_kind:
+        return by_kind["scaler_collapse"][0]
+    blockers = [f for k in ACTIVATION_KINDS for f in by_kind.get(k, [])]
+    vans = by_kind.get("vanishing_gradient", [])
+    if blockers and vans:
+        # a chain of dead or constant layers (each fed by the one before)
+        # starts at its first link, whose input is alive; separate blockers
+        # (saturated layers between Linears) attenuate the gradient each:
+        # the deepest one is where it starts to vanish
+        top = min(v.index for v in vans)
+        below = [b for b in blockers if b.index > top]
+        links = {b.index for b in blockers}
+        roots = [b for b in below if b.index - 1 not in links]
+        return deepest(roots or below) if below else first(blockers)
+    if blockers:
+        return first(blockers)
+    if vans:
+        return deepest(vans)
+    cut = by_kind.get("no_gradient", []) + by_kind.get("frozen_weights", [])
+    if cut:
+        return deepest(cut)
+    for kind in ("initial_loss", "loss_spike", "loss_plateau"):
+        if kind in by_kind:
+            return by_kind[kind][0]
+    return min(group, key=lambda f: (f.onset, f.index))

@@ -1,0 +1,184 @@
+"""Facts of each step that only the training side sees, read on the host.
+
+Three bugs leave per-layer statistics that look healthy: gradients that are
+never cleared between steps, a module that runs with autograd off inside the
+model's forward, and an optimizer that does not hold (or never moves) some
+parameters. :class:`StepFacts` records what tells them apart, for the
+diagnosis:
+
+* ``grad_carried``: at the first backward of a step, the norm of each row's
+  gradients still left from the previous step (``.grad`` was neither set to
+  None nor zeroed in place since the last ``optimizer.step()``). Host-side
+  except for the rare ambiguous case (a ``.grad`` whose tensor and version
+  counter are unchanged since the step, e.g. zeroed through ``.data``), where
+  one fused norm over those gradients decides;
+* ``ran_without_grad``: the module ran inside the model's forward while
+  autograd was disabled;
+* ``opt_group``, ``lr``, ``weight_decay``, ``momentum``: which param group
+  holds each row's trainable parameters (-1: none) and that group's
+  hyperparameters (momentum: SGD/RMSprop ``momentum``, else Adam's
+  ``betas[0]``). Cached lists, rebuilt only when the groups or their values
+  change: a quiet step costs a few dict reads per group and three list
+  extensions.
+
+Everything is added to the step's :class:`~.collector.Collector` as host
+constants (or, for leftover gradients, 0-d device norms); nothing here waits
+for the device.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+
+from . import stats as S
+from .stats import Key
+
+__all__ = ["StepFacts"]
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter
+        return None
+
+
+def _momentum(group: dict) -> float:
+    m = group.get("momentum")
+    if m is None:
+        betas = group.get("betas")
+        m = betas[0] if isinstance(betas, (tuple, list)) and betas else None
+    return _number(m)
+
+
+def _number(v) -> float:
+    """A float for a hyperparameter; NaN when missing or on an accelerator
+    (reading a CUDA tensor would wait for the device)."""
+    if isinstance(v, torch.Tensor):
+        return float(v) if v.device.type == "cpu" and v.numel() == 1 else math.nan
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return math.nan
+
+
+class StepFacts:
+    """The host-side facts of one watched model (see the module docstring).
+
+    ``optimizer`` may be None (``record()`` mode): then only the gradient and
+    autograd facts are recorded.
+    """
+
+    def __init__(self, optimizer=None):
+        self.optimizer = optimizer
+        self._checked = False  # leftover gradients checked in this step
+        self._no_grad_rows: set[int] = set()
+        # after the last step: id(param) -> (weak ref to its grad, grad._version).
+        # A weak reference, not id(grad): a gradient freed by zero_grad() and
+        # the new one of the next backward may share an address.
+        self._marks: dict[int, tuple[weakref.ref, int | None]] = {}
+        self._layout_key = None
+        self._row_group: dict[int, int] = {}  # row -> param group (-1: none)
+        self._values_key = None
+        self._consts: tuple[list, list, list] = ([], [], [])
+
+    def release(self) -> None:
+        """Drop the optimizer and what refers to the model (after remove())."""
+        self.optimizer = None
+        self._marks = {}
+        self._row_group = {}
+        self._layout_key = self._values_key = None
+
+    # -- from the hooks -----------------------------------------------------
+
+    def ran_without_grad(self, row: int) -> None:
+        """A watched module ran inside the forward with autograd disabled."""
+        self._no_grad_rows.add(row)
+
+    @property
+    def unchecked(self) -> bool:
+        """The leftover gradients of this step are still to be checked."""
+        return not self._checked
+
+    def before_backward(self, col, params, rows) -> None:
+        """At the first backward of a step: the gradients left over from the
+        previous one (``params``/``rows``: the trainable parameters and their
+        rows). Later backwards of the same step (gradient accumulation on
+        purpose) are not checked."""
+        if self._checked:
+            return
+        self._checked = True
+        marks = self._marks
+        if not marks:
+            return
+        left, left_rows = [], []
+        for p, r in zip(params, rows):
+            g = p.grad
+            mark = marks.get(id(p)) if g is not None else None
+            if mark is not None and mark[0]() is g and mark[1] == _version(g):
+                left.append(g.detach())
+                left_rows.append(r)
+        if left:
+            col.add_many(S.foreach_norm(left), left_rows, Key.GRAD_CARRIED)
+
+    # -- at the step's end ----------------------------------------------------
+
+    def commit(self, col, params, rows) -> None:
+        """Add this step's facts to ``col``; remember the gradients as the
+        step left them."""
+        for r in self._no_grad_rows:
+            col.const(r, Key.RAN_NO_GRAD, 1.0)
+        self._no_grad_rows = set()
+        self._checked = False
+        marks = {}
+        for p in params:
+            g = p.grad
+            if g is not None:
+                marks[id(p)] = (weakref.ref(g), _version(g))
+        self._marks = marks
+        if self.optimizer is not None and rows:
+            c_rows, c_keys, c_vals = self._group_consts(params, rows)
+            col.c_rows.extend(c_rows)
+            col.c_keys.extend(c_keys)
+            col.c_vals.extend(c_vals)
+
+    def _group_consts(self, params, rows) -> tuple[list, list, list]:
+        groups = self.optimizer.param_groups
+        layout = (len(params), tuple((id(g["params"]), len(g["params"])) for g in groups))
+        if layout != self._layout_key:
+            self._layout_key = layout
+            self._row_group = self._layout(groups, params, rows)
+            self._values_key = None
+        values = tuple((_number(g.get("lr")), _number(g.get("weight_decay")), _momentum(g)) for g in groups)
+        if values != self._values_key:
+            self._values_key = values
+            c_rows, c_keys, c_vals = [], [], []
+            nan = (math.nan, math.nan, math.nan)
+            for r, gi in self._row_group.items():
+                hyper = values[gi] if gi >= 0 else nan
+                for key, v in zip((Key.OPT_GROUP, Key.OPT_LR, Key.OPT_WD, Key.OPT_MOMENTUM), (gi,) + hyper):
+                    c_rows.append(r)
+                    c_keys.append(key)
+                    c_vals.append(float(v))
+            self._consts = (c_rows, c_keys, c_vals)
+        return self._consts
+
+    @staticmethod
+    def _layout(groups, params, rows) -> dict[int, int]:
+        """Row -> the group holding its trainable parameters: the one with the
+        lowest learning rate among them (a group that does not move them is
+        the one to report), -1 when no group holds any."""
+        group_of = {}
+        for gi, g in enumerate(groups):
+            for p in g["params"]:
+                group_of.setdefault(id(p), gi)
+        lrs = [_number(g.get("lr")) for g in groups]
+        out: dict[int, int] = {}
+        for p, r in zip(params, rows):
+            gi = group_of.get(id(p), -1)
+            cur = out.get(r)
+            if cur is None or cur < 0 or (gi >= 0 and lrs[gi] < lrs[cur]):
+                out[r] = gi if cur is None or gi >= 0 else cur
+        return out

@@ -1,0 +1,232 @@
+"""The diagnosis rules for bugs that leave the statistics healthy, failure
+chains, causes per param group and relative bursts, on synthetic rows (the
+healthy MLP run of test_diagnosis.py with one thing planted). The scenario
+suite checks the same rules on real training runs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tb_neuraldbg import metadata
+from tb_neuraldbg.diagnosis import Engine
+from tests.test_diagnosis import Run, failures, feed
+
+M = metadata.METRIC_INDEX
+
+
+def _facts(run, r, group=None, lr=None, wd=0.0, momentum=0.9):
+    """The writer's per-row optimizer facts: every parameter row in group 0
+    at the run's rate, unless ``group``/``lr`` map row names to others."""
+    group, lr = group or {}, lr or {}
+    for k in run.params:
+        name = run.names[k]
+        r[k, M["opt_group"]] = group.get(name, 0)
+        r[k, M["lr"]] = lr.get(name, run.lr)
+        r[k, M["weight_decay"]] = wd
+        r[k, M["momentum"]] = momentum
+
+
+def _root(eng):
+    rc = eng.root_cause
+    return rc and (rc["kind"], rc["layer"], rc["step"])
+
+
+# --------------------------------------------- healthy-looking statistics
+
+
+def test_gradients_left_over_from_the_previous_step_are_an_accumulation():
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r)
+        if s >= 1:  # zero_grad() forgotten: every layer starts backward with the last step's gradients
+            r[run.params, M["grad_carried"]] = 0.1 * s
+
+    feed(eng, run, range(40), plant)
+    assert _root(eng) == ("exploding_gradient", "<optimizer>", 1)
+    (ev,) = [e for e in failures(eng) if e.layer == "<optimizer>"]
+    assert ev.extra["cause"] == "grad_accumulation" and ev.value == 1.0 and "zero_grad" in ev.message
+
+
+def test_legit_accumulation_and_cleared_gradients_are_silent():
+    run = Run()
+    eng = Engine(run.layers)
+    feed(eng, run, range(300), lambda s, r: _facts(run, r))
+    assert eng.events == []
+
+
+def test_a_step_that_moves_no_layer_at_all_is_the_optimizers():
+    """zero_grad() between backward() and step(): gradients at backward's
+    end, an update ratio of exactly 0 everywhere."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r)
+        r[run.params, M["update_ratio"]] = np.where(np.isfinite(r[run.params, M["update_ratio"]]), 0.0, np.nan)
+
+    feed(eng, run, range(30), plant)
+    assert _root(eng) == ("frozen_weights", "<optimizer>", 0)
+    assert eng.root_cause["message"].startswith("<optimizer>: no layer of the model moves")
+
+
+def test_an_optimizer_that_holds_no_layer_of_the_model_is_the_optimizers():
+    run = Run()
+    eng = Engine(run.layers)
+    feed(eng, run, range(12), lambda s, r: _facts(run, r, group={n: -1 for n in run.names}))
+    assert _root(eng) == ("frozen_weights", "<optimizer>", 0)
+    assert "holds none of the model's parameters" in eng.root_cause["message"]
+
+
+def test_a_group_at_lr_zero_freezes_its_layers_and_a_warmup_from_zero_does_not():
+    run = Run()
+    eng = Engine(run.layers)
+    # fc0 in group 1 at lr 0 (fc1, fc2 in group 0 at the run's rate)
+    def plant(s, r):
+        _facts(run, r, group={"fc0": 1}, lr={"fc0": 0.0})
+        r[run.i("fc0"), M["update_ratio"]] *= 0.0  # (measured at update steps: it did not move)
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("frozen_weights", "fc0", 0)
+    (ev,) = failures(eng)
+    assert ev.extra["cause"] == "lr_zero" and ev.extra["group"] == 1 and "learning rate of param group 1 is 0" in ev.message
+    assert ev.value == 0.0  # it moved by exactly 0: known at every step, not "n/a"
+
+    eng = Engine(run.layers)
+    feed(eng, run, range(60), lambda s, r: _facts(run, r, lr={n: (0.0 if s == 0 else run.lr) for n in run.names}))
+    assert eng.events == []
+
+
+def test_a_module_run_without_autograd_has_no_gradient():
+    """torch.no_grad() inside forward: no activation statistics (the hooks
+    skip it), no gradient, but the writer saw it run."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        i = run.i("fc0")
+        r[i, [M["act_mean"], M["act_std"], M["act_absmax"], M["act_nonfinite"], M["grad_norm"]]] = np.nan
+        r[i, M["grad_missing"]] = 2
+        r[i, M["ran_without_grad"]] = 1
+
+    feed(eng, run, range(20), plant)
+    assert _root(eng) == ("no_gradient", "fc0", 0)
+    (ev,) = failures(eng)
+    assert ev.extra["ran_without_grad"] and "torch.no_grad()" in ev.message
+
+
+# ------------------------------------------------------- causes per group
+
+
+def test_a_weight_decay_raised_in_one_group_before_a_failure_is_the_optimizers():
+    run = Run()
+    eng = Engine(run.layers)
+    at = 200
+
+    def plant(s, r):
+        wd = 1e-4 if s < at else 5.0  # group 1's weight decay typed wrong at step 200
+        _facts(run, r, group={"fc1": 1})
+        r[run.i("fc1"), M["weight_decay"]] = wd
+        if s >= at + 20 and run.full(s):  # its output stops varying
+            r[run.i("fc1"), M["act_std"]] = 0.0
+
+    feed(eng, run, range(300), plant)
+    rc = eng.root_cause
+    assert (rc["layer"], rc["step"]) == ("<optimizer>", at)
+    (ev,) = [e for e in eng.events if e.layer == "<optimizer>"]
+    assert (ev.extra["group"], ev.extra["hyperparameter"], ev.extra["after"]) == (1, "weight_decay", 5.0)
+    assert "weight decay of param group 1" in ev.message
+
+
+def test_a_momentum_cycled_at_every_step_is_not_a_change_to_blame():
+    """OneCycleLR cycles the momentum every step: a later bad batch is the
+    batch's, not the optimizer's."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r, momentum=0.85 + 0.1 * abs(((s / 50) % 2) - 1))
+        if s == 300:
+            r[0, M["act_absmax"]] *= 1e3
+            r[0, M["act_std"]] *= 1e3
+
+    feed(eng, run, range(320), plant)
+    assert _root(eng) == ("data_anomaly", "<input>", 300)
+
+
+# -------------------------------------------------------- bursts, climbs
+
+
+def test_a_burst_the_loss_pays_for_is_the_root_and_a_harmless_one_is_info():
+    run = Run()
+    eng = Engine(run.layers)
+    loss = run.i("<loss>")
+
+    def plant(s, r):
+        if s == 150:
+            r[run.i("fc1"), M["grad_norm"]] *= 300  # one step, then back
+        if s > 150:  # the update wrecked the weights: the loss climbs and stays up
+            r[loss, M["value"]] *= min(4.0, 1 + 0.3 * (s - 150))
+
+    feed(eng, run, range(230), plant)
+    assert _root(eng) == ("exploding_gradient", "fc1", 150)
+    assert "burst" in eng.root_cause["message"]
+
+    eng = Engine(run.layers)
+    feed(eng, run, range(230), lambda s, r: s == 150 and r.__setitem__(
+        (run.i("fc1"), M["grad_norm"]), r[run.i("fc1"), M["grad_norm"]] * 300))
+    (note,) = eng.events
+    assert note.severity == "info" and note.layer == "fc1" and "clip" in note.message
+
+
+def test_a_loss_that_climbs_step_after_step_is_a_divergence():
+    """3 % more each step from step 200: never a spike against a window that
+    climbs with it, a divergence all the same."""
+    run = Run()
+    eng = Engine(run.layers)
+    loss = run.i("<loss>")
+
+    def plant(s, r):
+        if s >= 200:
+            r[loss, M["value"]] *= 1.03 ** (s - 200)
+
+    feed(eng, run, range(320), plant)
+    (ev,) = failures(eng)
+    assert (ev.kind, ev.layer, ev.extra["reason"]) == ("loss_spike", "<loss>", "climb")
+    assert 200 <= ev.step <= 240 and "climbs" in ev.message
+
+
+# ------------------------------------------------------------------ chains
+
+
+def test_a_chain_of_constant_layers_starts_at_its_first_link():
+    """fc1's output stops varying (its weights collapsed): everything after
+    it is constant too, the gradients before it vanish; the root is fc1."""
+    run = Run(hidden=3)
+    eng = Engine(run.layers)
+    chain = [run.i(n) for n in ("fc1", "relu1", "fc2", "relu2")]
+
+    def plant(s, r):
+        if s >= 100:
+            if run.full(s):
+                r[chain, M["act_std"]] = 0.0
+            r[run.i("fc0"), M["grad_norm"]] *= 1e-6
+
+    feed(eng, run, range(160), plant)
+    assert _root(eng) == ("activation_collapse", "fc1", 100)
+
+
+def test_gradients_exactly_zero_below_a_layer_name_that_layer():
+    """A pruning mask of 100 % on fc1: fc0's gradient is exactly 0 while
+    fc1's own (its bias) is not, and nothing before it is dead."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 100:
+            r[run.i("fc0"), M["grad_norm"]] = 0.0
+
+    feed(eng, run, range(140), plant)
+    assert _root(eng) == ("vanishing_gradient", "fc1", 100)
+    assert "passes no gradient to its input" in eng.root_cause["message"]

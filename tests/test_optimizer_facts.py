@@ -1,0 +1,161 @@
+"""The training-side facts the diagnosis needs (training/optimizer_facts.py),
+on real loops: gradients left over from the previous step, modules run
+without autograd inside the forward, and the param group (and its
+hyperparameters) of each row."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from tests.test_instrument import Recorder
+
+torch.set_num_threads(1)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _train(model, opt, steps, zero="before", micro=1):
+    """A loop with the usual placements of zero_grad (or none)."""
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit)
+    for s in range(steps):
+        x = torch.randn(8, 8, generator=torch.Generator().manual_seed(s))
+        y = torch.arange(8) % 3
+        if zero == "before":
+            opt.zero_grad()
+        elif zero == "keep_tensors":
+            opt.zero_grad(set_to_none=False)
+        elif zero == "data":  # old tutorials: in place through .data (no version bump)
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.data.zero_()
+        for k in range(micro):
+            out = model(x)
+            if zero == "after_forward" and k == 0:
+                opt.zero_grad()
+            crit(out, y).backward()
+        opt.step()
+    return rec
+
+
+@pytest.mark.parametrize("zero", ["before", "keep_tensors", "data", "after_forward"])
+def test_cleared_gradients_are_not_carried(zero):
+    model = _mlp()
+    rec = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, zero=zero)
+    for i in range(4):
+        v = rec.value("0", "grad_carried", i)
+        assert math.isnan(v) or v == 0.0, (zero, i, v)
+
+
+def test_a_new_gradient_at_a_freed_ones_address_is_not_carried():
+    """zero_grad() frees .grad; the next backward's gradient often gets the
+    same address and version (seen on a healthy S3 run without a hooked
+    criterion, where the check runs at the first gradient): identity, not
+    id(), tells it from a leftover."""
+    from tb_neuraldbg.training.optimizer_facts import StepFacts
+
+    class Col:
+        def __init__(self):
+            self.rows, self.c_rows, self.c_keys, self.c_vals = [], [], [], []
+
+        def add_many(self, values, rows, key):
+            self.rows += rows
+
+    p = nn.Parameter(torch.randn(3))
+    p.grad = torch.zeros(3)
+    facts, reused = StepFacts(None), 0
+    for _ in range(20):
+        facts.commit(Col(), [p], [1])
+        old = (id(p.grad), p.grad._version)
+        p.grad = None  # zero_grad(set_to_none=True)
+        p.grad = torch.zeros(3)  # the next backward's gradient
+        reused += (id(p.grad), p.grad._version) == old
+        col = Col()
+        facts.before_backward(col, [p], [1])
+        assert col.rows == []
+    p.grad.add_(1.0)  # a real leftover is still seen: same tensor, same version
+    facts.commit(Col(), [p], [1])
+    col = Col()
+    facts.before_backward(col, [p], [1])
+    assert col.rows == [1]
+    assert reused  # the case this test is about happened
+
+
+def test_gradient_accumulation_on_purpose_is_not_carried():
+    model = _mlp()
+    rec = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, micro=3)
+    assert all(math.isnan(rec.value("2", "grad_carried", i)) for i in range(4))
+
+
+def test_forgotten_zero_grad_carries_the_previous_gradient():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = _train(model, opt, 4, zero="never")
+    assert math.isnan(rec.value("0", "grad_carried", 0))  # nothing before the first step
+    for i in (1, 2, 3):
+        assert rec.value("0", "grad_carried", i) > 0
+        assert rec.value("2", "grad_carried", i) > 0
+
+
+class _Frozen(nn.Module):
+    """The encoder runs under torch.no_grad() in forward (the bug)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            h = self.enc(x)
+        return self.head(torch.relu(h))
+
+
+def test_a_module_run_without_autograd_inside_forward_is_noted():
+    model = _Frozen()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit)
+    for s in range(2):
+        opt.zero_grad()
+        crit(model(torch.randn(4, 8)), torch.arange(4) % 3).backward()
+        with torch.no_grad():  # an evaluation forward before the step: not a bug
+            model(torch.randn(4, 8))
+        opt.step()
+    assert rec.value("enc", "ran_without_grad") == 1.0
+    assert rec.value("enc", "grad_missing") == 2  # weight and bias, no gradient
+    assert math.isnan(rec.value("head", "ran_without_grad"))
+
+
+def test_param_groups_per_row():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+    for p in model[0].parameters():
+        p.requires_grad_(False)  # frozen on purpose: no group, not reported
+    opt = torch.optim.SGD([{"params": model[2].parameters(), "lr": 0.0, "momentum": 0.9},
+                           {"params": model[4].parameters(), "weight_decay": 5e-4}], lr=0.1)
+    rec = _train(model, opt, 2)
+    assert rec.value("2", "opt_group") == 0 and rec.value("4", "opt_group") == 1
+    assert rec.value("2", "lr") == 0.0 and rec.value("4", "lr") == pytest.approx(0.1)
+    assert rec.value("2", "momentum") == pytest.approx(0.9) and rec.value("4", "momentum") == 0.0
+    assert rec.value("4", "weight_decay") == pytest.approx(5e-4)
+    assert math.isnan(rec.value("0", "opt_group"))
+    # a change by hand shows at the next step; a layer the optimizer does not hold is -1
+    opt.param_groups[1]["weight_decay"] = 0.5
+    other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    rec.inst.remove()
+    rec2 = _train(model, opt, 1)
+    assert rec2.value("4", "weight_decay") == pytest.approx(0.5)
+    rec2.inst.remove()
+    rec3 = _train(model, other, 1)
+    assert rec3.value("2", "opt_group") == -1 and math.isnan(rec3.value("2", "lr"))
+
+
+def test_adam_betas_give_the_momentum():
+    model = _mlp()
+    rec = _train(model, torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.8, 0.99)), 1)
+    assert rec.value("0", "momentum") == pytest.approx(0.8)
