@@ -1,42 +1,63 @@
-"""Step-time cost of DebugWriter.watch(): instrumented / bare, on CPU.
+"""Step-time cost of DebugWriter.watch(): instrumented / bare, side by side in one process.
 
-Three models: an 8x1024 ReLU MLP (batch 256), a small ResNet (CIFAR-sized,
-batch 32) and a small Transformer encoder (d_model 256, 4 layers, seq 128,
-batch 16). For each model, three identical copies train in interleaved
-blocks inside one process: "bare", "bare2" (an A/A control: the same bare
-loop again, so its ratio shows the noise) and "watched" (default settings
-of ``DebugWriter.watch``). Blocks rotate their order; a ratio is the
-median over blocks of (mode's mean step time / bare's in the same block),
-for wall time and for the process's CPU time (all threads, the writer's
-worker included), which other processes on a shared machine disturb less.
-A third figure times the instrumentation itself: the hooks' wall time plus
-the worker thread's CPU time per step, over the bare step time.
-A block covers a whole number of ``stats_every`` periods so the cheap and
-the full-statistics steps are weighted as in a real run; after a 10-step
-warm-up (the writer measures every one of the first ``stats_every`` steps in
-full), 10 blocks of 10 steps also include one update-ratio step (every 100).
+Models (``--models``): ``mlp`` (8x1024 ReLU MLP, batch 256), ``resnet`` (a
+small CIFAR ResNet, batch 32), ``transformer`` (encoder, d_model 256, 4
+layers, seq 128, batch 16), ``big`` (1,000 watched modules: 250 pre-norm MLP
+blocks of LayerNorm, Linear, GELU, Linear, d 64, 512 tokens) and ``gpt`` (a
+GPT-2-medium-sized decoder, 355M parameters, seq 1024, batch 8: for
+``--device cuda --amp bf16``).
 
-Usage: python benchmarks/overhead.py [--models mlp,resnet,transformer]
-           [--blocks 10] [--steps 10] [--threads 2]
+Modes (``--modes``), identical copies of the model trained in one process:
+``bare`` (the loop alone), ``bare2`` (the same loop again: the A/A control,
+whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: one
+pass over the gradients, the floor of a per-step gradient check), ``watched``
+(``DebugWriter.watch`` with default settings), ``every_step``
+(``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
+no criterion watched: the loss is computed by hand from a cast and a view of
+the output, so a replay would need the kept gradient of the model's output,
+whose memory shows in ``peak``). Each block runs every mode, in an order
+that rotates from block to block; a watched mode gets a fresh writer per
+block, whose first ``--warm`` steps are not timed. Block ``b`` times the
+writer's steps ``1000 + steps*b ...``, so that over 10 blocks of 10 steps
+every phase of the schedules is timed once (10 full-statistics steps, one
+update-ratio step). A ratio is, per block, a mode's mean step time over the
+bare loop's in the same block; printed: the median over blocks and the range
+(min-max), for wall time and for the process's CPU time (every thread, the
+writer's worker included), which other processes on a shared machine
+disturb less. ``worker ms``: CPU time of the writer's thread per step, and
+its parts (assemble the row, the diagnosis engine, the summaries' protobuf
+and writes). On CUDA, ``peak``: the most memory a step allocated above what
+was allocated before it (activations, gradients, the writer's own).
+
+Usage:
+    python benchmarks/overhead.py                          # the three CPU models
+    python benchmarks/overhead.py --models big --steps 10
+    python benchmarks/overhead.py --models mlp --modes bare,bare2,watched,every_step
+    python benchmarks/overhead.py --device cuda --amp bf16 --models gpt
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # before torch is imported: idle threads must not spin
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import copy  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 from tb_neuraldbg import DebugWriter  # noqa: E402
+from tb_neuraldbg.training import rows as row_module  # noqa: E402
+from tb_neuraldbg.training import worker as worker_module  # noqa: E402
+
+# -- models ---------------------------------------------------------------------
 
 
 def mlp():
@@ -98,128 +119,374 @@ def transformer():
     return Encoder(), (16, 128, 256), 10
 
 
-MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer}
+class MLPBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 2 * d)
+        self.act = nn.GELU()
+        self.down = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return x + self.down(self.act(self.up(self.norm(x))))
+
+
+class Deep(nn.Module):
+    """250 residual blocks of 4 watched modules: 1,000 rows (plus the head's)."""
+
+    def __init__(self, d=64, blocks=250, classes=10):
+        super().__init__()
+        self.blocks = nn.Sequential(*[MLPBlock(d) for _ in range(blocks)])
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.head(self.blocks(x).mean(1))
+
+
+def big():
+    return Deep(), (32, 16, 64), 10
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.act = nn.GELU(approximate="tanh")
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    """GPT-2 medium's shape: 24 layers, d 1024, 16 heads, 50257 tokens (355M parameters)."""
+
+    def __init__(self, vocab=50257, d=1024, layers=24, heads=16, seq=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.Sequential(*[GPTBlock(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
+
+
+def gpt():
+    return GPT(), (8, 1024), 50257
+
+
+MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
+MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand")
+WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {}}
+
+# -- the worker's parts (CPU time of its thread) ------------------------------------
+
+
+class WorkerParts:
+    """Accumulates the worker thread's CPU time in the row assembly, the
+    engine and the summary writes, by wrapping them (class attributes: every
+    writer of the process)."""
+
+    def __init__(self):
+        self.seconds = {"assemble": 0.0, "engine": 0.0, "write": 0.0}
+        self._undo = []
+
+    def _wrap(self, owner, name, part):
+        original = getattr(owner, name)
+        seconds = self.seconds
+
+        def timed(*args, **kwargs):
+            t0 = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[part] += time.thread_time() - t0
+
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, original))
+
+    def install(self):
+        self._wrap(row_module.RowAssembler, "row", "assemble")
+        self._wrap(worker_module.Worker, "_write_row", "write")
+        self._wrap(worker_module.Worker, "_grow_layers", "write")
+        import tb_neuraldbg.diagnosis as diagnosis
+
+        self._wrap(diagnosis.Engine, "update", "engine")
+        return self
+
+    def reset(self):
+        for k in self.seconds:
+            self.seconds[k] = 0.0
+
+
+# -- the instrumentation's own CPU time ------------------------------------------------
+
+# Instrument methods that hooks call (and the factories of the hook closures):
+# wrapped to time the hooks on the training thread, in a separate pass only
+# (the wrapping costs about a microsecond a call).
+_HOOKS = ("_on_model_input", "_on_model_output", "_on_loss", "_on_backward_end", "_on_step_pre",
+          "_on_step_post", "_commit")
+_HOOK_FACTORIES = ("_make_forward_hook", "_make_output_hook", "_make_gout_hook")
+
+
+@contextlib.contextmanager
+def timed_hooks(seconds: list):
+    """Adds the training thread's CPU time inside every hook to ``seconds[0]``
+    (outermost calls only: ``_commit`` runs inside ``_on_step_post``)."""
+    from tb_neuraldbg.training.instrument import Instrument
+
+    depth = [0]
+
+    def timed(f):
+        def g(*args, **kwargs):
+            depth[0] += 1
+            t0 = time.thread_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    seconds[0] += time.thread_time() - t0
+
+        return g
+
+    saved = {n: getattr(Instrument, n) for n in _HOOKS + _HOOK_FACTORIES}
+    for n in _HOOKS:
+        setattr(Instrument, n, timed(saved[n]))
+    for n in _HOOK_FACTORIES:
+        setattr(Instrument, n, (lambda make: lambda self, *a: timed(make(self, *a)))(saved[n]))
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(Instrument, n, f)
+
+
+def own_cost(name, steps, device, amp) -> dict:
+    """Training-thread CPU time per step of the bare loop, of the watched
+    loop's hooks, and of the writer's thread (timed per thread: less
+    disturbed by other processes than wall time)."""
+    torch.manual_seed(0)
+    with device:
+        model, shape, classes = MODELS[name]()
+    bare = Runner("bare", model, shape, classes, device, amp)
+    hooks = [0.0]
+    with timed_hooks(hooks), tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
+        watched = Runner("watched", copy.deepcopy(model), shape, classes, device, amp)
+        bare.steps(2)
+        watched.begin_block(tmp, 1000 - 3, 3)
+        bare_cpu, hooks[0] = [], 0.0
+        w0 = watched._worker_cpu()
+        for _ in range(steps):  # interleaved single steps
+            t0 = time.thread_time()
+            bare.steps(1)
+            bare_cpu.append(time.thread_time() - t0)
+            watched.steps(1)
+        watched._sync()
+        worker = watched._worker_cpu() - w0
+        watched.end_block()
+    b = statistics.median(bare_cpu)
+    return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps}
+
+
+# -- one model --------------------------------------------------------------------
 
 
 class Runner:
-    def __init__(self, model, shape, classes, watched: bool, logdir: str | None):
-        self.model = model
-        self.opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    """One copy of the model, its optimizer and batch, trained in one mode."""
+
+    def __init__(self, mode, model, shape, classes, device, amp):
+        self.mode = mode
+        self.model = model.to(device)
+        self.device = device
+        self.amp = amp
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
         self.crit = nn.CrossEntropyLoss()
-        self.x = torch.randn(shape)
-        self.y = torch.randint(0, classes, (shape[0],))
+        gen = torch.Generator().manual_seed(0)
+        if len(shape) == 2 and classes > 1000:  # token ids, next-token targets
+            self.x = torch.randint(0, classes, shape, generator=gen).to(device)
+            self.y = torch.randint(0, classes, shape, generator=gen).to(device)
+        else:
+            self.x = torch.randn(shape, generator=gen).to(device)
+            self.y = torch.randint(0, classes, (shape[0],), generator=gen).to(device)
+        self.classes = classes
         self.writer = None
-        self.hook_s = 0.0
-        if watched:
+        self.worker_s = 0.0
+        self.peak = 0
+
+    def begin_block(self, logdir, start_step, warm):
+        """A fresh writer for a watched mode, and its first steps untimed."""
+        if self.mode in WATCH:
             self.writer = DebugWriter(logdir)
-            handle = self.writer.watch(model, optimizer=self.opt, criterion=self.crit)
-            self._time_hooks(handle.instrument)
+            crit = None if self.mode == "watched_hand" else self.crit
+            self.writer.watch(self.model, optimizer=self.opt, criterion=crit, start_step=start_step,
+                              **WATCH[self.mode])
+        self.steps(warm)
+        self._sync()
+        self._worker0 = self._worker_cpu()
 
-    def _time_hooks(self, inst):
-        # Every hook body runs through Instrument._guard: time it, so the
-        # instrumentation's own share of a step is measured directly too.
-        guard = inst._guard
+    def _worker_cpu(self):
+        if self.writer is None or self.writer._worker is None or self.writer._worker.thread is None:
+            return 0.0
+        return time.clock_gettime(time.pthread_getcpuclockid(self.writer._worker.thread.ident))
 
-        def timed(*args):
-            t0 = time.perf_counter()
-            try:
-                return guard(*args)
-            finally:
-                self.hook_s += time.perf_counter() - t0
-
-        inst._guard = timed
-
-    def worker_cpu(self) -> float:
-        """CPU seconds used so far by the writer's worker thread."""
-        thread = self.writer._worker.thread
-        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-
-    def steps(self, n: int) -> tuple[float, float]:
-        """(wall seconds, process CPU seconds) per step over ``n`` steps."""
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(n):
-            self.opt.zero_grad(set_to_none=True)
-            self.crit(self.model(self.x), self.y).backward()
-            self.opt.step()
+    def _sync(self):
         if self.writer is not None:
             self.writer.flush()  # the worker's share of these steps counts too
-        return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
 
-    def close(self):
+    def steps(self, n):
+        autocast = (
+            torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp == "bf16" else contextlib.nullcontext()
+        )
+        for _ in range(n):
+            self.opt.zero_grad(set_to_none=True)
+            with autocast:
+                out = self.model(self.x)
+            if self.mode == "watched_hand":
+                loss = F.cross_entropy(out.float().view(-1, self.classes), self.y.view(-1))
+                if self.writer is not None:
+                    self.writer.record(loss=loss)
+            elif out.dim() == 3:  # a language model: logits per token
+                loss = self.crit(out.view(-1, self.classes), self.y.view(-1))
+            else:
+                loss = self.crit(out, self.y)
+            loss.backward()
+            if self.mode == "clip":
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1e9)
+            self.opt.step()
+
+    def timed(self, n):
+        """(wall seconds, process CPU seconds) per step over ``n`` steps."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.steps(n)
+        self._sync()
+        if cuda:
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device) - base)
+        wall, cpu = (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
+        self.worker_s += self._worker_cpu() - self._worker0
+        return wall, cpu
+
+    def end_block(self):
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
 
 
-def measure(name: str, blocks: int, steps_per_block: int) -> dict:
+def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -> dict:
     torch.manual_seed(0)
-    model, shape, classes = MODELS[name]()
-    tmp = tempfile.mkdtemp(prefix=f"overhead_{name}_")
-    runners = {
-        "bare": Runner(model, shape, classes, False, None),
-        "bare2": Runner(copy.deepcopy(model), shape, classes, False, None),
-        "watched": Runner(copy.deepcopy(model), shape, classes, True, tmp),
-    }
-    order = list(runners)
-    # Warm-up: the allocator, layer discovery, and the first stats_every
-    # steps that the writer measures in full (a one-off start-up cost).
-    for r in runners.values():
-        r.steps(10)
-    wall = {k: [] for k in runners}
-    cpu = {k: [] for k in runners}
-    watched = runners["watched"]
-    watched.hook_s, worker0, n_watched = 0.0, watched.worker_cpu(), 0
-    for b in range(blocks):
-        rot = order[b % 3 :] + order[: b % 3]
-        for k in rot:
-            w, c = runners[k].steps(steps_per_block)
-            wall[k].append(w)
-            cpu[k].append(c)
-        n_watched += steps_per_block
-    hooks_ms = 1000 * watched.hook_s / n_watched
-    worker_ms = 1000 * (watched.worker_cpu() - worker0) / n_watched
-    for r in runners.values():
-        r.close()
+    with device:  # initialised where it trains (a 355M model initialises slowly on a CPU)
+        model, shape, classes = MODELS[name]()
+    runners = {m: Runner(m, copy.deepcopy(model) if i else model, shape, classes, device, amp)
+               for i, m in enumerate(modes)}
+    for r in runners.values():  # the allocator, caches, lazy initialisation
+        r.steps(2)
+    wall = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}
+    parts.reset()
+    with tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
+        for b in range(blocks):
+            order = modes[b % len(modes):] + modes[: b % len(modes)]
+            start = 1000 + steps * b - warm
+            for m in order:
+                r = runners[m]
+                r.begin_block(os.path.join(tmp, f"{m}_{b}"), start, warm)
+                w, c = r.timed(steps)
+                r.end_block()
+                wall[m].append(w)
+                cpu[m].append(c)
+    out = {"model": name, "bare_ms": 1000 * statistics.median(wall["bare"]), "ratios": {}}
+    for m in modes:
+        if m == "bare":
+            continue
+        out["ratios"][m] = (
+            [a / b for a, b in zip(wall[m], wall["bare"])],
+            [a / b for a, b in zip(cpu[m], cpu["bare"])],
+        )
+    watched_steps = blocks * steps * sum(1 for m in modes if m in WATCH)
+    out["worker_ms"] = {m: 1000 * runners[m].worker_s / (blocks * steps) for m in modes if m in WATCH}
+    out["parts_ms"] = {k: 1000 * v / max(watched_steps, 1) for k, v in parts.seconds.items()}
+    out["params"] = sum(p.numel() for p in model.parameters())
+    out["peak_gib"] = {m: r.peak / 2**30 for m, r in runners.items()} if device.type == "cuda" else None
+    return out
 
-    def ratio(series, k):
-        return statistics.median(a / b for a, b in zip(series[k], series["bare"]))
 
-    return {
-        "model": name,
-        "bare_ms": 1000 * statistics.median(wall["bare"]),
-        "aa": ratio(wall, "bare2"),
-        "watched": ratio(wall, "watched"),
-        "aa_cpu": ratio(cpu, "bare2"),
-        "watched_cpu": ratio(cpu, "watched"),
-        "hooks_ms": hooks_ms,
-        "worker_ms": worker_ms,
-        "inside": 1 + (hooks_ms + worker_ms) / (1000 * statistics.median(wall["bare"])),
-    }
+def _fmt(series):
+    med = statistics.median(series)
+    return f"{med:.3f} ({min(series):.2f}-{max(series):.2f})"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="mlp,resnet,transformer")
+    p.add_argument("--models", default="mlp,resnet,transformer", help=f"comma-separated, of {','.join(MODELS)}")
+    p.add_argument("--modes", default="bare,bare2,clip,watched", help=f"comma-separated, of {','.join(MODES)}")
     p.add_argument("--blocks", type=int, default=10)
-    p.add_argument("--steps", type=int, default=10, help="steps per block (a multiple of stats_every)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    p.add_argument("--warm", type=int, default=3, help="untimed steps of each fresh writer")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--amp", choices=("none", "bf16"), default="none")
+    p.add_argument("--own", type=int, default=20, metavar="STEPS",
+                   help="steps of the pass that times the instrumentation itself (0: none)")
     args = p.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if "bare" not in modes:
+        modes.insert(0, "bare")
+    unknown = [m for m in modes if m not in MODES] + [m for m in args.models.split(",") if m.strip() not in MODELS]
+    if unknown:
+        p.error(f"unknown: {unknown}")
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.blocks} blocks x {args.steps} steps")
-    print("ratios to 'bare', median over blocks; wall = step time, cpu = process CPU time;")
-    print("inside = 1 + (hook time + worker CPU time) per step / bare step time (an upper bound:")
-    print("  hook time includes waits for the GIL while the worker holds it)")
-    print(
-        f"{'model':<12} {'bare ms':>8} {'A/A wall':>9} {'wall':>7} {'A/A cpu':>8} {'cpu':>7}"
-        f" {'hooks ms':>9} {'worker ms':>10} {'inside':>7}"
-    )
-    for name in args.models.split(","):
-        r = measure(name.strip(), args.blocks, args.steps)
-        print(
-            f"{r['model']:<12} {r['bare_ms']:>8.1f} {r['aa']:>9.3f} {r['watched']:>6.3f}x"
-            f" {r['aa_cpu']:>8.3f} {r['watched_cpu']:>6.3f}x {r['hooks_ms']:>9.2f} {r['worker_ms']:>10.2f}"
-            f" {r['inside']:>6.3f}x",
-            flush=True,
-        )
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
+    print(f"torch {torch.__version__}, {where}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, amp {args.amp}")
+    print(f"{args.blocks} blocks x {args.steps} timed steps per mode (+{args.warm} untimed per fresh writer),"
+          f" modes interleaved")
+    print("ratio to 'bare' in the same block: median (min-max) over blocks; wall = step time,")
+    print("cpu = process CPU time (all threads); bare2 is the A/A control (the noise), clip the floor")
+    parts = WorkerParts().install()
+    for name in (n.strip() for n in args.models.split(",") if n.strip()):
+        r = measure(name, modes, args.blocks, args.steps, args.warm, device, args.amp, parts)
+        print(f"\n{name}: {r['params'] / 1e6:.1f}M parameters, bare step {r['bare_ms']:.1f} ms")
+        peak = r["peak_gib"]
+        print(f"  {'mode':<12} {'wall':>22} {'cpu':>22}" + ("   peak GiB" if peak else ""))
+        if peak:
+            print(f"  {'bare':<12} {'1':>22} {'1':>22} {peak['bare']:>10.2f}")
+        for m, (w, c) in r["ratios"].items():
+            print(f"  {m:<12} {_fmt(w):>22} {_fmt(c):>22}" + (f" {peak[m]:>10.2f}" if peak else ""))
+        for m, ms in r["worker_ms"].items():
+            print(f"  worker thread ({m}): {ms:.2f} ms CPU per step")
+        print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
+        if args.own:
+            o = own_cost(name, args.own, device, args.amp)
+            print(f"  own CPU time per step ({args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the training"
+                  f" thread + worker {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the bare loop's training"
+                  f" thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
     return 0
 
 

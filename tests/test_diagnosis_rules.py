@@ -230,3 +230,25 @@ def test_gradients_exactly_zero_below_a_layer_name_that_layer():
     feed(eng, run, range(140), plant)
     assert _root(eng) == ("vanishing_gradient", "fc1", 100)
     assert "passes no gradient to its input" in eng.root_cause["message"]
+
+
+# --------------------------------------------- an overflowed gradient norm
+
+
+def test_an_overflowed_norm_over_finite_gradients_is_an_explosion_not_a_nonfinite_value():
+    """The float32 sum of squares of huge, finite gradients overflows: the
+    norm is inf while the exact count (a replayed step) is 0. That is an
+    exploding gradient; the same inf norm with a count above 0, or with no
+    exact count (the flag), stays a non-finite gradient."""
+    for count, kind in ((0.0, "exploding_gradient"), (3.0, "nonfinite"), (np.nan, "nonfinite")):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if s >= 100:
+                r[run.params, M["grad_norm"]] = np.inf
+                r[run.params, M["grad_nonfinite"]] = count
+
+        feed(eng, run, range(110), plant)
+        first = [e for e in failures(eng) if e.layer in {run.names[k] for k in run.params}]
+        assert first and {e.kind for e in first if e.step == 100} == {kind}, (count, first)

@@ -15,7 +15,9 @@ from tb_neuraldbg import metadata
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
+from tb_neuraldbg.training.rows import RowAssembler
 from tb_neuraldbg.training.schedule import WatchConfig
+from tests.device import DEVICE, to_device
 from tests.faults import InfBackward
 
 M = metadata.METRIC_INDEX
@@ -33,14 +35,21 @@ class Recorder:
         self.inst = Instrument(
             model, self.packets.append, WatchConfig(**cfg), optimizer=optimizer, criterion=criterion, scaler=scaler
         )
+        self._assembler = RowAssembler()
+        self._rows = []
 
     @property
     def names(self):
         return [l["name"] for l in self.inst.layers]
 
     def row(self, i=-1):
-        p = self.packets[i]
-        return S.assemble(p.host_values(), p.rows, p.keys, len(self.inst.layers))
+        # In step order through one RowAssembler, as the worker does.
+        while len(self._rows) < len(self.packets):
+            p = self.packets[len(self._rows)]
+            self._rows.append(self._assembler.row(p, p.host_values(), len(p.layers)))
+        r = self._rows[i]
+        n = len(self.inst.layers)
+        return np.pad(r, ((0, n - len(r)), (0, 0)), constant_values=np.nan) if len(r) < n else r
 
     def value(self, layer, metric, i=-1):
         return float(self.row(i)[self.names.index(layer), M[metric]])
@@ -141,10 +150,10 @@ def batches(shape, classes, gen_seed=1, integer=None):
 
     def make():
         if integer:
-            x = torch.randint(0, integer, shape, generator=g)
+            x = torch.randint(0, integer, shape, generator=g, device="cpu")
         else:
-            x = torch.randn(shape, generator=g)
-        return x, torch.randint(0, classes, (shape[0],), generator=g)
+            x = torch.randn(shape, generator=g, device="cpu")
+        return to_device(x), to_device(torch.randint(0, classes, (shape[0],), generator=g, device="cpu"))
 
     return make
 
@@ -326,31 +335,35 @@ def test_loss_learning_rate_update_ratio_and_weight_norm():
     assert rec.value("0", "weight_norm") == pytest.approx(math.sqrt(float(w.pow(2).sum() + b.pow(2).sum())), rel=1e-5)
 
 
-def test_nonfinite_activation_is_flagged_then_counted_exactly():
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_nonfinite_activation_is_counted_at_its_step(mode):
     model = FunctionalMLP()
     with torch.no_grad():
         model.fc1.weight[0, 0] = math.inf
-    rec, _ = train(model, batches((8, 10), 3), steps=12, lr=0.0, recorder_kwargs={})
-    # Step 11 is a cheap step (stats_every=10): the flag says "at least one".
-    assert rec.value("fc1", "act_nonfinite", 11) >= 1
+    rec, _ = train(model, batches((8, 10), 3), steps=12, lr=0.0, recorder_kwargs=dict(nonfinite=mode))
+    # At step 0 fc1's first output column is +-inf for every sample (8
+    # values); its update (lr 0 times a NaN gradient) makes every weight NaN.
+    x, _ = batches((8, 10), 3)()
+    everything = int((~torch.isfinite(model.fc1(x))).sum())
+    assert everything == 8 * 24
+    if mode == "replay":
+        # Every step re-run before its update: exact from step 0 (a full
+        # step), and at step 11 (a cheap one).
+        assert rec.inst.replays == 12
+        assert [rec.value("fc1", "act_nonfinite", s) for s in (0, 11)] == [8, everything]
+    else:
+        # The flag ("at least one") at step 0, exact counts from step 1 on.
+        assert rec.value("fc1", "act_nonfinite", 0) == 1
+        assert rec.value("fc1", "act_nonfinite", 11) == everything
     assert rec.value("<input>", "act_nonfinite", 11) == 0
-    rec.inst.count_nonfinite_exactly()  # what the worker asks for after seeing it
-    x, y = batches((8, 10), 3)()
-    # fc1's first output column is +-inf or NaN for every sample: 8 values.
-    out = model.fc1(x)
-    expected = int((~torch.isfinite(out)).sum())
-    crit = nn.CrossEntropyLoss()
-    rec.inst.optimizer.zero_grad()
-    crit(model(x), y).backward()
-    rec.inst.optimizer.step()
-    assert rec.value("fc1", "act_nonfinite") == expected
+    assert rec.value("fc1", "in_nonfinite", 11) == 0 and rec.value("fc2", "in_nonfinite", 11) > 0
 
 
 def test_scaler_records_unscaled_norms_scale_and_skipped_steps():
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     crit = nn.CrossEntropyLoss()
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler = torch.amp.GradScaler(DEVICE.type, init_scale=1024.0)
     rec = Recorder(model, opt, crit, scaler=scaler)
     ref = []
     make = batches((16, 12), 4)
@@ -459,6 +472,112 @@ def test_training_is_bitwise_identical_with_and_without_hooks(make_model, shape,
     assert all(torch.equal(a, b) for a, b in zip(p1, p2))
 
 
+class Poisoned(nn.Module):
+    """Dropout, BatchNorm, a call counter that changes the output, and a
+    switch planting a non-finite value in forward or in backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.drop = nn.Dropout(0.3)
+        self.fc2 = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 3)
+        self.calls = 0
+        self.poison = None
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
+        if self.poison == "forward":
+            h = h.clone()
+            h[0, 0] = math.inf
+        elif self.poison == "backward":
+            h = InfBackward()(h)
+        return self.head(h) * (1 + 1e-3 * self.calls)
+
+
+def _bits(t):
+    """The tensor's bytes: NaN equals NaN when its bits do."""
+    return t.detach().reshape(-1).view(torch.uint8).clone()
+
+
+@pytest.mark.parametrize("loss_kind", ["criterion", "criterion_on_a_view", "by_hand", "amp_scaler"])
+def test_training_is_bitwise_identical_at_replayed_steps(loss_kind):
+    """Steps with a non-finite value are re-run before the update: weights,
+    gradients, BatchNorm buffers, optimizer state, the RNG and the model's
+    own counter are as without the writer, at every step."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    plan = {3: "forward", 4: "backward", 6: "forward", 7: "backward"}  # stats_every=3: 3 and 6 full
+    results = []
+    for watched in (False, True):
+        torch.manual_seed(0)
+        model = Poisoned()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        crit = nn.CrossEntropyLoss()
+        scaler = torch.amp.GradScaler(DEVICE.type, init_scale=256.0) if loss_kind == "amp_scaler" else None
+        rec = Recorder(model, opt, crit, scaler=scaler, stats_every=3) if watched else None
+        make = batches((16, 8), 3)
+        trace = []
+        fc2_out, handles = capture_outputs(model.fc2)
+        fc2_means = []
+        for step in range(9):
+            model.poison = plan.get(step)
+            x, y = make()
+            opt.zero_grad()
+            fc2_out.clear()
+            if scaler is not None:
+                with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+                    out = model(x)
+                scaler.scale(crit(out.float(), y)).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                out = model(x)
+                if loss_kind == "criterion":
+                    loss = crit(out, y)
+                elif loss_kind == "criterion_on_a_view":
+                    loss = crit(out.view(16, 3), y)
+                else:
+                    loss = (out.float() - 1).pow(2).mean()
+                loss.backward()
+                for p in model.parameters():  # the user's guard: no NaN in the weights
+                    p.grad.nan_to_num_(0.0, 0.0, 0.0)
+                with torch.no_grad():  # the user's own draw between backward and step
+                    model.head.bias.add_(1e-4 * torch.rand(3))  # on DEVICE: its generator
+                opt.step()
+            fc2_means.append(float(fc2_out[model.fc2].detach().double().mean()))
+            state = [_bits(out)] + [_bits(p) for p in model.parameters()]
+            state += [_bits(p.grad) for p in model.parameters()] + [_bits(b) for b in model.buffers()]
+            state += [_bits(opt.state[p]["momentum_buffer"]) for p in model.parameters() if p in opt.state]
+            rng = [torch.get_rng_state()] + ([torch.cuda.get_rng_state()] if DEVICE.type == "cuda" else [])
+            trace.append((state, torch.cat(rng), model.calls))
+        results.append(trace)
+        if rec:
+            assert rec.inst.mode == "replay" and rec.inst.replays == len(plan)
+            names = rec.names
+            # each replay found the planted value where it was born
+            for step, where in plan.items():
+                row = rec.row(step)
+                if where == "forward":
+                    assert row[names.index("fc2"), M["act_nonfinite"]] == 0
+                    assert row[names.index("head"), M["in_nonfinite"]] >= 1
+                else:
+                    assert row[names.index("head"), M["gout_nonfinite"]] == 0
+                    assert row[names.index("fc2"), M["gout_nonfinite"]] == 16 * 16
+            # step 4 is cheap: fc2 was measured in the replay only, with the
+            # forward's dropout mask (its RNG state restored)
+            assert rec.value("fc2", "act_mean", 4) == pytest.approx(fc2_means[4], rel=1e-5)
+        for h in handles:
+            h.remove()
+    torch.set_num_threads(threads)
+    bare, watched = results
+    for step, ((s1, r1, c1), (s2, r2, c2)) in enumerate(zip(bare, watched)):
+        assert c1 == c2 and torch.equal(r1, r2), step
+        assert len(s1) == len(s2) and all(torch.equal(a, b) for a, b in zip(s1, s2)), step
+
+
 def _hook_counts(model, opt):
     n = 0
     for m in model.modules():
@@ -505,13 +624,20 @@ def test_a_failing_statistic_warns_once_and_training_goes_on(monkeypatch):
     assert np.isnan(rec.value("0", "act_mean"))
 
 
-def test_cheap_steps_skip_pointwise_modules_and_inherit_their_flag():
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_what_cheap_steps_measure(mode):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
-    rec, _ = train(model, batches((4, 6), 2), steps=12, lr=0.0, recorder_kwargs={})
+    rec, _ = train(model, batches((4, 6), 2), steps=12, lr=0.0, recorder_kwargs=dict(nonfinite=mode))
     assert not np.isnan(rec.value("1", "act_mean", 10))  # a full step
-    assert np.isnan(rec.value("1", "act_mean", 11))  # cheap: not measured again
-    assert rec.value("1", "act_nonfinite", 11) == 0
+    # Cheap: "replay" measures no module (finite gradients, loss and batch
+    # say none had a non-finite value); "every_step" the flag of each, but
+    # a pointwise module after its input's row inherits that row's flag.
+    assert np.isnan(rec.value("1", "act_mean", 11))
+    assert np.isnan(rec.value("0", "act_mean", 11)) == (mode == "replay")
+    assert rec.value("0", "act_nonfinite", 11) == 0 and rec.value("1", "act_nonfinite", 11) == 0
+    assert rec.value("2", "gout_nonfinite", 11) == 0
+    assert rec.value("0", "grad_norm", 11) > 0  # every step
     with torch.no_grad():
         model[0].bias[0] = math.nan
     opt = rec.inst.optimizer
@@ -519,7 +645,10 @@ def test_cheap_steps_skip_pointwise_modules_and_inherit_their_flag():
     opt.zero_grad()
     nn.CrossEntropyLoss()(model(x), y).backward()
     opt.step()  # step 12: cheap
-    assert rec.value("0", "act_nonfinite") == 1 and rec.value("1", "act_nonfinite") == 1
+    # replay: exact at once (4 samples); every_step: the flag first
+    n = 4 if mode == "replay" else 1
+    assert rec.value("0", "act_nonfinite") == n and rec.value("1", "act_nonfinite") == n
+    assert rec.value("0", "in_nonfinite") == 0
 
 
 def test_update_ratio_and_weight_norm_follow_their_cadence():
@@ -577,16 +706,11 @@ def test_output_gradient_shows_where_a_nonfinite_is_born_in_backward():
     # Pseudo-rows have no output gradient.
     for pseudo in ("<input>", "<loss>", "<optimizer>"):
         assert np.isnan(rec.value(pseudo, "gout_nonfinite"))
-    # Once non-finite values were seen, counts are exact: every element of
-    # the Tanh output's gradient (4 x 8) is inf or NaN.
-    rec.inst.count_nonfinite_exactly()
-    x, y = batches((4, 6), 3)()
-    opt = rec.inst.optimizer
-    opt.zero_grad()
-    nn.CrossEntropyLoss()(model(x), y).backward()
-    keep_weights()
-    opt.step()
+    # Replayed (step 0 and 1 are full steps): exact counts, every element
+    # of the Tanh output's gradient (4 x 8) is inf or NaN.
+    assert rec.inst.replays == 2
     assert rec.value("1", "gout_nonfinite") == 32 and rec.value("2", "gout_nonfinite") == 0
+    assert rec.value("0", "grad_nonfinite") == 6 * 8 + 8
 
 
 def test_output_gradient_of_a_healthy_model_is_finite_everywhere():
@@ -604,9 +728,12 @@ def test_output_gradient_hook_does_not_outlive_the_step():
     x, y = batches((4, 6), 3)()
     out = model(x)  # forward of step 0, no backward yet
     rec.inst.optimizer.step()  # step 0 committed without backward
-    # A backward after the step was committed must not add to step 1.
+    # A backward after the step was committed must not add to step 1; its
+    # non-finite gradients cannot be replayed (no forward in step 1).
     nn.CrossEntropyLoss()(out, y).backward()
-    rec.inst.optimizer.step()
+    with pytest.warns(RuntimeWarning, match="step 1 has non-finite values but cannot be replayed"):
+        rec.inst.optimizer.step()
+    assert rec.inst.mode == "every_step"
     assert np.isnan(rec.row(-1)[1:5, M["gout_nonfinite"]]).all()
     # A parameter returned as a module's output gets no hook (a leaf keeps it).
     class ReturnsWeight(nn.Module):
@@ -702,8 +829,8 @@ def test_input_modified_in_place_after_the_previous_row_is_measured(step_kind):
         model(x).sum().backward()
         rec.inst.record(loss=0.0)
     assert rec.value("fc1", "act_nonfinite") == 0  # measured before the write
-    assert rec.value("fc2", "in_nonfinite") == 1  # its actual input
-    assert rec.value("fc2", "act_nonfinite") == 1
+    assert rec.value("fc2", "in_nonfinite") == 1  # its actual input: one NaN
+    assert rec.value("fc2", "act_nonfinite") == 2  # both outputs of that sample
 
 
 def test_inplace_activation_input_is_the_previous_rows_output():

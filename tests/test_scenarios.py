@@ -12,12 +12,16 @@ without the bug, without the diagnosis.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 
+import numpy as np
 import pytest
 
 from scenarios import corpus_failures, corpus_healthy, failures, healthy
 from scenarios.harness import read_events, train
+from tb_neuraldbg.training.worker import Worker
 
 CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_cases()}
 HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs()}
@@ -130,3 +134,58 @@ def test_events_and_diagnosis_reach_the_event_file(tmp_path):
     assert len(events) == len(result.events)
     assert diagnosis == {"status": result.engine.status, "root_cause": result.engine.root_cause}
     assert diagnosis["status"] == "failing" and diagnosis["root_cause"]["layer"] == "3"
+
+
+# Every scenario where a non-finite value appears (forward, backward, in the
+# loss, in the batch, under a GradScaler, after an explosion).
+NONFINITE = [
+    "forward_nan", "backward_inf", "backward_inf_parameterless", "amp_scaler_collapse", "bad_batch_nan",
+    "log_zero_in_loss", "nan_regression_target", "attention_all_masked", "lr_jump_explosion",
+    "rnn_large_recurrent_init", "large_init_everywhere", "unnormalised_x1000_relu", "lr_growing_schedule",
+]
+
+
+def _shape(result):
+    rc = result.engine.root_cause
+    events = [
+        (e["step"], e["layer"], e["kind"], e["from_state"], e["to_state"], e["severity"],
+         {k: e.get(k) for k in ("side", "from_layer", "input_nonfinite", "bwd_origin", "via", "received")})
+        for e in result.events
+    ]
+    return (rc and (rc["kind"], rc["layer"], rc["step"])), events
+
+
+@pytest.mark.parametrize("name", NONFINITE)
+def test_replay_finds_the_origins_the_every_step_flags_find(name, tmp_path):
+    """The default (re-run a step with a non-finite value, before its update)
+    and the every-step flags give the same root cause and the same events,
+    origin details included (side, from which layer, born in backward)."""
+    spec = CASES[name].spec
+    got = {}
+    for mode in ("every_step", "replay"):
+        s = dataclasses.replace(spec, watch=dict(spec.watch, nonfinite=mode))
+        result = train(s, str(tmp_path / mode))
+        got[mode] = _shape(result)
+        if mode == "replay":
+            assert result.instrument.replays > 0 and result.instrument.mode == "replay"
+    assert got["replay"] == got["every_step"]
+
+
+@pytest.mark.parametrize("name", ["forward_nan", "lr_jump_explosion"])
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_the_same_run_gives_the_same_events_whatever_the_worker_lag(name, mode, tmp_path, monkeypatch):
+    """What is measured is decided on the training thread from each step's
+    own values: a worker that lags far behind changes no event and no row."""
+    spec = dataclasses.replace(CASES[name].spec, watch=dict(CASES[name].spec.watch, nonfinite=mode))
+    fast = train(spec, str(tmp_path / "fast"))
+    process = Worker._process
+
+    def slow(self, packet):
+        time.sleep(0.004)
+        return process(self, packet)
+
+    monkeypatch.setattr(Worker, "_process", slow)
+    lagging = train(spec, str(tmp_path / "slow"))
+    assert lagging.events == fast.events
+    assert [s for s, _ in lagging.rows] == [s for s, _ in fast.rows]
+    assert all(np.array_equal(a, b, equal_nan=True) for (_, a), (_, b) in zip(lagging.rows, fast.rows))

@@ -309,3 +309,33 @@ def test_assemble_resolves_a_long_chain_of_inherited_flags():
         slots += [(r, Key.IN_REF, r - 1), (r, Key.OUT_INHERIT, 1), (r, Key.OUT_N, 4)]
     row = _assemble(slots, 14)
     assert (row[2:14, M["act_nonfinite"]] == 1).all() and (row[2:14, M["in_nonfinite"]] == 1).all()
+
+
+def test_grad_norms_match_the_norm_kernel_and_propagate_nonfinite_values():
+    torch.manual_seed(0)
+    big = torch.randn(512, 128)  # >= GRAIN: the BLAS dot
+    small = torch.randn(7)
+    strided = torch.randn(256, 256).t()  # not contiguous: the norm kernel
+    half = torch.randn(300, 200).to(torch.bfloat16)
+    got = S.grad_norms([big, small, strided, half])
+    for t, n, rel in zip([big, small, strided, half], got, [1e-5, 1e-5, 1e-5, 1e-2]):  # bf16 norms are bf16
+        assert float(n) == pytest.approx(float(t.double().norm()), rel=rel)
+    bad = torch.randn(512, 128)
+    bad[3, 4] = math.nan
+    worse = torch.randn(512, 128)
+    worse[0, 0] = math.inf
+    n_nan, n_inf = S.grad_norms([bad, worse])
+    assert math.isnan(float(n_nan)) and math.isinf(float(n_inf))
+    assert math.isinf(float(S.grad_norms([torch.full((S.GRAIN + 1,), 1e20)])[0]))  # overflows as the kernel does
+
+
+def test_assemble_takes_the_last_slot_of_a_single_key_and_sums_the_others():
+    L = 3
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    rows = np.array([1, 1, 1, 1, 2])
+    keys = np.array([Key.VALUE, Key.VALUE, Key.GRAD_NORM, Key.GRAD_NORM, Key.GRAD_NORM])
+    row = S.assemble(values, rows, keys, L)
+    M = metadata.METRIC_INDEX
+    assert row[1, M["value"]] == 2.0  # the later slot
+    assert row[1, M["grad_norm"]] == pytest.approx(5.0)  # sqrt(3^2 + 4^2)
+    assert row[2, M["grad_norm"]] == 5.0 and np.isnan(row[0, M["grad_norm"]])

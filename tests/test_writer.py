@@ -21,6 +21,7 @@ from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
 from tb_neuraldbg.training.schedule import WatchConfig
 from tb_neuraldbg.training.writer import TrainingFailure
+from tests.device import DEVICE, to_device
 from tests.faults import InfBackward
 
 torch.set_num_threads(1)
@@ -92,8 +93,8 @@ def fit(writer, model, steps, start=0, bad_step=None, **watch):
     g = torch.Generator().manual_seed(0)
     batches = {}
     for step in range(start, start + steps):
-        x = torch.randn(8, 4, generator=g)
-        y = torch.randint(0, 2, (8,), generator=g)
+        x = to_device(torch.randn(8, 4, generator=g, device="cpu"))
+        y = to_device(torch.randint(0, 2, (8,), generator=g, device="cpu"))
         batches[step] = (x, y)
         opt.zero_grad()
         crit(model(x), y).backward()
@@ -242,8 +243,8 @@ def test_offending_batch_is_saved_as_npz(tmp_path, planned):
     (path,) = glob.glob(str(tmp_path / "neuraldbg_batch_step*.npz"))
     saved = np.load(path, allow_pickle=False)
     x, y = batches[int(path.rsplit("step", 1)[1].split(".")[0])]
-    assert np.array_equal(saved["arg0"], x.numpy())
-    assert np.array_equal(saved["target"], y.numpy())
+    assert np.array_equal(saved["arg0"], x.cpu().numpy())
+    assert np.array_equal(saved["target"], y.cpu().numpy())
     (events,) = json_values(load(tmp_path), metadata.TAG_EVENTS)
     assert events[0]["batch_file"] == os.path.basename(path)
 
@@ -438,26 +439,36 @@ def test_end_of_run_events_get_their_own_step(tmp_path, planned):
     assert [e[0]["kind"] for e in json_values(ea, metadata.TAG_EVENTS)] == ["exploding_gradient", "frozen_weights"]
 
 
-def test_a_nonfinite_output_gradient_is_written_and_switches_to_exact_counts(tmp_path, planned):
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_a_nonfinite_output_gradient_is_written_and_counted(tmp_path, planned, mode):
     # Only the output gradient of the Tanh (before the bad backward) is
-    # non-finite: no parameter upstream, activations finite.
+    # non-finite: no parameter upstream, activations finite; the inf goes
+    # into the batch's own gradient. Steps 0-3 are full steps, whose output
+    # gradient sums are checked too.
     torch.manual_seed(0)
     model = nn.Sequential(nn.Tanh(), InfBackward(), nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     crit = nn.CrossEntropyLoss()
     with DebugWriter(str(tmp_path)) as w:
-        w.watch(model, optimizer=opt, criterion=crit)
+        w.watch(model, optimizer=opt, criterion=crit, nonfinite=mode)
         for _ in range(4):
             x = torch.randn(8, 4, requires_grad=True)
             opt.zero_grad()
             crit(model(x), torch.randint(0, 2, (8,))).backward()
             opt.step()
-            w.flush()  # the worker sees step s before step s+1 is measured
     ea = load(tmp_path)
     names = [l["name"] for l in json_values(ea, metadata.TAG_LAYERS)[-1]["layers"]]
     rows = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("gout_nonfinite"))]
     tanh, bad, lin = (names.index(n) for n in ("0", "1", "2"))
-    assert [r[tanh] for r in rows] == [1, 32, 32, 32]  # the flag, then exact counts
+    # replay: exact counts at every step (each one re-run); every_step: the
+    # flag at the first, then exact counts (decided on the training thread
+    # at the step's end from its host copy, on CUDA one step later: the same
+    # whatever the worker's lag).
+    if mode == "replay":
+        expected = [32, 32, 32, 32]
+    else:
+        expected = [1, 32, 32, 32] if DEVICE.type == "cpu" else [1, 1, 32, 32]
+    assert [r[tanh] for r in rows] == expected
     assert all(r[bad] == 0 and r[lin] == 0 for r in rows)
     grads = [tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag("grad_nonfinite"))]
     assert all(g[lin] == 0 for g in grads)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tensorboard.compat import tf
 
+from .collector import host_finite
 from .modules import iter_tensors
 
 __all__ = ["BatchKeeper", "BUDGET_BYTES", "MAX_FILES"]
@@ -76,7 +77,7 @@ class BatchKeeper:
         (CPU), the first step with a non-finite value keeps its batch."""
         held = self._held
         if self._suspect is None and held and held[-1][0] == step:
-            if any(isinstance(h, np.ndarray) and not np.isfinite(h).all() for h in host):
+            if host_finite(host) is False:
                 self._suspect = held[-1]
 
     def clear(self) -> None:

@@ -10,13 +10,14 @@ result travels to the worker as a :class:`StepPacket`, whose
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["StepPacket", "Collector"]
+__all__ = ["StepPacket", "Collector", "all_finite", "host_finite"]
 
 
 @dataclass
@@ -34,6 +35,9 @@ class StepPacket:
     layers: list
     stats: bool
     host: list = field(default_factory=list)  # numpy arrays, or (pinned, event): see Collector.finish
+    # Rows whose module ran at a step whose hooks measured nothing (a cheap
+    # step of nonfinite="replay" that needed no replay); None otherwise.
+    ran: np.ndarray | None = None
 
     def host_values(self) -> np.ndarray:
         """The step vector, float64, once its device copies are done (this
@@ -55,17 +59,19 @@ class Collector:
     Single values (0-d tensors, the bulk: one or more per hook call) are kept
     as they are and stacked once per device and dtype in :meth:`finish`:
     no per-value reshape. Runs (histograms) and pre-stacked groups are kept
-    as 1-d tensors.
+    as 1-d tensors, their rows and keys as numpy arrays; host constants as
+    Python numbers, or as arrays for many rows at once (:meth:`const_many`).
     """
 
-    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals")
+    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals", "c_arrays")
 
     def __init__(self):
-        # device -> (scalar tensors, their rows, their keys, 1-d runs, rows, keys)
+        # device -> (scalar tensors, their rows, their keys, 1-d runs, rows arrays, keys arrays)
         self.by_device: dict[torch.device, tuple[list, list, list, list, list, list]] = {}
         self.c_rows: list[int] = []
         self.c_keys: list[int] = []
         self.c_vals: list[float] = []
+        self.c_arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def _slot(self, dev):
         d = self.by_device.get(dev)
@@ -83,8 +89,8 @@ class Collector:
         d = self._slot(t.device)
         d[3].append(t.reshape(-1))
         n = t.numel()
-        d[4].extend([row] * n)
-        d[5].extend([key] * n)
+        d[4].append(np.full(n, row, dtype=np.int64))
+        d[5].append(np.full(n, key, dtype=np.int64))
 
     def add_many(
         self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
@@ -92,30 +98,35 @@ class Collector:
         """0-d tensors (e.g. per-parameter norms), stacked per device: one
         kernel per device instead of one entry each; ``divisor`` (a 0-d
         tensor, e.g. the GradScaler scale) divides them all at once."""
-        if divisor is None:
-            for t, r in zip(tensors, rows):
-                d = self._slot(t.device)
-                d[0].append(t if t.dim() == 0 else t.reshape(()))
-                d[1].append(r)
-                d[2].append(key)
+        if not tensors:
             return
-        groups: dict[torch.device, tuple[list, list]] = {}
-        for t, r in zip(tensors, rows):
-            ts, rs = groups.setdefault(t.device, ([], []))
-            ts.append(t)
-            rs.append(r)
+        dev0 = tensors[0].device
+        if all(t.device == dev0 for t in tensors):
+            groups = {dev0: (tensors, rows)}  # the common case: no regrouping
+        else:
+            groups = {}
+            for t, r in zip(tensors, rows):
+                ts, rs = groups.setdefault(t.device, ([], []))
+                ts.append(t)
+                rs.append(r)
         for dev, (ts, rs) in groups.items():
-            v = torch.stack(ts) if len(ts) > 1 else ts[0].reshape(1)
-            v = v / divisor.to(dev)
+            v = torch.stack(list(ts)) if len(ts) > 1 else ts[0].reshape(1)
+            if divisor is not None:
+                v = v / divisor.to(dev)
             d = self._slot(dev)
             d[3].append(v.reshape(-1))
-            d[4].extend(rs)
-            d[5].extend([key] * len(rs))
+            d[4].append(np.asarray(rs, dtype=np.int64))
+            d[5].append(np.full(len(rs), key, dtype=np.int64))
 
     def const(self, row: int, key: int, value: float) -> None:
         self.c_rows.append(row)
         self.c_keys.append(key)
         self.c_vals.append(float(value))
+
+    def const_many(self, rows: np.ndarray, key: int, values: np.ndarray) -> None:
+        """Host values for many rows at once (numpy arrays of one length)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self.c_arrays.append((rows, np.full(len(rows), key, dtype=np.int64), np.asarray(values, dtype=np.float64)))
 
     def extend(self, other: "Collector") -> None:
         for dev, parts in other.by_device.items():
@@ -125,27 +136,31 @@ class Collector:
         self.c_rows.extend(other.c_rows)
         self.c_keys.extend(other.c_keys)
         self.c_vals.extend(other.c_vals)
+        self.c_arrays.extend(other.c_arrays)
 
     def finish(self) -> tuple[list, np.ndarray, np.ndarray]:
         """One concatenation and one host copy per device; no waiting."""
-        host, rows, keys = [], [], []
+        host: list = []
+        rows: list[np.ndarray] = []
+        keys: list[np.ndarray] = []
         for dev, (sts, srs, sks, rts, rrs, rks) in self.by_device.items():
             wide = dev.type in ("cpu", "cuda")  # float64: counts above 2**24 stay exact
             flat_parts: list[torch.Tensor] = []
             if sts:
-                by_dtype: dict[torch.dtype, list[int]] = {}
-                for i, t in enumerate(sts):
-                    by_dtype.setdefault(t.dtype, []).append(i)
-                if len(by_dtype) == 1:
+                dtype0 = sts[0].dtype
+                if all(t.dtype == dtype0 for t in sts):
                     flat_parts.append(torch.stack(sts))
-                    rows.extend(srs)
-                    keys.extend(sks)
+                    rows.append(np.asarray(srs, dtype=np.int64))
+                    keys.append(np.asarray(sks, dtype=np.int64))
                 else:
+                    by_dtype: dict[torch.dtype, list[int]] = {}
+                    for i, t in enumerate(sts):
+                        by_dtype.setdefault(t.dtype, []).append(i)
                     for idxs in by_dtype.values():
                         v = torch.stack([sts[i] for i in idxs])
                         flat_parts.append(v.to(torch.float64) if wide else v)
-                        rows.extend(srs[i] for i in idxs)
-                        keys.extend(sks[i] for i in idxs)
+                        rows.append(np.asarray([srs[i] for i in idxs], dtype=np.int64))
+                        keys.append(np.asarray([sks[i] for i in idxs], dtype=np.int64))
             if rts:
                 flat_parts.extend(rts)
                 rows.extend(rrs)
@@ -156,7 +171,7 @@ class Collector:
                 flat_parts = [f if f.dtype == torch.float64 else f.to(torch.float64) for f in flat_parts]
             flat = torch.cat(flat_parts) if len(flat_parts) > 1 else flat_parts[0]
             if dev.type == "cuda":
-                pinned = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+                pinned = torch.empty(flat.shape, dtype=flat.dtype, device="cpu", pin_memory=True)
                 pinned.copy_(flat, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
@@ -164,6 +179,64 @@ class Collector:
             else:
                 host.append(flat.detach().cpu().numpy())
         host.append(np.asarray(self.c_vals, dtype=np.float64))
-        rows.extend(self.c_rows)
-        keys.extend(self.c_keys)
-        return host, np.asarray(rows, dtype=np.int64), np.asarray(keys, dtype=np.int64)
+        rows.append(np.asarray(self.c_rows, dtype=np.int64))
+        keys.append(np.asarray(self.c_keys, dtype=np.int64))
+        for r, k, v in self.c_arrays:
+            host.append(v)
+            rows.append(r)
+            keys.append(k)
+        return host, np.concatenate(rows), np.concatenate(keys)
+
+
+def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] = ()) -> bool:
+    """True when every floating-point device value of ``collectors`` (their
+    0-d values and runs) and of ``tensors`` is finite. CPU values are read in
+    place (numpy views, no kernel); on another device one reduction per
+    dtype and one host read per device, which on CUDA waits for the device
+    (the one planned synchronisation of a step)."""
+    by_dev: dict[torch.device, dict[torch.dtype, tuple[list, list]]] = {}
+
+    def put(t: torch.Tensor, scalar: bool) -> bool:
+        if not t.is_floating_point():
+            return True
+        if t.is_cpu:
+            if scalar:
+                return math.isfinite(t.item())
+            if t.dtype in _NUMPY_FLOATS:
+                return bool(np.isfinite(t.detach().numpy()).all())
+        ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
+        (ss if scalar else rr).append(t)
+        return True
+
+    for c in collectors:
+        for sts, _, _, rts, _, _ in c.by_device.values():
+            for t in sts:
+                if not put(t, True):
+                    return False
+            for t in rts:
+                if not put(t, False):
+                    return False
+    for t in tensors:
+        if not put(t, t.dim() == 0):
+            return False
+    for groups in by_dev.values():
+        flags = []
+        for ss, rr in groups.values():
+            parts = ([torch.stack(ss)] if ss else []) + [r.reshape(-1) for r in rr]
+            v = torch.cat(parts) if len(parts) > 1 else parts[0]
+            flags.append(torch.isfinite(v).all())
+        if not bool(torch.stack(flags).all() if len(flags) > 1 else flags[0]):
+            return False
+    return True
+
+
+_NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
+
+
+def host_finite(host: list) -> bool | None:
+    """Whether the host copies of a step (:meth:`Collector.finish`) are all
+    finite; None while a device copy may still be in flight (CUDA)."""
+    for h in host:
+        if isinstance(h, tuple):
+            return None
+    return all(np.isfinite(h).all() for h in host)

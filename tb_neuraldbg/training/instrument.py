@@ -7,11 +7,19 @@ queue of the writer's worker thread). Nothing in a hook waits for the device:
 statistics are 0-d/1-d tensors collected during the step, concatenated once
 at the step's end and copied to the host once (see :mod:`.collector`).
 
+What a step measures is decided here, on the training thread, from the
+schedule and from the step's own values, never from how far the worker
+lags: on full steps (every ``stats_every``) every module; on cheap steps,
+with ``nonfinite="replay"``, no module (a hook only notes that its module
+ran) unless the step's check finds a non-finite value, which re-runs the
+step with every count on (see :mod:`.replay`); with
+``nonfinite="every_step"`` every module's non-finite flag.
+
 Which modules are rows and what is measured for each comes from
 :mod:`.modules`; when, from :mod:`.schedule`; the batches behind events are
 kept by :mod:`.batches`.
 
-Why one file: one class of about 600 lines, on purpose: its hooks share one step's state
+Why one file: one class of about 1,100 lines, on purpose: its hooks share one step's state
 (the collector, the schedule, the previous row's output) and run for every
 module at every step, so the fast paths are inlined in its methods rather
 than spread over more objects (each extra layer is a Python call per hook).
@@ -33,11 +41,14 @@ from . import distributed
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import Collector, StepPacket
+from . import replay as R
+from .collector import all_finite, host_finite
 from .modules import (
     Behaviour,
     behaviour_of,
     first_tensor,
     is_compiled,
+    iter_tensors,
     loss_of_output,
     owned_params,
     select_modules,
@@ -98,9 +109,14 @@ class Instrument:
             )
         self.scaler = scaler
         self.step = int(config.start_step)
-        # Written by the worker's thread, through count_nonfinite_exactly()
-        # and fail_at_next_hook(); read by the hooks.
-        self.exact_nonfinite = False
+        # How non-finite values are found: config.nonfinite until a step
+        # cannot be replayed ("every_step" from then on).
+        self.mode = config.nonfinite
+        # Exact non-finite counts in the hooks (every_step: from the step
+        # after the first non-finite one; always during a replay).
+        self.exact = False
+        self.replays = 0  # steps re-run so far
+        # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion (the logits' class dim), for
         # the diagnosis' initial-loss check (ln K); None when unknown.
@@ -110,6 +126,23 @@ class Instrument:
         self._removed = False
         self._sched_step: int | None = None  # see _schedule
         self._sched_stats = self._sched_hist = False
+        # A cheap step of nonfinite="replay": the module hooks only note
+        # that their module ran (see _schedule).
+        self._light = False
+        self._replaying = False  # inside replay.rerun
+        self._replay_nf_only = False  # a full step's replay: counts only
+        self._warned_fallback = False
+        # Per-parameter hooks find the backward when it does not go through
+        # the model's output (a LightningModule whose training_step calls
+        # its sub-modules, gradients of an inner tensor's loss): on until a
+        # step's backward is seen at the output, again if one is missed
+        # (see _check_step).
+        self._param_hooks = True
+        self._param_handles: list = []
+        # every_step on CUDA: the previous step's host copy, checked at the next commit.
+        self._unchecked_host: list | None = None
+        self._cuda_devices: list[int] = []
+        self._device_types: tuple[str, ...] = ("cpu",)
 
         self.layers: list[dict] = [{"name": metadata.PSEUDO_INPUT, "type": "input"}]
         self._loss_row: int | None = None
@@ -118,6 +151,7 @@ class Instrument:
         # (new module objects every step) that carry the same hooks.
         self._row_of: dict[str, int] = {}
         self._params_of_row: dict[int, list[nn.Parameter]] = {}
+        self._flat_params: tuple[list, list] | None = None  # see _param_rows
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
@@ -145,6 +179,7 @@ class Instrument:
         self._committed = False
         self.warned_unstepped = False
         self._reset_iteration()
+        self._find_devices()
 
         self._install()
 
@@ -164,9 +199,25 @@ class Instrument:
         self._grad_col: Collector | None = None
         self._loss: torch.Tensor | None = None
         self._backward_queued = False
+        self._via_output = False  # this step's backward was seen at the model's output
         # (params, rows, copies, norms) taken before an update; see _commit.
         self._upd_snapshot: tuple | None = self._next_upd_snapshot
         self._next_upd_snapshot = None
+        # nonfinite="replay": what the step's first forward left for a
+        # re-run; whether the step was checked; the re-run's measurements.
+        self._capture: R.StepCapture | None = None
+        self._checked = False
+        self._replay_col: Collector | None = None
+        # (params, their gradient norms before any division), from backward
+        self._grad_norms: tuple[list, list] | None = None
+        self._schedule()
+
+    def _find_devices(self) -> None:
+        """The CUDA devices (whose generators a replay restores) and the
+        autocast device types of the model's parameters, once."""
+        devs = {p.device for p in self.root.parameters()} | {b.device for b in self.root.buffers()}
+        self._cuda_devices = sorted({d.index if d.index is not None else 0 for d in devs if d.type == "cuda"})
+        self._device_types = tuple(sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "hpu")}))
 
     # -- installation -----------------------------------------------------
 
@@ -185,6 +236,9 @@ class Instrument:
         # region: on torch.compile's wrapper when that is what was watched.
         entry = self.model if is_compiled(self.model) else self.root
         h.append(entry.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
+        # Where the backward starts (one tensor hook a step on the outputs),
+        # and the model's own loss when there is no criterion.
+        h.append(entry.register_forward_hook(self._on_model_output, with_kwargs=True))
         for name, m in self._watched:
             self._install_module(name, m)
         if entry is self.model and entry is not self.root:
@@ -194,9 +248,6 @@ class Instrument:
                 self._row_for(name, m)
         if self.criterion is not None:
             h.append(self.criterion.register_forward_hook(self._on_loss, with_kwargs=True))
-        else:
-            # A model that computes its own loss (Hugging Face: output.loss).
-            h.append(entry.register_forward_hook(self._on_model_output))
         if self.optimizer is not None:
             h.append(self.optimizer.register_step_pre_hook(self._on_step_pre))
             h.append(self.optimizer.register_step_post_hook(self._on_step_post))
@@ -221,8 +272,6 @@ class Instrument:
         owned = [p for p in owned_params(m) if id(p) not in self._params_done]
         self._params_done.update(id(p) for p in owned)
         self._params_pending[id(m)] = owned
-        for p in owned:
-            h.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
 
     def add_modules(self, modules: list) -> None:
         """Watch ``[(name, module)]`` added to the model after watch(): their
@@ -234,16 +283,23 @@ class Instrument:
             self._install_module(name, m)
             row = self._row_of.get(name)
             if row is not None:  # a replaced module: its row now owns the new parameters
-                self._params_of_row[row] = self._params_pending[id(m)]
+                owned = self._params_pending[id(m)]
+                self._params_of_row[row] = owned
+                self._flat_params = None
+                if self._param_hooks:
+                    for p in owned:
+                        if p.requires_grad:  # (a frozen one refuses the hook)
+                            self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
 
     def remove(self) -> None:
         """Remove every hook and the scaler wrapper. Safe to call twice."""
         if self._removed:
             return
         self._removed = True
-        for handle in self._handles:
+        for handle in self._handles + self._param_handles:
             handle.remove()
         self._handles.clear()
+        self._param_handles.clear()
         if self._scaler_update is not None and self.scaler.__dict__.get("update") is self._scaler_update:
             del self.scaler.update
         self._col = Collector()
@@ -251,6 +307,9 @@ class Instrument:
         self._gout_sums, self._gout_rows = [], []
         self._grad_col = None
         self._upd_snapshot = self._next_upd_snapshot = None
+        self._capture = None
+        self._replay_col = None
+        self._grad_norms = None
 
     def release(self) -> None:
         """Drop the references to recent batches (after the worker is done
@@ -274,13 +333,9 @@ class Instrument:
         return self._removed
 
     # -- from the worker's thread -----------------------------------------
-    # Plain attribute stores (atomic under the GIL) that the hooks read at
-    # their next call: the worker never waits for the training thread.
-
-    def count_nonfinite_exactly(self) -> None:
-        """From now on, count non-finite values exactly at every step (the
-        worker saw one: before that, the cheap flag says "at least one")."""
-        self.exact_nonfinite = True
+    # A plain attribute store (atomic under the GIL) that the hooks read at
+    # their next call: the worker never waits for the training thread, and
+    # never changes what is measured.
 
     def fail_at_next_hook(self, failure: BaseException) -> None:
         """Raise ``failure`` in the training thread at the next model input,
@@ -320,19 +375,29 @@ class Instrument:
             row = len(self.layers)
             self.layers.append({"name": name, "type": type(m).__name__})
             self._row_of[name] = row
-            self._params_of_row[row] = self._params_pending.get(id(m), [])
+            owned = self._params_pending.get(id(m), [])
+            self._params_of_row[row] = owned
+            self._flat_params = None
+            if self._param_hooks:
+                for p in owned:
+                    if p.requires_grad:  # (a frozen one refuses the hook)
+                        self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
         return row
 
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
         """The watched parameters that require grad *now* (a parameter
-        frozen after watch() is left out: no gradient is expected of it)."""
-        params, rows = [], []
-        for row, ps in self._params_of_row.items():
-            for p in ps:
-                if p.requires_grad:
-                    params.append(p)
-                    rows.append(row)
-        return params, rows
+        frozen after watch() is left out: no gradient is expected of it),
+        and their rows."""
+        flat = self._flat_params
+        if flat is None:
+            params = [p for ps in self._params_of_row.values() for p in ps]
+            rows = [r for r, ps in self._params_of_row.items() for _ in ps]
+            flat = self._flat_params = (params, rows)
+        params, rows = flat
+        if all(p.requires_grad for p in params):
+            return params, rows
+        keep = [i for i, p in enumerate(params) if p.requires_grad]
+        return [params[i] for i in keep], [rows[i] for i in keep]
 
     # -- forward ----------------------------------------------------------
 
@@ -345,12 +410,20 @@ class Instrument:
     def _on_model_input(self, module, args, kwargs):
         if torch.compiler.is_compiling():
             return None
+        if self._replaying:
+            if not self._input_done:
+                self._input_done = True
+                self._guard("replay", self._measure_input_replay, args, kwargs)
+            return None
         self._raise_pending()
         # The model's input seen with autograd off is an evaluation forward:
         # modules running without autograd then are not a bug.
         self._outside = not torch.is_grad_enabled()
-        if self._outside:
+        if self._outside or self._removed:
             return None
+        if self.mode == "replay" and self._capture is None:
+            # Before the forward: the RNG and autocast state it starts from.
+            self._capture = self._guard("replay", R.capture, args, kwargs, self._cuda_devices, self._device_types)
         self.observe_input(args, kwargs)
         return None
 
@@ -363,15 +436,57 @@ class Instrument:
             return
         self._input_done = True
         self._threads = torch.get_num_threads()  # once a step, for one_thread
+        if self._sched_step != self.step:
+            self._schedule()
         self._guard("input", self._measure_input, args, kwargs)
+
+    def _on_model_output(self, module, args, kwargs, output):
+        if torch.compiler.is_compiling() or self._replaying or self._removed or not torch.is_grad_enabled():
+            return None
+        if self.criterion is None and self._loss is None:
+            # A model that computes its own loss (Hugging Face: output.loss).
+            loss = loss_of_output(output)
+            if loss is not None:
+                self._loss = loss.detach()
+        self._guard("backward", self._follow_outputs, output)
+        return None
+
+    def _follow_outputs(self, output) -> None:
+        """A hook on each output tensor: where the backward starts, it queues
+        the measurement of the gradients at the backward's end (one hook a
+        step, not one per parameter); on the step's first call it also keeps
+        the gradient for a replay, unless the criterion can give it again."""
+        cap = self._capture
+        if cap is not None and cap.outputs is not None:
+            cap = None  # kept from the first call of the step only
+        outs = list(iter_tensors(output))[: R.MAX_OUTPUTS]
+        if cap is not None:
+            cap.outputs = [weakref.ref(t) for t in outs]
+        for i, t in enumerate(outs):
+            if t.requires_grad and not t.is_leaf:
+                t.register_hook(self._make_output_hook(i, cap))
+
+    def _make_output_hook(self, index: int, cap: R.StepCapture | None):
+        instrument = weakref.ref(self)
+        step = self.step
+        keep = cap.keep_grad(index) if cap is not None else None
+
+        def hook(grad):
+            inst = instrument()
+            if inst is not None and inst.step == step:
+                inst._via_output = True
+                inst._on_backward_start()
+                if keep is not None:
+                    keep(grad)
+            return None
+
+        return hook
 
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
             self.batches.keep(self.step, args, kwargs)
-        x = first_tensor(args) if args else None
+        x = self._batch_tensor(args, kwargs)
         if x is None:
-            x = first_tensor(kwargs)
-        if x is None or x.is_complex() or x.numel() == 0:
             return
         if x.is_floating_point():
             # The first module usually gets this very tensor: it then reuses
@@ -380,6 +495,23 @@ class Instrument:
         x = x.detach()
         with S.one_thread(x, threads=self._threads):
             self._measure_batch(x)
+
+    @staticmethod
+    def _batch_tensor(args, kwargs) -> torch.Tensor | None:
+        x = first_tensor(args) if args else None
+        if x is None:
+            x = first_tensor(kwargs)
+        if x is None or x.is_complex() or x.numel() == 0:
+            return None
+        return x
+
+    def _measure_input_replay(self, args, kwargs) -> None:
+        x = self._batch_tensor(args, kwargs)
+        if x is None:
+            return
+        if x.is_floating_point():
+            self._prev_out = (weakref.ref(x), 0, _version_of(x))
+        self._col.add(S.nonfinite_count(x.detach()), 0, Key.OUT_NF)
 
     def _measure_batch(self, x: torch.Tensor) -> None:
         col = self._col
@@ -392,9 +524,9 @@ class Instrument:
         col.add(mx, 0, Key.OUT_MAX)
         col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
         col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
-        if self.config.is_stats(self.step):
+        if self._sched_stats:
             col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
-        if self.exact_nonfinite:
+        if self.exact:
             col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
         if x.dim() >= 1:
@@ -403,6 +535,7 @@ class Instrument:
     def _make_forward_hook(self, name: str, m: nn.Module):
         behaviour = behaviour_of(m)
         instrument = weakref.ref(self)
+        row_of = self._row_of
 
         def hook(module, args, kwargs, output):
             if torch.compiler.is_compiling():
@@ -414,6 +547,12 @@ class Instrument:
                 if inst._input_done and not inst._outside:  # no_grad() inside the training forward
                     inst._guard("optimizer facts", inst.facts.ran_without_grad, inst._row_for(name, m))
                 return None
+            if inst._light:
+                # A cheap step of nonfinite="replay": only note that it ran.
+                row = row_of.get(name)
+                if row is not None:
+                    inst._seen_rows.add(row)
+                    return None
             # The watched module itself (not a DataParallel replica) names the row.
             inst._guard("forward", inst._measure_module, name, m, behaviour, args, kwargs, output)
             return None
@@ -425,6 +564,8 @@ class Instrument:
         if row in self._seen_rows:
             return  # measured at its first call of the step (weight sharing, loops)
         self._seen_rows.add(row)
+        if self._light:
+            return  # first seen at a cheap step: a row now, measured from the next full step
         x = first_tensor(args) if args else None
         if x is None and kwargs:
             x = first_tensor(kwargs)
@@ -434,6 +575,7 @@ class Instrument:
         if y is not None and not (y.is_floating_point() and y.numel() > 0):
             y = None
         same_as_prev = False
+        nf_only = self._replay_nf_only
         if x is not None:
             prev = self._prev_out
             # The very tensor the previous row output, not modified in place
@@ -444,7 +586,8 @@ class Instrument:
                 prev is not None and prev[0]() is x and (y is x or _version_of(x) == prev[2])
             )
             if same_as_prev:
-                self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
+                if not nf_only:  # a full step's replay: the step has it already
+                    self._col.const(row, Key.IN_REF, prev[1])  # same tensor: reuse its statistics
                 x = None
         if y is not None:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
@@ -461,17 +604,23 @@ class Instrument:
                 x is None
                 and same_as_prev
                 and behaviour.pointwise
-                and not (self._sched_stats or self._sched_hist or self.exact_nonfinite)
+                and not (self._sched_stats or self._sched_hist or self.exact)
             )
             and S.one_thread_pays(x, y)
         )
         if switch:
             torch.set_num_threads(1)
         try:
-            if x is not None:
-                self._measure_in(row, x.detach())
-            if y is not None:
-                self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
+            if nf_only:
+                if x is not None:
+                    self._col.add(S.nonfinite_count(x.detach()), row, Key.IN_NF)
+                if y is not None:
+                    self._col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
+            else:
+                if x is not None:
+                    self._measure_in(row, x.detach())
+                if y is not None:
+                    self._measure_out(row, module, behaviour, y.detach(), same_as_prev)
         finally:
             if switch:
                 torch.set_num_threads(threads)
@@ -481,11 +630,13 @@ class Instrument:
             y.register_hook(self._make_gout_hook(row))
 
     def _schedule(self) -> None:
-        """This step's schedule, computed once per step (not per hook)."""
+        """This step's schedule, computed once per step (not per hook): at
+        the end of the previous step, again if ``record(step)`` moved it."""
         step = self.step
         self._sched_step = step
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
+        self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
 
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""
@@ -500,14 +651,15 @@ class Instrument:
                 col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
             else:
                 col.add(S.nonzero_count(x), row, Key.IN_NZ)
-        # Exact non-finite counts cost a pass and a temporary: only once a
-        # non-finite value has been seen (before that, the flag says "1").
-        if self.exact_nonfinite:
+        # Exact non-finite counts cost a pass and a temporary: in a replay,
+        # and with nonfinite="every_step" once a non-finite value was seen
+        # (before that, the flag says "1").
+        if self.exact:
             col.add(S.nonfinite_count(x), row, Key.IN_NF)
 
     def _measure_out(self, row: int, module, behaviour: Behaviour, y: torch.Tensor, same_as_prev: bool) -> None:
         col = self._col
-        exact = self.exact_nonfinite
+        exact = self.exact
         col.const(row, Key.OUT_N, y.numel())
         # One value (a 0-d output, a [1, 1] score) has no spread: only its
         # non-finite flag and value, never a "constant activation".
@@ -568,24 +720,19 @@ class Instrument:
             self._measure_gout_values(row, g)
 
     def _measure_gout_values(self, row: int, g: torch.Tensor) -> None:
-        self._gout_sums.append(g.sum(dtype=S.ACC_DTYPE.get(g.dtype)))  # no sync: the sum is the flag
-        self._gout_rows.append(row)
-        if self.exact_nonfinite:
+        if not self._replay_nf_only:
+            self._gout_sums.append(g.sum(dtype=S.ACC_DTYPE.get(g.dtype)))  # no sync: the sum is the flag
+            self._gout_rows.append(row)
+        if self.exact:
             self._gout_col.add(S.nonfinite_count(g), row, Key.GOUT_NF)
 
-    def _on_model_output(self, module, args, output):
-        if torch.compiler.is_compiling():
-            return None
-        if torch.is_grad_enabled() and self._loss is None:
-            loss = loss_of_output(output)
-            if loss is not None:
-                self._loss = loss.detach()
-        return None
-
     def _on_loss(self, module, args, kwargs, output):
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or self._replaying or not torch.is_grad_enabled():
             return None
-        if torch.is_grad_enabled() and self._loss is None:
+        cap = self._capture
+        if cap is not None:
+            self._guard("replay", cap.note_criterion, args, kwargs, R.autocast_state(self._device_types))
+        if self._loss is None:
             self._guard("loss", self._measure_loss, module, args, output)
         return None
 
@@ -626,13 +773,17 @@ class Instrument:
             self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
 
     def _on_grad_accumulated(self, param) -> None:
-        # Runs once per parameter per backward; the first one of a backward
-        # queues one callback at its end, where all gradients are complete and
-        # not yet clipped by the user.
-        if self._backward_queued or "backward" in self._broken or self._removed:
+        # Per parameter, installed only when a step's gradients came from a
+        # backward that did not go through the model's output (see _check_step).
+        self._on_backward_start()
+
+    def _on_backward_start(self) -> None:
+        # The first call of a backward queues one callback at its end, where
+        # all gradients are complete and not yet clipped by the user.
+        if self._backward_queued or self._replaying or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
-        self._check_leftovers()  # (without a hooked loss: here, once one gradient is in)
+        self._check_leftovers()  # (without a hooked loss: here, where the backward starts)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead
@@ -693,24 +844,162 @@ class Instrument:
     def _measure_grads(self) -> Collector:
         col = Collector()
         params, rows = self._param_rows()
-        grads, grows = [], []
-        missing: dict[int, int] = {}
-        for p, r in zip(params, rows):
-            if p.grad is None:
-                missing[r] = missing.get(r, 0) + 1
-            else:
-                grads.append(p.grad.detach())
-                grows.append(r)
-        for r in dict.fromkeys(rows):  # rows with a trainable parameter now
-            col.const(r, Key.GRAD_MISSING, missing.get(r, 0))
+        self._grad_norms = None
+        if not params:
+            return col
+        # Once per step for every parameter: list work, no per-row Python.
+        grads = [p.grad for p in params]
+        row_arr = np.asarray(rows, dtype=np.int64)
+        none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
+        present = np.unique(row_arr)  # rows with a trainable parameter now
+        missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
+        col.const_many(present, Key.GRAD_MISSING, missing)
+        if none.any():
+            keep = np.flatnonzero(~none).tolist()
+            gparams, grows, grads = [params[i] for i in keep], [rows[i] for i in keep], [grads[i] for i in keep]
+        else:
+            gparams, grows = params, rows
         if not grads:
             return col
+        # A gradient that requires grad (create_graph=True) is measured detached.
+        grads = [g.detach() if g.requires_grad else g for g in grads]
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        col.add_many(self.norms(grads), grows, Key.GRAD_NORM, divisor=divisor)
-        if self.exact_nonfinite:
+        # BLAS dots for large CPU tensors, unless a distributed run swapped
+        # in norms over shards.
+        norms = (S.grad_norms if self.norms is S.foreach_norm else self.norms)(grads)
+        self._grad_norms = (gparams, norms)
+        col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
+        if self.exact:
             col.add_many([S.nonfinite_count(g) for g in grads], grows, Key.GRAD_NF)
         return col
+
+    # -- the step's check and its replay -------------------------------------
+
+    def _check_step(self, at_commit: bool) -> None:
+        """Once a step, before its gradients are used (at the optimizer's
+        step pre-hook, else at the commit): with nonfinite="replay", re-run
+        the step when what it computed anyway has a non-finite value."""
+        if self._checked:
+            return
+        self._checked = True
+        if self._grad_col is None:
+            # No backward seen through the model's output (grads set by hand,
+            # a loss from an inner tensor): measured now, and from now on the
+            # backward is followed through every parameter.
+            self._grad_col = self._measure_grads()
+            if self._grad_norms is not None and not self._param_hooks:
+                self._param_hooks = True
+                for p in self._param_rows()[0]:
+                    self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+        elif self._via_output and self._param_hooks:
+            # The model's output leads to the backward: one tensor hook a
+            # step does, the per-parameter ones go.
+            self._param_hooks = False
+            for handle in self._param_handles:
+                handle.remove()
+            self._param_handles.clear()
+        if self.mode != "replay":
+            return
+        cap, self._capture = self._capture, None
+        if self._scaler_decides():
+            # An enabled GradScaler on CUDA has read its found-inf flag:
+            # the optimizer's pre-hook runs only for a step without inf/NaN
+            # gradients. No second synchronisation for ours.
+            dirty = at_commit and self._grad_col is not None
+        else:
+            parts = [c for c in (self._col, self._grad_col) if c is not None]
+            extra = self._gout_sums + ([self._loss] if self._loss is not None else [])
+            dirty = not all_finite(parts, extra)
+        if dirty:
+            self._replay(cap)
+
+    def _scaler_decides(self) -> bool:
+        sc = self.scaler
+        scale = getattr(sc, "_scale", None) if sc is not None else None
+        return (
+            self.optimizer is not None
+            and scale is not None
+            and getattr(sc, "_enabled", False)
+            and scale.device.type == "cuda"
+        )
+
+    def _replay(self, cap: R.StepCapture | None) -> None:
+        """Re-run the step with every count on; its measurements join the
+        step's row. Falls back to the every-step flags when it cannot."""
+        if cap is None:
+            self._fall_back("no batch was kept (no forward of the watched model under grad this step)")
+            return
+        col = Collector()
+        saved = (
+            self._col, self._gout_col, self._gout_sums, self._gout_rows, self._seen_rows, self._input_done,
+            self._prev_out, self._light, self.exact, self._sched_stats, self._sched_hist,
+        )
+        stats = self._sched_stats
+        self._col, self._gout_col, self._gout_sums, self._gout_rows = col, Collector(), [], []
+        self._seen_rows, self._input_done, self._prev_out = set(), False, None
+        self._light, self.exact, self._sched_stats, self._sched_hist = False, True, False, False
+        self._replaying, self._replay_nf_only = True, stats
+        params = [p for p in self.root.parameters() if p.requires_grad]
+        scale = self.scaler._scale.detach() if self._grads_scaled() else None
+        try:
+            loss, grads = R.rerun(self.root, self.criterion, cap, params, scale, self._cuda_devices)
+            if self._gout_sums:
+                col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
+            col.extend(self._gout_col)
+            problem = self._reproduced(cap, loss, params, grads, col)
+        except Exception as e:  # noqa: BLE001 -- a model that cannot re-run: flags instead
+            problem = f"{type(e).__name__}: {e}"
+        finally:
+            (
+                self._col, self._gout_col, self._gout_sums, self._gout_rows, self._seen_rows, self._input_done,
+                self._prev_out, self._light, self.exact, self._sched_stats, self._sched_hist,
+            ) = saved
+            self._replaying = self._replay_nf_only = False
+        self.replays += 1
+        if problem:
+            self._fall_back(problem)
+        else:
+            self._replay_col = col
+
+    def _reproduced(self, cap, loss, params, grads, col: Collector) -> str | None:
+        """None when the re-run gave the same parameters non-finite
+        gradients as the step (and the same loss, finite or not); else why
+        not. Adds the exact counts of the re-run's gradients to ``col``."""
+        if self._loss is not None and loss is not None:
+            if bool(torch.isfinite(self._loss.float()).all()) != bool(torch.isfinite(loss.float()).all()):
+                return "the replay's loss differs from the step's"
+        if self._grad_norms is None:
+            return None
+        if not grads:
+            return "no gradient of the model's output was kept (a loss computed from more than the model's output?)"
+        gparams, norms = self._grad_norms
+        replayed = {id(p): g for p, g in zip(params, grads)}
+        again = [replayed.get(id(p)) for p in gparams]
+        if any(g is None for g in again):
+            return "the replay's backward reached other parameters"
+        was = torch.isfinite(torch.stack([n.float() for n in norms]))
+        now = torch.isfinite(torch.stack([n.float() for n in S.foreach_norm([g.detach() for g in again])]))
+        if not torch.equal(was.cpu(), now.cpu()):
+            return "the replay's gradients differ from the step's (another RNG, a nondeterministic op?)"
+        rows = dict(zip(map(id, self._param_rows()[0]), self._param_rows()[1]))
+        col.add_many([S.nonfinite_count(g) for g in again], [rows[id(p)] for p in gparams], Key.GRAD_NF)
+        return None
+
+    def _fall_back(self, why: str) -> None:
+        """From the next step on, every module's non-finite flags at every
+        step, exact counts (a non-finite value was just seen); warned once."""
+        self.mode = "every_step"
+        self.exact = True
+        if not self._warned_fallback:
+            self._warned_fallback = True
+            msg = (
+                f"tb_neuraldbg: step {self.step} has non-finite values but cannot be replayed to find "
+                f"where they come from ({why}); measuring every module's non-finite values at every "
+                f"step from now on"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=4)
+            log.warning(msg)
 
     # -- optimizer and commit ----------------------------------------------
 
@@ -720,8 +1009,7 @@ class Instrument:
         return None
 
     def _before_update(self) -> None:
-        if self._grad_col is None:  # no backward seen (hooks off, grads set by hand)
-            self._grad_col = self._measure_grads()
+        self._check_step(at_commit=False)
         if self.config.is_update(self.step) and self._upd_snapshot is None:
             self._upd_snapshot = self._snapshot_weights()
 
@@ -773,8 +1061,10 @@ class Instrument:
             self._opt_row = len(self.layers)
             self.layers.append({"name": metadata.PSEUDO_OPTIMIZER, "type": "optimizer"})
         col = self._col
-        if self._grad_col is None and "backward" in self._broken:
-            self._grad_col = self._measure_grads()
+        self._guard("replay", self._check_step, True)
+        light = self._light and self._replay_col is None
+        if self._replay_col is not None:
+            col.extend(self._replay_col)
         if self._grad_col is not None:
             col.extend(self._grad_col)
         if self._gout_sums:
@@ -783,7 +1073,8 @@ class Instrument:
         params, prow = self._param_rows()
         self._guard("optimizer facts", self.facts.commit, col, params, prow)
         if full and params:
-            col.add_many(self.norms([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
+            with torch.no_grad():
+                col.add_many(self.norms([p.detach() for p in params]), prow, Key.WEIGHT_NORM)
         snap = self._upd_snapshot
         if snap is not None:
             sparams, srows, old, base = snap
@@ -795,7 +1086,7 @@ class Instrument:
         if self.optimizer is None and self.config.is_update(step + 1):
             # Without optimizer hooks the update happens after record():
             # compare the weights of this record with the next one.
-            self._next_upd_snapshot = self._snapshot_weights() if params else None
+            self._next_upd_snapshot = self._snapshot_weights() if self._param_rows()[0] else None
         if self._loss is not None:
             loss = self._loss.float()
             loss = loss if loss.numel() == 1 else loss.mean()
@@ -813,8 +1104,32 @@ class Instrument:
                 col.add(self.scaler._scale.detach().float(), self._opt_row, Key.SCALE)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
-        packet = StepPacket(step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host)
-        self._reset_iteration()
-        self._committed = True
+        if self.mode == "every_step" and not self.exact:
+            self._note_nonfinite(host)
+        ran = np.fromiter(self._seen_rows, dtype=np.int64, count=len(self._seen_rows)) if light else None
+        packet = StepPacket(
+            step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
+        )
         self.step = step + 1
+        self._reset_iteration()  # (schedules the next step: after the step moved)
+        self._committed = True
         self.sink(packet)
+
+    def _note_nonfinite(self, host: list) -> None:
+        """nonfinite="every_step": exact counts from the step after the
+        first one with a non-finite value, read here from the step's host
+        copy (on CUDA the previous step's, whose copy is done by now: no
+        wait on this step's work), so the switch depends on the data only."""
+        pending, self._unchecked_host = self._unchecked_host, None
+        if pending is not None:
+            for p in pending:
+                if isinstance(p, tuple):
+                    p[1].synchronize()
+            if not all(np.isfinite(p[0].numpy() if isinstance(p, tuple) else p).all() for p in pending):
+                self.exact = True
+                return
+        ok = host_finite(host)
+        if ok is None:
+            self._unchecked_host = host
+        elif not ok:
+            self.exact = True

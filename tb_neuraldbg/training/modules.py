@@ -252,7 +252,7 @@ def _select(root: nn.Module, prefix: str, include, exclude):
         yield name, m
 
 
-def select_modules(model: nn.Module, include=None, exclude=None, max_layers: int | None = 256):
+def select_modules(model: nn.Module, include=None, exclude=None, max_layers: int | None = None):
     """The modules to watch, as ``[(name, module)]`` in definition order.
 
     Default: every module that does work itself (see ``_does_work``), minus

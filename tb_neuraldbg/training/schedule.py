@@ -20,9 +20,11 @@ import torch
 from .._version import __version__
 from ..format import metadata
 
-__all__ = ["WatchConfig", "knobs_doc"]
+__all__ = ["WatchConfig", "knobs_doc", "NONFINITE_MODES"]
 
 _KNOBS_MARK = "Knobs:"
+#: The ways of ``watch(nonfinite=...)``: see :class:`WatchConfig`.
+NONFINITE_MODES = ("replay", "every_step")
 
 
 @dataclass
@@ -33,13 +35,25 @@ class WatchConfig:
     include, exclude: which modules are rows: fnmatch name patterns
         (``"encoder.layers.*"``) or module types; with ``include`` only the
         matching ones, then ``exclude`` removes some.
-    max_layers: at most this many module rows, evenly spaced (None = all).
-    stats_every: full activation statistics (std, max |x|, zero/dead/
-        saturated fractions) and weight norms every this many steps, and at
-        every step below ``stats_every`` (a model born broken shows at step
-        0). Gradient norms, the activation mean and non-finite flags, the
-        batch's mean/std/max |x|, loss, learning rate and scale are measured
-        at every step.
+    max_layers: at most this many module rows, evenly spaced (None, the
+        default: every module, even in a model of thousands).
+    stats_every: full activation statistics (mean, std, max |x|, zero/dead/
+        saturated fractions, non-finite flags of every module) and weight
+        norms every this many steps, and at every step below
+        ``stats_every`` (a model born broken shows at step 0). Gradient
+        norms, the batch's mean/std/max |x|, loss, learning rate and scale
+        are measured at every step.
+    nonfinite: how non-finite values are found at the step they appear.
+        "replay" (the default): every step checks what is computed anyway
+        (gradient norms, loss, the batch; on full steps every statistic);
+        a step where one is NaN/inf is run again on its kept batch, before
+        the optimizer uses its gradients, with every module's outputs,
+        inputs and output gradients counted, then everything the re-run
+        touched (RNG, buffers, autocast) is put back. "every_step": every
+        module's non-finite flags at every step (as a sum of each output
+        and output gradient, a pass over each), exact counts from the step
+        after the first non-finite one; also what "replay" falls back to,
+        with a warning, when a step cannot be replayed.
     update_every: update ratios ||w_t - w_{t-1}|| / ||w_{t-1}|| every this
         many steps and at every step below ``stats_every``: each one costs a
         transient copy of the weights, so it is rarer than the other
@@ -62,7 +76,7 @@ class WatchConfig:
 
     include: Any = None
     exclude: Any = None
-    max_layers: int | None = 256
+    max_layers: int | None = None
     stats_every: int = 10
     update_every: int = 100
     hist_every: int = 100
@@ -72,6 +86,7 @@ class WatchConfig:
     thresholds: Any = None
     start_step: int = 0
     save_batches: bool = True
+    nonfinite: str = "replay"
 
     def __post_init__(self):
         for name in ("stats_every", "full_steps", "ring"):
@@ -84,6 +99,8 @@ class WatchConfig:
                 raise ValueError(f"{name} must be an int >= 0 (0 = never), got {v!r}")
         if self.on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {self.on_error!r}")
+        if self.nonfinite not in NONFINITE_MODES:
+            raise ValueError(f"nonfinite must be one of {NONFINITE_MODES}, got {self.nonfinite!r}")
         if self.max_layers is not None and self.max_layers < 1:
             raise ValueError(f"max_layers must be >= 1 or None, got {self.max_layers!r}")
 

@@ -17,8 +17,10 @@ and writes summaries into the writer's own event file:
 * summary metadata is written only the first time a tag is written to an
   event file (TensorBoard keeps the first-seen metadata).
 
-What it tells the training side goes through two methods of the instrument:
-``count_nonfinite_exactly()`` and ``fail_at_next_hook()``.
+What it tells the training side goes through one method of the instrument,
+``fail_at_next_hook()``: the worker never changes what is measured (that is
+decided on the training thread from each step's own values), so the same
+run gives the same rows however far the worker lags.
 """
 
 from __future__ import annotations
@@ -40,18 +42,13 @@ from . import stats as S
 from .collector import StepPacket
 from .filewriter import GuardedFileWriter
 from .instrument import Instrument
+from .rows import RowAssembler
 from .schedule import WatchConfig
 from .stats import Key
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("tb_neuraldbg")
-
-# Once a row has a non-finite flag in one of these, the instrument counts
-# non-finite values exactly from then on.
-_NONFINITE_COLUMNS = [
-    metadata.METRIC_INDEX[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")
-]
 
 
 class Worker:
@@ -106,6 +103,7 @@ class Worker:
         self.warned: set[str] = set()
         self._seen_fw = None
         self._seen_tags: set[str] = set()
+        self.rows = RowAssembler()
 
     # -- thread plumbing --------------------------------------------------
 
@@ -248,11 +246,7 @@ class Worker:
         values = packet.host_values()
         self._grow_layers(packet.layers, step)
         L = len(self.layers)
-        row = S.assemble(values, packet.rows, packet.keys, L)
-        if not self.instrument.exact_nonfinite:
-            nf = row[:, _NONFINITE_COLUMNS]
-            if np.nanmax(nf, initial=0) > 0:
-                self.instrument.count_nonfinite_exactly()
+        row = self.rows.row(packet, values, L)
         per_rank, seen = None, row  # seen: what the diagnosis gets
         if self.ranks is not None:
             # Every rank, every step, in step order: the collective pairs up.

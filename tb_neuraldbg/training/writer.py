@@ -194,7 +194,7 @@ class DebugWriter(SummaryWriter):
         *,
         include=None,
         exclude=None,
-        max_layers: int | None = 256,
+        max_layers: int | None = None,
         stats_every: int = 10,
         update_every: int = 100,
         hist_every: int = 100,
@@ -204,6 +204,7 @@ class DebugWriter(SummaryWriter):
         thresholds=None,
         start_step: int = 0,
         save_batches: bool = True,
+        nonfinite: str = "replay",
     ) -> WatchHandle:
         """Watch ``model``; returns a handle whose ``remove()`` takes the hooks off.
 

@@ -73,6 +73,7 @@ class Result:
     layers: list
     logdir: str
     losses: list
+    instrument: Any = None  # the writer's hooks (replays, mode), after close
 
     @property
     def events(self):
@@ -114,7 +115,7 @@ def train(spec: Spec, logdir: str) -> Result:
     losses = []
     with mock.patch.object(diagnosis, "Engine", _Recording):
         with DebugWriter(logdir) as w:
-            w.watch(model, optimizer=opt, criterion=crit, scaler=scaler, **spec.watch)
+            handle = w.watch(model, optimizer=opt, criterion=crit, scaler=scaler, **spec.watch)
             for step in range(spec.steps):
                 if spec.plant is not None:
                     spec.plant(step, model, opt)
@@ -123,7 +124,9 @@ def train(spec: Spec, logdir: str) -> Result:
                     sched.step()
                 losses.append(float(loss.detach()))
     (eng,) = _Recording.instances
-    return Result(engine=eng, rows=eng.rows, layers=list(eng.layers), logdir=logdir, losses=losses)
+    return Result(
+        engine=eng, rows=eng.rows, layers=list(eng.layers), logdir=logdir, losses=losses, instrument=handle.instrument
+    )
 
 
 def _iteration(spec: Spec, step: int, model, opt, crit, scaler):

@@ -65,8 +65,15 @@ class Gradient(Aspect):
         w = row[:, _M["weight_norm"]]
         missing = row[:, _M["grad_missing"]]
         mod = k.is_mod
+        gnf = row[:, _M["grad_nonfinite"]]
+        # An infinite norm over gradients an exact count found finite (a
+        # replayed step counts them) is a float32 overflow of the sum of
+        # squares: a finite, huge gradient, judged as exploding.
+        overflow = np.isinf(g) & (gnf == 0)
+        if overflow.any():
+            g = np.where(overflow, np.float32(np.finfo(np.float32).max), g)
         # a NaN norm of gradients that all arrived is a NaN gradient, not a gap
-        nonfinite = mod & ((row[:, _M["grad_nonfinite"]] > 0) | np.isinf(g) | (np.isnan(g) & (missing == 0)))
+        nonfinite = mod & ((gnf > 0) | np.isinf(g) | (np.isnan(g) & (missing == 0)))
         self.param_nonfinite = nonfinite
         if self._backward(row, nonfinite):
             # with the output gradients measured, a parameterless module can
@@ -209,7 +216,8 @@ class Gradient(Aspect):
                 # born in the gradient it passed on to its input, not (only)
                 # in its parameters' gradients
                 inp = i > 0 and bool(self.received[i - 1])
-                par = bool(row[i, _M["grad_nonfinite"]] > 0 or np.isinf(row[i, _M["grad_norm"]]))
+                gnf = row[i, _M["grad_nonfinite"]]
+                par = bool(gnf > 0 or (np.isinf(row[i, _M["grad_norm"]]) and gnf != 0))
                 extra["via"] = "both" if inp and par else ("input" if inp else "parameters")
         return tr.value, tr.value_before, extra
 

@@ -1,0 +1,60 @@
+"""One step's row on the host: :func:`stats.assemble`, plus what a clean cheap step implies.
+
+On a cheap step of ``watch(nonfinite="replay")`` the hooks measure no module:
+a forward hook only notes that its module ran (:attr:`StepPacket.ran`).
+When that step's every-step evidence is finite (every gradient norm, the
+loss, the batch), no non-finite value reached the loss or any parameter's
+gradient, so each module that ran gets ``act_nonfinite``, ``in_nonfinite``
+and ``gout_nonfinite`` 0, where the column applies to it: where the last
+step whose hooks measured the module (a full step, a replayed one) has a
+value there (a module with integer inputs has no ``in_nonfinite``, a first
+module before any parameter no ``gout_nonfinite``). When the evidence is not
+finite and the step was not replayed (it could not be), those columns stay
+NaN: not known. A value the rule cannot see: a NaN that reaches neither the
+loss nor a parameter (only the batch's own gradient); full steps measure
+it.
+
+The decision uses the row's own values only, so it is the same for every
+run of the same data, however far the worker lags behind training.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..format import metadata
+from . import stats as S
+from .collector import StepPacket
+
+__all__ = ["RowAssembler"]
+
+_M = metadata.METRIC_INDEX
+_FLAGS = [_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]]
+_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
+
+
+class RowAssembler:
+    """The rows of one run, in step order (it remembers which columns apply
+    to which module)."""
+
+    def __init__(self):
+        self.applies = np.zeros((0, len(_FLAGS)), dtype=bool)
+
+    def row(self, packet: StepPacket, values: np.ndarray, num_rows: int) -> np.ndarray:
+        """The float32 ``[num_rows, len(METRICS)]`` row of ``packet`` (whose
+        host values are ``values``)."""
+        row = S.assemble(values, packet.rows, packet.keys, num_rows)
+        if len(self.applies) < num_rows:
+            grown = np.zeros((num_rows, len(_FLAGS)), dtype=bool)
+            grown[: len(self.applies)] = self.applies
+            self.applies = grown
+        ran = packet.ran
+        if ran is None:
+            # Measured: remember where the columns apply, for modules seen now.
+            known = ~np.isnan(row[:, _FLAGS])
+            seen = known.any(axis=1)
+            self.applies[seen] = known[seen]
+        elif len(ran) and not (row[:, _EVIDENCE] > 0).any():  # NaN > 0 is False
+            ran = ran[ran < num_rows]
+            row[np.ix_(ran, _FLAGS)] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
+        return row
