@@ -265,6 +265,13 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
     return f"{head} {advice(kind, layer_type, extra)}".strip()
 
 
+
+# What to check in the data pipeline, per kind of bad batch.
+_BATCH_CHECKS = {
+    "nonfinite": "missing values, division by 0 in preprocessing",
+    "constant": "an empty or padded batch, a broken augmentation",
+}
+
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "vanishing_gradient":
         return (f"{where}: gradient vanishing from step {step} (grad norm {fmt_change(before, value)}, orders of "
@@ -356,12 +363,10 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 f"{fmt(value)}).")
     if kind == "data_anomaly":
         reason = extra.get("reason")
-        if reason == "nonfinite":
-            return (f"<input>: the batch at step {step} contains non-finite values. Check the data "
-                    "pipeline (missing values, division by 0 in preprocessing).")
-        if reason == "constant":
-            return (f"<input>: the batch at step {step} is constant (std {fmt(extra.get('std'))}). "
-                    "Check the data pipeline (an empty or padded batch, a broken augmentation).")
+        if reason in _BATCH_CHECKS:
+            what = ("contains non-finite values" if reason == "nonfinite"
+                    else f"is constant (std {fmt(extra.get('std'))})")
+            return f"<input>: the batch at step {step} {what}. Check the data pipeline ({_BATCH_CHECKS[reason]})."
         return (f"<input>: the batch at step {step} is far outside the recent distribution "
                 f"(max |x| {fmt_change(before, value)}). Check normalisation and the data source.")
     if kind == "loss_spike":

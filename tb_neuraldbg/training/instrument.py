@@ -283,13 +283,7 @@ class Instrument:
             self._install_module(name, m)
             row = self._row_of.get(name)
             if row is not None:  # a replaced module: its row now owns the new parameters
-                owned = self._params_pending[id(m)]
-                self._params_of_row[row] = owned
-                self._flat_params = None
-                if self._param_hooks:
-                    for p in owned:
-                        if p.requires_grad:  # (a frozen one refuses the hook)
-                            self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+                self._own_params(row, self._params_pending[id(m)])
 
     def remove(self) -> None:
         """Remove every hook and the scaler wrapper. Safe to call twice."""
@@ -369,19 +363,23 @@ class Instrument:
 
     # -- rows -------------------------------------------------------------
 
+    def _own_params(self, row: int, owned: list) -> None:
+        """``row`` owns ``owned`` from now on (hooked, while per-parameter
+        hooks are on)."""
+        self._params_of_row[row] = owned
+        self._flat_params = None
+        if self._param_hooks:
+            for p in owned:
+                if p.requires_grad:  # (a frozen one refuses the hook)
+                    self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+
     def _row_for(self, name: str, m: nn.Module) -> int:
         row = self._row_of.get(name)
         if row is None:
             row = len(self.layers)
             self.layers.append({"name": name, "type": type(m).__name__})
             self._row_of[name] = row
-            owned = self._params_pending.get(id(m), [])
-            self._params_of_row[row] = owned
-            self._flat_params = None
-            if self._param_hooks:
-                for p in owned:
-                    if p.requires_grad:  # (a frozen one refuses the hook)
-                        self._param_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_accumulated))
+            self._own_params(row, self._params_pending.get(id(m), []))
         return row
 
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
