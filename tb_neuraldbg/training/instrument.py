@@ -170,6 +170,8 @@ class Instrument:
         # Parameter norms; a distributed run swaps in one that reduces over
         # shards (see .distributed).
         self.norms: Callable = S.foreach_norm
+        # Gradient norms: BLAS dots for large CPU tensors (swapped the same way).
+        self.grad_norms: Callable = S.grad_norms
         # In a distributed run: gradients are measured after DDP's reducer
         # has written the all-reduced ones (see _on_backward_end).
         self.after_reduce = False
@@ -863,9 +865,7 @@ class Instrument:
         grads = [g.detach() if g.requires_grad else g for g in grads]
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        # BLAS dots for large CPU tensors, unless a distributed run swapped
-        # in norms over shards.
-        norms = (S.grad_norms if self.norms is S.foreach_norm else self.norms)(grads)
+        norms = self.grad_norms(grads)
         self._grad_norms = (gparams, norms)
         col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact:

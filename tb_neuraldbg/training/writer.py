@@ -254,7 +254,7 @@ class DebugWriter(SummaryWriter):
                 # A collective: every rank's watch() makes the gloo group.
                 gather = distributed.RankGather.create(everyone=self.ranks == "each")
             if distributed.has_dtensors(model.parameters()):
-                instrument.norms = distributed.sharded_norms
+                instrument.norms = instrument.grad_norms = distributed.sharded_norms
             worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
             handle = WatchHandle(self, model, instrument)
             handle.watch_added_modules()
