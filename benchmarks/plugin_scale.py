@@ -30,32 +30,15 @@ from tests.plugin_server import serve  # noqa: E402
 from tests.synthetic import Plant, SyntheticWriter, event, healthy_row, make_layers  # noqa: E402
 
 from tb_neuraldbg import metadata  # noqa: E402
+from tb_neuraldbg.format.crc import use_fast_crc  # noqa: E402
 
 BASE = "/data/plugin/neuraldbg"
 RUN = "scale"
 
 
-def _use_fast_crc() -> bool:
-    """TensorBoard's writer checksums records in pure Python (~8 ms for one
-    68 KB step). With google-crc32c installed, swap in its C version: the
-    bytes written are identical."""
-    try:
-        import google_crc32c
-    except ImportError:
-        return False
-    from tensorboard.summary.writer import record_writer
-
-    def masked_crc32c(data):
-        x = google_crc32c.value(bytes(data))
-        return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    record_writer.masked_crc32c = masked_crc32c
-    return True
-
-
 def write_logdir(logdir: str, num_modules: int, num_steps: int) -> dict:
     """Write the synthetic run (a lone failing cell planted mid-run)."""
-    fast = _use_fast_crc()
+    fast = use_fast_crc()  # TensorBoard's writer checksums in pure Python otherwise
     layers = make_layers(num_modules)
     plant_step, plant_layer = num_steps // 2 + 7, f"fc{num_modules // 3}"
     plant = Plant(plant_step, plant_layer, "exploding", {"grad_norm": 4.2e6})

@@ -55,8 +55,8 @@ def test_cleared_gradients_are_not_carried(zero):
 def test_a_new_gradient_at_a_freed_ones_address_is_not_carried():
     """zero_grad() frees .grad; the next backward's gradient often gets the
     same address and version (seen on a healthy S3 run without a hooked
-    criterion, where the check runs at the first gradient): identity, not
-    id(), tells it from a leftover."""
+    criterion, where the check runs at the first gradient's hook): that
+    gradient, the one whose accumulation started the check, is left out."""
     from tb_neuraldbg.training.optimizer_facts import StepFacts
 
     class Col:
@@ -76,7 +76,7 @@ def test_a_new_gradient_at_a_freed_ones_address_is_not_carried():
         p.grad = torch.zeros(3)  # the next backward's gradient
         reused += (id(p.grad), p.grad._version) == old
         col = Col()
-        facts.before_backward(col, [p], [1])
+        facts.before_backward(col, [p], [1], fresh=p)
         assert col.rows == []
     p.grad.add_(1.0)  # a real leftover is still seen: same tensor, same version
     facts.commit(Col(), [p], [1])
@@ -90,6 +90,33 @@ def test_gradient_accumulation_on_purpose_is_not_carried():
     model = _mlp()
     rec = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, micro=3)
     assert all(math.isnan(rec.value("2", "grad_carried", i)) for i in range(4))
+
+
+def test_a_criterion_shared_with_an_unwatched_model_checks_only_the_watched_steps():
+    """One loss module for two models, one watched (a baseline trained beside
+    it, as in a benchmark): the other model's backward, between the watched
+    model's step and its next zero_grad(), must not read the watched model's
+    gradients as leftovers."""
+    watched, other = _mlp(), _mlp()
+    opt_w = torch.optim.SGD(watched.parameters(), lr=0.1)
+    opt_o = torch.optim.SGD(other.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(watched, opt_w, crit)
+    x, y = torch.randn(8, 8), torch.arange(8) % 3
+    losses = []
+    for _ in range(4):
+        for model, opt in ((watched, opt_w), (other, opt_o)):
+            opt.zero_grad()
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+            if model is watched:
+                losses.append(loss.item())
+    assert len(rec.packets) == 4
+    for i in range(4):
+        v = rec.value("0", "grad_carried", i)
+        assert math.isnan(v) or v == 0.0, (i, v)
+        assert rec.value("<loss>", "value", i) == pytest.approx(losses[i])  # the watched model's own loss
 
 
 def test_forgotten_zero_grad_carries_the_previous_gradient():

@@ -278,7 +278,12 @@ def test_fast_crc_matches_tensorboards():
     pytest.importorskip("google_crc32c")
     from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as stub
 
-    from tb_neuraldbg.reader import _masked_crc32c_fast, use_fast_crc
+    from tensorboard.summary.writer import record_writer
+
+    from tb_neuraldbg.format.crc import FAST, masked_crc
+    from tb_neuraldbg.reader import use_fast_crc
+
+    assert FAST  # google-crc32c's C code is installed with the test extras
 
     rng = np.random.default_rng(1)
     for size in (0, 1, 7, 8, 1000, 7000):
@@ -286,9 +291,11 @@ def test_fast_crc_matches_tensorboards():
         # TensorBoard's pure-Python CRC32C with the TFRecord mask.
         x = stub.u32(stub.crc32c(data))
         expected = stub.u32(((x >> 15) | stub.u32(x << 17)) + 0xA282EAD8)
-        assert _masked_crc32c_fast(data) == expected
+        assert masked_crc(data) == expected
+        assert masked_crc(bytearray(data)) == expected  # what the record writer may pass
     assert use_fast_crc() is True
-    assert stub.masked_crc32c is _masked_crc32c_fast
+    assert stub.masked_crc32c is masked_crc and record_writer.masked_crc32c is masked_crc
+    assert use_fast_crc() is True  # idempotent
 
 
 def test_reads_what_debugwriter_wrote_and_offline_matches_online(tmp_path):

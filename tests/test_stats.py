@@ -136,6 +136,27 @@ def test_histogram_matches_numpy_and_drops_nonfinite():
     assert parts["sum_squares"] == pytest.approx((finite**2).sum(), rel=1e-4)
 
 
+def test_histogram_of_finite_values_on_the_cpu_matches_numpy():
+    # The CPU's finite-values path (bincount over quantised values) against
+    # numpy, on ReLU outputs (a spike of zeros in the first bin) and on values
+    # whose float32 sum overflows (there the general path's masks answer).
+    torch.manual_seed(2)
+    relu = torch.randn(256, 64).relu()
+    huge = torch.full((8,), 3e38)
+    huge[0] = -1.0
+    for x in (relu, huge):
+        parts = S.histogram_parts(S.histogram(x).numpy())
+        ref_x = x.reshape(-1).numpy().astype(np.float64)
+        ref, edges = np.histogram(ref_x, bins=S.HIST_BINS, range=(ref_x.min(), ref_x.max()))
+        assert parts["nonfinite"] == 0 and parts["num"] == ref_x.size
+        assert np.abs(np.array(parts["bucket_counts"]) - ref).max() <= 1
+        assert parts["min"] == pytest.approx(ref_x.min()) and parts["max"] == pytest.approx(ref_x.max(), rel=1e-6)
+    relu_parts = S.histogram_parts(S.histogram(relu).numpy())
+    ref_x = relu.reshape(-1).double()
+    assert relu_parts["sum"] == pytest.approx(float(ref_x.sum()), rel=1e-5)
+    assert relu_parts["sum_squares"] == pytest.approx(float((ref_x * ref_x).sum()), rel=1e-5)
+
+
 def test_histogram_of_a_constant_and_of_nothing_finite():
     parts = S.histogram_parts(S.histogram(torch.full((10,), 2.0)).numpy())
     assert parts["num"] == 10 and parts["min"] == parts["max"] == 2.0

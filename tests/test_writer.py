@@ -175,6 +175,14 @@ def test_histograms_and_plugin_visible_to_tensorboard(tmp_path):
     (run,) = hists.values()
     tag = f"{metadata.PLUGIN_NAME}_hist/1/activation"
     assert tag in run and run[tag].max_step == 2
+    # A step's histograms travel in one event (one Summary, a value per
+    # module): TensorBoard still sees every module's series.
+    for name in ("0", "1", "2"):
+        assert run[metadata.hist_tag(name)].max_step == 2
+    events = [e for f in glob.glob(str(tmp_path / "**" / "events.out.tfevents.*"), recursive=True)
+              for e in EventFileLoader(f).Load()]
+    with_hists = [e for e in events if any(v.tag.startswith(f"{metadata.PLUGIN_NAME}_hist/") for v in e.summary.value)]
+    assert len(with_hists) == 2 and all(len(e.summary.value) == 3 for e in with_hists)
     data = provider.read_tensors(ctx, experiment_id="", plugin_name="histograms", downsample=100,
                                  run_tag_filter=None)
     (series,) = data.values()

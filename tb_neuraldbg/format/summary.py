@@ -23,6 +23,7 @@ __all__ = [
     "events_summary",
     "diagnosis_summary",
     "config_summary",
+    "histograms_summary",
 ]
 
 
@@ -123,3 +124,24 @@ def diagnosis_summary(status: str, root_cause: Mapping | None) -> summary_pb2.Su
 def config_summary(config: Mapping) -> summary_pb2.Summary:
     """Summary of the writer's settings (written once, at the first step)."""
     return summary_pb2.Summary(value=[_json_value(metadata.TAG_CONFIG, dict(config), "config")])
+
+
+def histograms_summary(histograms: Iterable[tuple[str, Mapping]]) -> summary_pb2.Summary:
+    """One ``Summary`` holding every ``(tag, parts)`` histogram of a step
+    (``parts``: the fields of :func:`tb_neuraldbg.training.stats.histogram_parts`),
+    written as one event: a step of a 1,000-module model writes one event,
+    not a thousand."""
+    summ = summary_pb2.Summary()
+    for tag, p in histograms:
+        summ.value.add(tag=tag).histo.CopyFrom(
+            summary_pb2.HistogramProto(
+                min=p["min"],
+                max=p["max"],
+                num=p["num"],
+                sum=p["sum"],
+                sum_squares=p["sum_squares"],
+                bucket_limit=p["bucket_limits"],
+                bucket=p["bucket_counts"],
+            )
+        )
+    return summ

@@ -26,6 +26,7 @@ from tensorboard.compat import tf
 
 from ..format import decode, metadata
 from ..format.contract import NeuralDbgDataWarning
+from ..format.crc import use_fast_crc
 from . import logdir as logdir_files
 from . import records
 
@@ -268,36 +269,6 @@ def _build_run(name: str, path: str, files: list) -> Run | None:
     run.warnings = note.finish()
     run.incomplete = note.incomplete
     return run
-
-
-def _masked_crc32c_fast(data: bytes) -> int:
-    """TFRecord's masked CRC32C (same result as TensorBoard's stub), in C."""
-    import google_crc32c
-
-    x = google_crc32c.value(data)
-    return (((x >> 15) | ((x << 17) & 0xFFFFFFFF)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def use_fast_crc() -> bool:
-    """Check event-file records with a C CRC32C in TensorBoard's own reader
-    when ``google-crc32c`` is installed (the reader here always uses it).
-
-    Without TensorFlow, TensorBoard verifies every record with a pure-Python
-    CRC32C (about 1 ms per 7 KB step record here: 80 % of the reading time).
-    The C version gives bit-identical checksums, so swapping it into
-    TensorBoard's stub changes nothing but speed. Idempotent; returns whether
-    the fast path is in use. Without the package, or with a stub that no
-    longer has the function, TensorBoard's own code is left alone.
-    """
-    try:
-        import google_crc32c
-        from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as stub
-    except ImportError:
-        return False
-    if getattr(google_crc32c, "implementation", "") != "c" or not hasattr(stub, "masked_crc32c"):
-        return False
-    stub.masked_crc32c = _masked_crc32c_fast
-    return True
 
 
 def _refuse_bucket_root(path: str) -> None:

@@ -36,6 +36,7 @@ from tensorboard.compat import tf
 from tensorboard.compat.proto import event_pb2
 
 from ..format import metadata
+from ..format.crc import masked_crc
 
 __all__ = ["MAX_RECORD_BYTES", "MARKER", "NotRegularFile", "masked_crc", "read_events"]
 
@@ -56,31 +57,6 @@ class NotRegularFile(OSError):
     """The path is a FIFO, a device, a socket or a directory, not a file."""
 
 
-def _stub_crc(data: bytes) -> int:
-    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as stub
-
-    return stub.masked_crc32c(data)
-
-
-def _make_crc():
-    """TFRecord's masked CRC32C: google-crc32c's C code when installed
-    (bit-identical, ~100x faster), else TensorBoard's pure-Python one."""
-    try:
-        import google_crc32c
-    except ImportError:
-        return _stub_crc
-    if getattr(google_crc32c, "implementation", "") != "c":
-        return _stub_crc
-    value = google_crc32c.value
-
-    def crc(data: bytes) -> int:
-        x = value(data)
-        return (((x >> 15) | ((x << 17) & 0xFFFFFFFF)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    return crc
-
-
-masked_crc = _make_crc()
 
 
 class _LengthCrcs(dict):

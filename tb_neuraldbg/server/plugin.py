@@ -27,7 +27,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..format import contract, decode, metadata
+from ..format import contract, crc, decode, metadata
 from . import heatmap, jsonfast, query
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
@@ -515,4 +515,7 @@ class NeuralDbgLoader(base_plugin.TBLoader):
             spp.setdefault(metadata.PLUGIN_NAME, 0)
 
     def load(self, context):
+        # TensorBoard's Python reader (without TensorFlow) checks every
+        # record's checksum in pure Python: C where installed, same result.
+        crc.use_fast_crc()
         return NeuralDbgPlugin(context)

@@ -151,7 +151,8 @@ class Instrument:
         # (new module objects every step) that carry the same hooks.
         self._row_of: dict[str, int] = {}
         self._params_of_row: dict[int, list[nn.Parameter]] = {}
-        self._flat_params: tuple[list, list] | None = None  # see _param_rows
+        self._flat_params: tuple | None = None  # see _param_layout
+        self._step_params: tuple | None = None  # this step's, see _param_layout
         self._watched = select_modules(model, config.include, config.exclude, config.max_layers)
         # Each watched module's parameters, by id(module), until its row exists.
         self._params_pending: dict[int, list[nn.Parameter]] = {}
@@ -188,6 +189,7 @@ class Instrument:
     # -- iteration state --------------------------------------------------
 
     def _reset_iteration(self) -> None:
+        self._step_params = None  # (requires_grad looked at again)
         self._col = Collector()
         # Gradients w.r.t. module outputs, from tensor hooks during backward.
         self._gout_col = Collector()
@@ -211,7 +213,7 @@ class Instrument:
         self._checked = False
         self._replay_col: Collector | None = None
         # (params, their gradient norms before any division), from backward
-        self._grad_norms: tuple[list, list] | None = None
+        self._grad_norms: tuple[list, Any] | None = None  # (a stacked tensor, or 0-d ones on several devices)
         self._schedule()
 
     def _find_devices(self) -> None:
@@ -369,7 +371,7 @@ class Instrument:
         """``row`` owns ``owned`` from now on (hooked, while per-parameter
         hooks are on)."""
         self._params_of_row[row] = owned
-        self._flat_params = None
+        self._flat_params = self._step_params = None
         if self._param_hooks:
             for p in owned:
                 if p.requires_grad:  # (a frozen one refuses the hook)
@@ -387,17 +389,34 @@ class Instrument:
     def _param_rows(self) -> tuple[list[nn.Parameter], list[int]]:
         """The watched parameters that require grad *now* (a parameter
         frozen after watch() is left out: no gradient is expected of it),
-        and their rows."""
+        and their rows; looked at once a step (see :meth:`_param_layout`)."""
+        layout = self._param_layout()
+        return layout[0], layout[1]
+
+    def _param_layout(self) -> tuple[list, list, np.ndarray, np.ndarray]:
+        """(params, rows, rows as an array, the distinct rows): of
+        :meth:`_param_rows`, computed once a step and when a row is added
+        (a model of 1,000 modules has thousands of parameters: each pass
+        over them in Python costs milliseconds)."""
+        layout = self._step_params
+        if layout is not None:
+            return layout
         flat = self._flat_params
         if flat is None:
             params = [p for ps in self._params_of_row.values() for p in ps]
             rows = [r for r, ps in self._params_of_row.items() for _ in ps]
-            flat = self._flat_params = (params, rows)
-        params, rows = flat
+            arr = np.asarray(rows, dtype=np.int64)
+            flat = self._flat_params = (params, rows, arr, np.unique(arr))
+        params = flat[0]
         if all(p.requires_grad for p in params):
-            return params, rows
-        keep = [i for i, p in enumerate(params) if p.requires_grad]
-        return [params[i] for i in keep], [rows[i] for i in keep]
+            layout = flat
+        else:
+            keep = [i for i, p in enumerate(params) if p.requires_grad]
+            rows = [flat[1][i] for i in keep]
+            arr = np.asarray(rows, dtype=np.int64)
+            layout = ([params[i] for i in keep], rows, arr, np.unique(arr))
+        self._step_params = layout
+        return layout
 
     # -- forward ----------------------------------------------------------
 
@@ -729,6 +748,11 @@ class Instrument:
     def _on_loss(self, module, args, kwargs, output):
         if torch.compiler.is_compiling() or self._replaying or not torch.is_grad_enabled():
             return None
+        if not self._input_done:
+            # No forward of the watched model in this step yet: the criterion
+            # scores another model (one loss module shared with a baseline),
+            # whose backward must not be read as this model's.
+            return None
         cap = self._capture
         if cap is not None:
             self._guard("replay", cap.note_criterion, args, kwargs, R.autocast_state(self._device_types))
@@ -768,22 +792,24 @@ class Instrument:
 
     # -- backward ---------------------------------------------------------
 
-    def _check_leftovers(self) -> None:
+    def _check_leftovers(self, fresh=None) -> None:
         if self.facts.unchecked and not self._removed:
-            self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows())
+            self._guard("optimizer facts", self.facts.before_backward, self._col, *self._param_rows(), fresh)
 
     def _on_grad_accumulated(self, param) -> None:
         # Per parameter, installed only when a step's gradients came from a
         # backward that did not go through the model's output (see _check_step).
-        self._on_backward_start()
+        self._on_backward_start(param)
 
-    def _on_backward_start(self) -> None:
+    def _on_backward_start(self, fresh=None) -> None:
         # The first call of a backward queues one callback at its end, where
         # all gradients are complete and not yet clipped by the user.
+        # ``fresh``: the parameter whose gradient was just accumulated (the
+        # per-parameter hook that found the backward).
         if self._backward_queued or self._replaying or "backward" in self._broken or self._removed:
             return
         self._backward_queued = True
-        self._check_leftovers()  # (without a hooked loss: here, where the backward starts)
+        self._check_leftovers(fresh)  # (without a hooked loss: here, where the backward starts)
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
         except Exception:  # private API gone: measure at the optimizer step instead
@@ -843,22 +869,23 @@ class Instrument:
 
     def _measure_grads(self) -> Collector:
         col = Collector()
-        params, rows = self._param_rows()
+        params, rows, row_arr, present = self._param_layout()  # present: rows with a trainable parameter now
         self._grad_norms = None
         if not params:
             return col
         # Once per step for every parameter: list work, no per-row Python.
         grads = [p.grad for p in params]
-        row_arr = np.asarray(rows, dtype=np.int64)
-        none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
-        present = np.unique(row_arr)  # rows with a trainable parameter now
-        missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
+        if any(g is None for g in grads):  # (not "None in grads": that calls Tensor.__eq__ on each)
+            none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
+            missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
+        else:
+            none, missing = None, np.zeros(len(present))
         col.const_many(present, Key.GRAD_MISSING, missing)
-        if none.any():
+        if none is not None:
             keep = np.flatnonzero(~none).tolist()
             gparams, grows, grads = [params[i] for i in keep], [rows[i] for i in keep], [grads[i] for i in keep]
         else:
-            gparams, grows = params, rows
+            gparams, grows = params, row_arr
         if not grads:
             return col
         # A gradient that requires grad (create_graph=True) is measured detached.
@@ -866,8 +893,15 @@ class Instrument:
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
         norms = self.grad_norms(grads)
+        devices = {n.device for n in norms}
+        if len(devices) == 1:
+            # One tensor kept (not thousands of 0-d ones, which would outlive
+            # the step and wake Python's full garbage collection).
+            norms = torch.stack(norms) if len(norms) > 1 else norms[0].reshape(1)
+            col.add_stacked(norms, grows, Key.GRAD_NORM, divisor=divisor)
+        else:
+            col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         self._grad_norms = (gparams, norms)
-        col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         if self.exact:
             col.add_many([S.nonfinite_count(g) for g in grads], grows, Key.GRAD_NF)
         return col
@@ -906,8 +940,13 @@ class Instrument:
             # gradients. No second synchronisation for ours.
             dirty = at_commit and self._grad_col is not None
         else:
+            if self._gout_sums:  # (joined to the step's values now: stacked once)
+                self._col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
+                self._gout_sums, self._gout_rows = [], []
             parts = [c for c in (self._col, self._grad_col) if c is not None]
-            extra = self._gout_sums + ([self._loss] if self._loss is not None else [])
+            for c in parts:
+                c.compact()  # stacked once, for this check and the commit
+            extra = [self._loss] if self._loss is not None else []
             dirty = not all_finite(parts, extra)
         if dirty:
             self._replay(cap)
@@ -976,7 +1015,10 @@ class Instrument:
         again = [replayed.get(id(p)) for p in gparams]
         if any(g is None for g in again):
             return "the replay's backward reached other parameters"
-        was = torch.isfinite(torch.stack([n.float() for n in norms]))
+        if isinstance(norms, torch.Tensor):
+            was = torch.isfinite(norms.float())
+        else:
+            was = torch.isfinite(torch.stack([n.float().cpu() for n in norms]))
         now = torch.isfinite(torch.stack([n.float() for n in S.foreach_norm([g.detach() for g in again])]))
         if not torch.equal(was.cpu(), now.cpu()):
             return "the replay's gradients differ from the step's (another RNG, a nondeterministic op?)"

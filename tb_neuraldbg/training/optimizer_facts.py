@@ -29,7 +29,6 @@ for the device.
 from __future__ import annotations
 
 import math
-import weakref
 
 import torch
 
@@ -75,10 +74,15 @@ class StepFacts:
         self.optimizer = optimizer
         self._checked = False  # leftover gradients checked in this step
         self._no_grad_rows: set[int] = set()
-        # after the last step: id(param) -> (weak ref to its grad, grad._version).
-        # A weak reference, not id(grad): a gradient freed by zero_grad() and
-        # the new one of the next backward may share an address.
-        self._marks: dict[int, tuple[weakref.ref, int | None]] = {}
+        # After the last step: the parameters, and for each id(grad) (0: it
+        # had none) and the gradient's _version. Plain ints, not weak
+        # references: thousands of objects that live from one step to the
+        # next made Python's full garbage collection run every ~20 steps of a
+        # 1,000-module model (300 ms each). An id can be reused by a new
+        # tensor once the old one is freed; before a step's backward writes
+        # anything no new gradient exists, except the one whose accumulation
+        # triggered the check (``fresh``), which is left out.
+        self._marks: tuple[list, list, list] | None = None
         self._layout_key = None
         self._row_group: dict[int, int] = {}  # row -> param group (-1: none)
         self._values_key = None
@@ -87,7 +91,7 @@ class StepFacts:
     def release(self) -> None:
         """Drop the optimizer and what refers to the model (after remove())."""
         self.optimizer = None
-        self._marks = {}
+        self._marks = None
         self._row_group = {}
         self._layout_key = self._values_key = None
 
@@ -102,22 +106,31 @@ class StepFacts:
         """The leftover gradients of this step are still to be checked."""
         return not self._checked
 
-    def before_backward(self, col, params, rows) -> None:
+    def before_backward(self, col, params, rows, fresh=None) -> None:
         """At the first backward of a step: the gradients left over from the
         previous one (``params``/``rows``: the trainable parameters and their
-        rows). Later backwards of the same step (gradient accumulation on
-        purpose) are not checked."""
+        rows; ``fresh``: a parameter whose gradient this backward has just
+        written, not checked). Later backwards of the same step (gradient
+        accumulation on purpose) are not checked."""
         if self._checked:
             return
         self._checked = True
         marks = self._marks
-        if not marks:
+        if marks is None:
             return
+        was, ids, versions = marks
+        if was is not params and (len(was) != len(params) or any(a is not b for a, b in zip(was, params))):
+            # Another set of parameters (one frozen or added since): by identity.
+            at = {id(p): i for i, p in enumerate(was)}
+            pick = [at.get(id(p)) for p in params]
+            ids = [ids[i] if i is not None else 0 for i in pick]
+            versions = [versions[i] if i is not None else None for i in pick]
         left, left_rows = [], []
-        for p, r in zip(params, rows):
+        for p, r, gid, v in zip(params, rows, ids, versions):
+            if not gid or p is fresh:
+                continue
             g = p.grad
-            mark = marks.get(id(p)) if g is not None else None
-            if mark is not None and mark[0]() is g and mark[1] == _version(g):
+            if g is not None and id(g) == gid and v == _version(g):
                 left.append(g.detach())
                 left_rows.append(r)
         if left:
@@ -132,12 +145,9 @@ class StepFacts:
             col.const(r, Key.RAN_NO_GRAD, 1.0)
         self._no_grad_rows = set()
         self._checked = False
-        marks = {}
-        for p in params:
-            g = p.grad
-            if g is not None:
-                marks[id(p)] = (weakref.ref(g), _version(g))
-        self._marks = marks
+        grads = [p.grad for p in params]
+        self._marks = (params, [0 if g is None else id(g) for g in grads],
+                       [None if g is None else _version(g) for g in grads])
         if self.optimizer is not None and rows:
             c_rows, c_keys, c_vals = self._group_consts(params, rows)
             col.c_rows.extend(c_rows)

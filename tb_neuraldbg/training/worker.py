@@ -34,7 +34,6 @@ import warnings
 from typing import Callable
 
 import numpy as np
-from torch.utils.tensorboard.summary import histogram_raw
 
 from ..format import metadata, summary
 from . import distributed
@@ -291,23 +290,13 @@ class Worker:
             return
         width = S.HIST_BINS + 5
         hv, hr = values[m], packet.rows[m]
-        fw = self._file_writer()
+        hists = []
         for i in range(0, len(hv), width):
             parts = S.histogram_parts(hv[i : i + width])
-            if not parts.get("num"):
-                continue
-            name = self.layers[int(hr[i])]["name"]
-            summ = histogram_raw(
-                metadata.hist_tag(name),
-                parts["min"],
-                parts["max"],
-                parts["num"],
-                parts["sum"],
-                parts["sum_squares"],
-                parts["bucket_limits"],
-                parts["bucket_counts"],
-            )
-            fw.add_summary(summ, global_step=step)
+            if parts.get("num"):
+                hists.append((metadata.hist_tag(self.layers[int(hr[i])]["name"]), parts))
+        if hists:
+            self._file_writer().add_summary(summary.histograms_summary(hists), global_step=step)
 
     def _on_events(self, step: int, events: list) -> None:
         # The ring first (steps stay in order), but a failure there must not
