@@ -84,6 +84,14 @@ class Collector:
         d[1].append(row)
         d[2].append(key)
 
+    def add_row(self, row: int, keys: Sequence[int], tensors: Sequence[torch.Tensor]) -> None:
+        """0-d tensors of one device for one row, ``keys[i]`` for
+        ``tensors[i]`` (a module's statistics: one call, not one per value)."""
+        d = self._slot(tensors[0].device)
+        d[0].extend(tensors)
+        d[1].extend([row] * len(tensors))
+        d[2].extend(keys)
+
     def add_run(self, t: torch.Tensor, row: int, key: int) -> None:
         d = self._slot(t.device)
         d[3].append(t.reshape(-1))

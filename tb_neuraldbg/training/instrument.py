@@ -63,6 +63,10 @@ __all__ = ["Instrument"]
 log = logging.getLogger("tb_neuraldbg")
 
 
+# What stats.moments() returns, in its order.
+_MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
+
+
 def _raise(e: BaseException) -> None:
     raise e
 
@@ -693,8 +697,7 @@ class Instrument:
             if dead:
                 col.add(vals.pop(), row, Key.OUT_DEAD)
                 col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
-            for key, t in zip((Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ), vals):
-                col.add(t, row, key)
+            col.add_row(row, _MOMENT_KEYS, vals)
             if behaviour.saturation is not None:
                 lo, hi = behaviour.saturation(module)
                 col.add(S.saturated(y, lo, hi), row, Key.OUT_SAT)
