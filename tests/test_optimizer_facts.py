@@ -92,17 +92,20 @@ def test_gradient_accumulation_on_purpose_is_not_carried():
     assert all(math.isnan(rec.value("2", "grad_carried", i)) for i in range(4))
 
 
+def _watched(model):
+    """(SGD optimizer, cross-entropy criterion, a Recorder on ``model``, a batch x, its labels y)."""
+    opt, crit = torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss()
+    return opt, crit, Recorder(model, opt, crit), torch.randn(8, 8), torch.arange(8) % 3
+
+
 def test_a_criterion_shared_with_an_unwatched_model_checks_only_the_watched_steps():
     """One loss module for two models, one watched (a baseline trained beside
     it, as in a benchmark): the other model's backward, between the watched
     model's step and its next zero_grad(), must not read the watched model's
     gradients as leftovers."""
     watched, other = _mlp(), _mlp()
-    opt_w = torch.optim.SGD(watched.parameters(), lr=0.1)
+    opt_w, crit, rec, x, y = _watched(watched)
     opt_o = torch.optim.SGD(other.parameters(), lr=0.1)
-    crit = nn.CrossEntropyLoss()
-    rec = Recorder(watched, opt_w, crit)
-    x, y = torch.randn(8, 8), torch.arange(8) % 3
     losses = []
     for _ in range(4):
         for model, opt in ((watched, opt_w), (other, opt_o)):
@@ -117,6 +120,22 @@ def test_a_criterion_shared_with_an_unwatched_model_checks_only_the_watched_step
         v = rec.value("0", "grad_carried", i)
         assert math.isnan(v) or v == 0.0, (i, v)
         assert rec.value("<loss>", "value", i) == pytest.approx(losses[i])  # the watched model's own loss
+
+
+def test_a_loop_that_calls_the_watched_modules_directly_keeps_its_loss():
+    """The guard above must not drop the loss of a loop that calls the
+    watched model's children itself (features = model[0](x) ...), never the
+    model's own forward."""
+    model = _mlp()
+    opt, crit, rec, x, y = _watched(model)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = crit(model[2](model[1](model[0](x))), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert [rec.value("<loss>", "value", i) for i in range(3)] == pytest.approx(losses)
 
 
 def test_forgotten_zero_grad_carries_the_previous_gradient():

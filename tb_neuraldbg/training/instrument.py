@@ -751,8 +751,9 @@ class Instrument:
     def _on_loss(self, module, args, kwargs, output):
         if torch.compiler.is_compiling() or self._replaying or not torch.is_grad_enabled():
             return None
-        if not self._input_done:
-            # No forward of the watched model in this step yet: the criterion
+        if not (self._input_done or self._seen_rows):
+            # Nothing of the watched model ran in this step yet (neither its
+            # forward nor a watched module called directly): the criterion
             # scores another model (one loss module shared with a baseline),
             # whose backward must not be read as this model's.
             return None
