@@ -265,12 +265,12 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
     return f"{head} {advice(kind, layer_type, extra)}".strip()
 
 
-
 # What to check in the data pipeline, per kind of bad batch.
 _BATCH_CHECKS = {
     "nonfinite": "missing values, division by 0 in preprocessing",
     "constant": "an empty or padded batch, a broken augmentation",
 }
+
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "vanishing_gradient":

@@ -57,8 +57,6 @@ class NotRegularFile(OSError):
     """The path is a FIFO, a device, a socket or a directory, not a file."""
 
 
-
-
 class _LengthCrcs(dict):
     """The checksum a length must carry, by length: lengths repeat (every
     scalar event of a tag is as long), so each is computed once."""

@@ -249,8 +249,6 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
     return True
 
 
-
-
 def host_finite(host: list) -> bool | None:
     """Whether the host copies of a step (:meth:`Collector.finish`) are all
     finite; None while a device copy may still be in flight (CUDA)."""

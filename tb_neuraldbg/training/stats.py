@@ -305,7 +305,7 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX
 
 def _histogram_of_finite_cpu(x: torch.Tensor, bins: int) -> torch.Tensor | None:
     """:func:`histogram` of a flat float32 CPU tensor without non-finite
-    values, in four passes instead of a dozen (9.7 ms against 1.2 ms for
+    values, in four passes instead of a dozen (9.7 ms against 1.0 ms for
     256x1024 ReLU outputs, one thread: ``scatter_add_`` into 30 bins and the
     masks are the cost); None when ``x`` has a non-finite value. On the CPU
     the bounds can be read (no device to wait for), and ``bincount`` may
