@@ -360,3 +360,36 @@ def test_assemble_takes_the_last_slot_of_a_single_key_and_sums_the_others():
     assert row[1, M["value"]] == 2.0  # the later slot
     assert row[1, M["grad_norm"]] == pytest.approx(5.0)  # sqrt(3^2 + 4^2)
     assert row[2, M["grad_norm"]] == 5.0 and np.isnan(row[0, M["grad_norm"]])
+
+
+def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
+    from tb_neuraldbg.training.collector import CHUNK, Collector
+
+    col = Collector()
+    n = 3 * CHUNK + 7
+    for i in range(n):  # floats and int32 counts interleaved, as a full step adds them
+        if i % 3 == 2:
+            col.add(torch.tensor(i, dtype=torch.int32), i, i % Key.COUNT)
+        else:
+            col.add_row(i, [i % Key.COUNT], [torch.tensor(float(i))])
+        # stacked as they come: never more than a chunk of 0-d values held
+        assert len(col.by_device[torch.device("cpu")][0]) < CHUNK
+    host, rows, keys = col.finish()
+    values = np.concatenate(host)
+    assert len(values) == len(rows) == len(keys) == n
+    assert sorted(rows.tolist()) == list(range(n))
+    assert np.array_equal(values, rows.astype(np.float64))  # each value stayed with its row
+    assert np.array_equal(keys, rows % Key.COUNT)
+
+
+def test_grouping_in_cpp_matches_the_python_grouping(monkeypatch):
+    ts = [torch.randn(3), torch.randn(2, dtype=torch.float64), torch.randn(4), torch.randn(1, dtype=torch.float64)]
+    fast = S._by_device_and_dtype(ts)
+    monkeypatch.delattr(torch._C, "_group_tensors_by_device_and_dtype")
+    slow = S._by_device_and_dtype(ts)
+    assert sorted(idx for idx, _ in fast) == sorted(idx for idx, _ in slow) == [[0, 2], [1, 3]]
+    for idx, group in fast:
+        assert all(g is ts[i] for i, g in zip(idx, group))
+    # one group in order: the norms come straight from one foreach call
+    same = [torch.randn(5) for _ in range(4)]
+    assert [float(n) for n in S.foreach_norm(same)] == pytest.approx([float(t.norm()) for t in same])

@@ -83,6 +83,8 @@ class Collector:
         d[0].append(t if t.dim() == 0 else t.reshape(()))
         d[1].append(row)
         d[2].append(key)
+        if len(d[0]) >= CHUNK:
+            _stack_scalars(d)
 
     def add_row(self, row: int, keys: Sequence[int], tensors: Sequence[torch.Tensor]) -> None:
         """0-d tensors of one device for one row, ``keys[i]`` for
@@ -91,6 +93,8 @@ class Collector:
         d[0].extend(tensors)
         d[1].extend([row] * len(tensors))
         d[2].extend(keys)
+        if len(d[0]) >= CHUNK:
+            _stack_scalars(d)
 
     def add_run(self, t: torch.Tensor, row: int, key: int) -> None:
         d = self._slot(t.device)
@@ -155,25 +159,9 @@ class Collector:
         dtype (one kernel each). :meth:`finish` does it; the step's check
         does it earlier, so that the values are stacked once, not once for
         the check and again at the end."""
-        for sts, srs, sks, rts, rrs, rks in self.by_device.values():
-            if not sts:
-                continue
-            dtypes = [t.dtype for t in sts]
-            kinds = dict.fromkeys(dtypes)  # (in order: the same layout at every run)
-            if len(kinds) == 1:
-                groups = [(sts, srs, sks)]
-            else:  # e.g. float32 statistics and int32 counts
-                groups = []
-                for dt in kinds:
-                    idx = [i for i, d in enumerate(dtypes) if d == dt]
-                    groups.append(([sts[i] for i in idx], [srs[i] for i in idx], [sks[i] for i in idx]))
-            for ts, rs, ks in groups:
-                rts.append(torch.stack(ts))
-                rrs.append(np.asarray(rs, dtype=np.int64))
-                rks.append(np.asarray(ks, dtype=np.int64))
-            sts.clear()
-            srs.clear()
-            sks.clear()
+        for d in self.by_device.values():
+            if d[0]:
+                _stack_scalars(d)
 
     def finish(self) -> tuple[list, np.ndarray, np.ndarray]:
         """One concatenation and one host copy per device; no waiting."""
@@ -214,6 +202,36 @@ class Collector:
             rows.append(r)
             keys.append(k)
         return host, np.concatenate(rows), np.concatenate(keys)
+
+
+#: 0-d values kept as they are before they are stacked into a run: a full
+#: step of a 1,000-module model makes about 8,000, and kept to the step's end
+#: they lived long enough to be promoted to Python's oldest GC generation,
+#: waking a full collection (300 ms there) every few full steps; stacked every
+#: CHUNK, they die young. (The values keep their order within each dtype.)
+CHUNK = 256
+
+
+def _stack_scalars(d: tuple) -> None:
+    """The 0-d values of one device's slot (``d[0:3]``) stacked into runs
+    (``d[3:6]``), one per dtype."""
+    sts, srs, sks, rts, rrs, rks = d
+    dtypes = [t.dtype for t in sts]
+    kinds = dict.fromkeys(dtypes)  # (in order: the same layout at every run)
+    if len(kinds) == 1:
+        groups = [(sts, srs, sks)]
+    else:  # e.g. float32 statistics and int32 counts
+        groups = []
+        for dt in kinds:
+            idx = [i for i, d in enumerate(dtypes) if d == dt]
+            groups.append(([sts[i] for i in idx], [srs[i] for i in idx], [sks[i] for i in idx]))
+    for ts, rs, ks in groups:
+        rts.append(torch.stack(ts))
+        rrs.append(np.asarray(rs, dtype=np.int64))
+        rks.append(np.asarray(ks, dtype=np.int64))
+    sts.clear()
+    srs.clear()
+    sks.clear()
 
 
 def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] = ()) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from . import stats as S
@@ -86,7 +87,7 @@ class StepFacts:
         self._layout_key = None
         self._row_group: dict[int, int] = {}  # row -> param group (-1: none)
         self._values_key = None
-        self._consts: tuple[list, list, list] = ([], [], [])
+        self._consts: tuple = ()
 
     def release(self) -> None:
         """Drop the optimizer and what refers to the model (after remove())."""
@@ -146,15 +147,19 @@ class StepFacts:
         self._no_grad_rows = set()
         self._checked = False
         grads = [p.grad for p in params]
-        self._marks = (params, [0 if g is None else id(g) for g in grads],
-                       [None if g is None else _version(g) for g in grads])
+        ids = [0 if g is None else id(g) for g in grads]
+        try:  # (one list pass: this runs for every parameter at every step)
+            versions = [None if g is None else g._version for g in grads]
+        except RuntimeError:  # an inference tensor has no version counter
+            versions = [None if g is None else _version(g) for g in grads]
+        self._marks = (params, ids, versions)
         if self.optimizer is not None and rows:
-            c_rows, c_keys, c_vals = self._group_consts(params, rows)
-            col.c_rows.extend(c_rows)
-            col.c_keys.extend(c_keys)
-            col.c_vals.extend(c_vals)
+            col.c_arrays.append(self._group_consts(params, rows))
 
-    def _group_consts(self, params, rows) -> tuple[list, list, list]:
+    def _group_consts(self, params, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, keys, values) of every row's group and hyperparameters,
+        as arrays built again only when the groups or their values change
+        (read-only: the same arrays travel with every step's packet)."""
         groups = self.optimizer.param_groups
         layout = (len(params), tuple((id(g["params"]), len(g["params"])) for g in groups))
         if layout != self._layout_key:
@@ -172,7 +177,11 @@ class StepFacts:
                     c_rows.append(r)
                     c_keys.append(key)
                     c_vals.append(float(v))
-            self._consts = (c_rows, c_keys, c_vals)
+            arrays = (np.asarray(c_rows, dtype=np.int64), np.asarray(c_keys, dtype=np.int64),
+                      np.asarray(c_vals, dtype=np.float64))
+            for a in arrays:
+                a.flags.writeable = False
+            self._consts = arrays
         return self._consts
 
     @staticmethod
