@@ -201,8 +201,8 @@ class Instrument:
         # Parameter norms; a distributed run swaps in one that reduces over
         # shards (see .distributed).
         self.norms: Callable = S.foreach_norm
-        # Gradient norms: BLAS dots for large CPU tensors (swapped the same way).
-        self.grad_norms: Callable = S.grad_norms
+        # Gradient norms (swapped the same way).
+        self.grad_norms: Callable = S.foreach_norm
         # In a distributed run: gradients are measured after DDP's reducer
         # has written the all-reduced ones (see _on_backward_end).
         self.after_reduce = False
