@@ -1034,3 +1034,47 @@ def test_hysteresis_counts_measured_steps_and_keeps_the_onset():
     h.update(11, np.array([UNMEASURED, UNMEASURED, dead]), ev)
     (tr,) = h.update(12, np.array([UNMEASURED, UNMEASURED, dead]), ev)
     assert (tr.index, tr.onset) == (2, 9)
+
+
+def test_activation_shortcut_on_unmeasured_steps_moves_the_state_as_the_full_rule(monkeypatch):
+    # Nine steps in ten measure no activation: the aspect takes a shortcut
+    # there. Fed the same run (relu0 dying, so the dead fractions and their
+    # evidence matter), an engine whose aspect always runs the full rule must
+    # end in the same state with the same events.
+    from tb_neuraldbg.diagnosis.aspects import activation
+
+    def run_engine():
+        run = Run(seed=3)
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if s >= 120 and run.full(s):
+                r[run.i("relu0"), M["act_dead_frac"]] = 0.97
+                r[run.i("fc1"), M["in_dead_frac"]] = 0.97
+
+        events = [e.to_dict() for e in feed(eng, run, range(300), plant)]
+        return eng, events
+
+    fast, fast_events = run_engine()
+    calls = []
+    full_rule = activation.Activation._act_measured
+
+    def always_full(self, row, conf, has_param, loss_below_first):
+        k = self.kinds
+        measured = k.is_mod & np.isfinite(row[:, [M["act_std"], M["act_absmax"], M["act_dead_frac"],
+                                                   M["act_sat_frac"], M["in_dead_frac"]]]).any(axis=1)
+        calls.append(bool(measured.any()))
+        return full_rule(self, row, conf, has_param, loss_below_first, measured)
+
+    monkeypatch.setattr(activation.Activation, "_act", always_full)
+    slow, slow_events = run_engine()
+    assert calls.count(False) > 200  # the shortcut's steps were there to take
+    assert any(e["kind"] == "dead_activation" for e in fast_events)
+    assert fast_events == slow_events
+    a, b = fast._clf.activation, slow._clf.activation
+    for name in ("w_max", "dead_eff", "dead_last", "dead_via", "all_zero", "cumulative"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    for track in ("track", "std_track"):
+        for field in ("ema", "max", "count"):
+            assert np.array_equal(getattr(getattr(a, track), field), getattr(getattr(b, track), field),
+                                  equal_nan=True), (track, field)
