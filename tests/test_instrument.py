@@ -226,6 +226,43 @@ def test_grad_norm_is_the_norm_before_clipping():
     assert np.isnan(rec.value("1", "grad_norm"))  # ReLU has no parameters
 
 
+def test_norm_bursts_run_with_the_garbage_collector_held_off_and_leave_it_as_found(monkeypatch):
+    # The gradient and weight norms make one 0-d tensor per parameter: they
+    # run with the collector disabled (see training/gcpause.py), which is
+    # enabled again after, and left alone when the user disabled it.
+    import gc
+
+    seen = []
+    real = S.foreach_norm
+    monkeypatch.setattr(S, "foreach_norm", lambda ts: seen.append(gc.isenabled()) or real(ts))
+    assert gc.isenabled()
+    rec, _ = train(mlp(), batches((16, 12), 4), steps=2, recorder_kwargs={})
+    assert len(seen) >= 4 and not any(seen)  # gradient and weight norms of both steps
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        seen.clear()
+        train(mlp(), batches((16, 12), 4), steps=1, recorder_kwargs={})
+        assert seen and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_comes_back_when_a_paused_method_raises():
+    import gc
+
+    from tb_neuraldbg.training.gcpause import gc_paused
+
+    @gc_paused
+    def fails():
+        assert not gc.isenabled()
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        fails()
+    assert gc.isenabled()
+
+
 def test_gradient_accumulation_records_the_accumulated_gradient():
     model = mlp()
     ref = []
