@@ -28,6 +28,8 @@ than spread over more objects (each extra layer is a Python call per hook).
 from __future__ import annotations
 
 import logging
+from itertools import repeat
+from operator import attrgetter, is_
 import warnings
 import weakref
 from typing import Any, Callable
@@ -66,6 +68,10 @@ log = logging.getLogger("tb_neuraldbg")
 
 # What stats.moments() returns, in its order.
 _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
+
+
+_GRAD = attrgetter("grad")
+_REQUIRES_GRAD = attrgetter("requires_grad")
 
 
 def _raise(e: BaseException) -> None:
@@ -439,7 +445,7 @@ class Instrument:
             arr = np.asarray(rows, dtype=np.int64)
             flat = self._flat_params = (params, rows, arr, np.unique(arr))
         params = flat[0]
-        if all(p.requires_grad for p in params):
+        if all(map(_REQUIRES_GRAD, params)):
             layout = flat
         else:
             keep = [i for i, p in enumerate(params) if p.requires_grad]
@@ -905,8 +911,8 @@ class Instrument:
         if not params:
             return col
         # Once per step for every parameter: list work, no per-row Python.
-        grads = [p.grad for p in params]
-        if any(g is None for g in grads):  # (not "None in grads": that calls Tensor.__eq__ on each)
+        grads = list(map(_GRAD, params))
+        if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
             none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
             missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
         else:
@@ -920,7 +926,8 @@ class Instrument:
         if not grads:
             return col
         # A gradient that requires grad (create_graph=True) is measured detached.
-        grads = [g.detach() if g.requires_grad else g for g in grads]
+        if any(map(_REQUIRES_GRAD, grads)):
+            grads = [g.detach() if g.requires_grad else g for g in grads]
         # Divided on the device by the scale (unscaled norms, no sync).
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
         norms = self.grad_norms(grads)

@@ -29,6 +29,8 @@ for the device.
 from __future__ import annotations
 
 import math
+from itertools import compress, count, repeat
+from operator import attrgetter, eq, is_
 
 import numpy as np
 import torch
@@ -37,6 +39,10 @@ from . import stats as S
 from .stats import Key
 
 __all__ = ["StepFacts"]
+
+
+_GRAD = attrgetter("grad")
+_VERSION = attrgetter("_version")
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -126,14 +132,17 @@ class StepFacts:
             pick = [at.get(id(p)) for p in params]
             ids = [ids[i] if i is not None else 0 for i in pick]
             versions = [versions[i] if i is not None else None for i in pick]
+        # The candidates in one pass of C-level iteration (this runs at every
+        # step, for each of the 1,500 parameters of a 1,000-module model): a
+        # gradient that is still the very tensor the last step left (None,
+        # after zero_grad(), never matches: its mark is 0).
+        grads = list(map(_GRAD, params))
         left, left_rows = [], []
-        for p, r, gid, v in zip(params, rows, ids, versions):
-            if not gid or p is fresh:
-                continue
-            g = p.grad
-            if g is not None and id(g) == gid and v == _version(g):
+        for i in compress(count(), map(eq, map(id, grads), ids)):
+            g = grads[i]
+            if params[i] is not fresh and versions[i] == _version(g):
                 left.append(g.detach())
-                left_rows.append(r)
+                left_rows.append(rows[i])
         if left:
             col.add_many(S.foreach_norm(left), left_rows, Key.GRAD_CARRIED)
 
@@ -146,12 +155,16 @@ class StepFacts:
             col.const(r, Key.RAN_NO_GRAD, 1.0)
         self._no_grad_rows = set()
         self._checked = False
-        grads = [p.grad for p in params]
-        ids = [0 if g is None else id(g) for g in grads]
-        try:  # (one list pass: this runs for every parameter at every step)
-            versions = [None if g is None else g._version for g in grads]
-        except RuntimeError:  # an inference tensor has no version counter
+        grads = list(map(_GRAD, params))  # (C-level passes: this runs for every parameter at every step)
+        if any(map(is_, grads, repeat(None))):
+            ids = [0 if g is None else id(g) for g in grads]
             versions = [None if g is None else _version(g) for g in grads]
+        else:
+            ids = list(map(id, grads))
+            try:
+                versions = list(map(_VERSION, grads))
+            except RuntimeError:  # an inference tensor has no version counter
+                versions = [_version(g) for g in grads]
         self._marks = (params, ids, versions)
         if self.optimizer is not None and rows:
             col.c_arrays.append(self._group_consts(params, rows))
