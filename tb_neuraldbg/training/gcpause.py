@@ -15,8 +15,11 @@ again: in one run of 100 steps of that model each way (benchmarks/overhead.py's
 from 565 young, 50 middle and 3 full ones (730 ms) to 242, 22 and 1 (290 ms);
 the bare loop's stayed at 275 and 25.
 
-Only around the instrumentation's own work, never around the user's code;
-a collector the user disabled stays disabled.
+Only around the instrumentation's own work, with one exception: a replay (a
+step with a non-finite value re-run with every check, see :mod:`.replay`)
+runs the user's model inside these hooks, and collections then wait until it
+is done (postponed, never skipped; a replay is one forward and backward). A
+collector the user disabled stays disabled.
 """
 
 from __future__ import annotations
