@@ -11,7 +11,9 @@ Modes (``--modes``), identical copies of the model trained in one process:
 ``bare`` (the loop alone), ``bare2`` (the same loop again: the A/A control,
 whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: one
 pass over the gradients, the floor of a per-step gradient check), ``watched``
-(``DebugWriter.watch`` with default settings), ``every_step``
+(``DebugWriter.watch`` with default settings), ``stats_every_50``
+(``watch(stats_every=50)``: full activation statistics every 50th step, the
+cost a user can choose instead), ``every_step``
 (``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
 no criterion watched: the loss is computed by hand from a cast and a view of
 the output, so a replay would need the kept gradient of the model's output,
@@ -198,8 +200,9 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand")
-WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {}}
+MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50")
+WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
+         "stats_every_50": {"stats_every": 50}}
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -284,17 +287,17 @@ def timed_hooks(seconds: list):
             setattr(Instrument, n, f)
 
 
-def own_cost(name, steps, device, amp) -> dict:
+def own_cost(name, steps, device, amp, mode="watched") -> dict:
     """Training-thread CPU time per step of the bare loop, of the watched
-    loop's hooks, and of the writer's threads (timed per thread: less
-    disturbed by other processes than wall time)."""
+    loop's hooks (watched ``mode``), and of the writer's threads (timed per
+    thread: less disturbed by other processes than wall time)."""
     torch.manual_seed(0)
     with device:
         model, shape, classes = MODELS[name]()
     bare = Runner("bare", model, shape, classes, device, amp)
     hooks = [0.0]
     with timed_hooks(hooks), tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
-        watched = Runner("watched", copy.deepcopy(model), shape, classes, device, amp)
+        watched = Runner(mode, copy.deepcopy(model), shape, classes, device, amp)
         bare.steps(2)
         watched.begin_block(tmp, 1000 - 3, 3)
         bare_cpu, hooks[0] = [], 0.0
@@ -495,11 +498,11 @@ def main(argv=None) -> int:
         for m, ms in r["worker_ms"].items():
             print(f"  writer's threads ({m}: its worker, the event-file writer): {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
-        if args.own:
-            o = own_cost(name, args.own, device, args.amp)
-            print(f"  own CPU time per step ({args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the training"
-                  f" thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the bare loop's training"
-                  f" thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
+        for m in [m for m in modes if m in WATCH and m != "watched_hand"] if args.own else []:
+            o = own_cost(name, args.own, device, args.amp, m)
+            print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"
+                  f" training thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the"
+                  f" bare loop's training thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
     return 0
 
 
