@@ -498,7 +498,7 @@ def main(argv=None) -> int:
         for m, ms in r["worker_ms"].items():
             print(f"  writer's threads ({m}: its worker, the event-file writer): {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
-        for m in [m for m in modes if m in WATCH and m != "watched_hand"] if args.own else []:
+        for m in (m for m in modes if m in WATCH and args.own):
             o = own_cost(name, args.own, device, args.amp, m)
             print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"
                   f" training thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the"

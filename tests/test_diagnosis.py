@@ -1060,9 +1060,7 @@ def test_activation_shortcut_on_unmeasured_steps_moves_the_state_as_the_full_rul
     full_rule = activation.Activation._act_measured
 
     def always_full(self, row, conf, has_param, loss_below_first):
-        k = self.kinds
-        measured = k.is_mod & np.isfinite(row[:, [M["act_std"], M["act_absmax"], M["act_dead_frac"],
-                                                   M["act_sat_frac"], M["in_dead_frac"]]]).any(axis=1)
+        measured = self._measured(row)
         calls.append(bool(measured.any()))
         return full_rule(self, row, conf, has_param, loss_below_first, measured)
 

@@ -70,7 +70,6 @@ log = logging.getLogger("tb_neuraldbg")
 _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
 
 
-_GRAD = attrgetter("grad")
 _REQUIRES_GRAD = attrgetter("requires_grad")
 
 
@@ -911,7 +910,7 @@ class Instrument:
         if not params:
             return col
         # Once per step for every parameter: list work, no per-row Python.
-        grads = list(map(_GRAD, params))
+        grads = [p.grad for p in params]
         if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
             none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
             missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]

@@ -29,8 +29,8 @@ for the device.
 from __future__ import annotations
 
 import math
-from itertools import compress, count, repeat
-from operator import attrgetter, eq, is_
+from itertools import compress, count
+from operator import attrgetter, eq
 
 import numpy as np
 import torch
@@ -42,7 +42,6 @@ __all__ = ["StepFacts"]
 
 
 _GRAD = attrgetter("grad")
-_VERSION = attrgetter("_version")
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -155,16 +154,12 @@ class StepFacts:
             col.const(r, Key.RAN_NO_GRAD, 1.0)
         self._no_grad_rows = set()
         self._checked = False
-        grads = list(map(_GRAD, params))  # (C-level passes: this runs for every parameter at every step)
-        if any(map(is_, grads, repeat(None))):
-            ids = [0 if g is None else id(g) for g in grads]
+        grads = [p.grad for p in params]
+        ids = [0 if g is None else id(g) for g in grads]
+        try:  # (one list pass: this runs for every parameter at every step)
+            versions = [None if g is None else g._version for g in grads]
+        except RuntimeError:  # an inference tensor has no version counter
             versions = [None if g is None else _version(g) for g in grads]
-        else:
-            ids = list(map(id, grads))
-            try:
-                versions = list(map(_VERSION, grads))
-            except RuntimeError:  # an inference tensor has no version counter
-                versions = [_version(g) for g in grads]
         self._marks = (params, ids, versions)
         if self.optimizer is not None and rows:
             col.c_arrays.append(self._group_consts(params, rows))

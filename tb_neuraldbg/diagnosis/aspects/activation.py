@@ -11,6 +11,8 @@ from ._base import HEALTHY, METRIC, STATE, Aspect, LogTrack, RowKinds, blank, gr
 __all__ = ["Activation"]
 
 _M = METRIC
+# the statistics whose presence says a module's activations were measured
+_MEASURED = [_M[m] for m in ("act_std", "act_absmax", "act_dead_frac", "act_sat_frac", "in_dead_frac")]
 
 
 class Activation(Aspect):
@@ -67,15 +69,15 @@ class Activation(Aspect):
         return raw
 
     def _act(self, row, conf, has_param, loss_below_first):
-        k = self.kinds
-        dead_f = row[:, _M["act_dead_frac"]]
-        in_dead = row[:, _M["in_dead_frac"]]
-        measured = k.is_mod & (np.isfinite(row[:, _M["act_std"]]) | np.isfinite(row[:, _M["act_absmax"]])
-                               | np.isfinite(dead_f) | np.isfinite(row[:, _M["act_sat_frac"]])
-                               | np.isfinite(in_dead))
-        if not measured.any() and np.isnan(dead_f).all() and np.isnan(in_dead).all():
+        measured = self._measured(row)
+        if (not measured.any() and np.isnan(row[:, _M["act_dead_frac"]]).all()
+                and np.isnan(row[:, _M["in_dead_frac"]]).all()):
             return self._act_unmeasured(row)
         return self._act_measured(row, conf, has_param, loss_below_first, measured)
+
+    def _measured(self, row):
+        """bool [L]: the module rows with an activation statistic at this step."""
+        return self.kinds.is_mod & np.isfinite(row[:, _MEASURED]).any(axis=1)
 
     def _act_unmeasured(self, row):
         """:meth:`_act_measured` at a step that measured no activation (nine
