@@ -13,7 +13,8 @@ whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: one
 pass over the gradients, the floor of a per-step gradient check), ``watched``
 (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
-cost a user can choose instead), ``every_step``
+cost a user can choose instead), ``torch_stats`` (default settings with the
+fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``every_step``
 (``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
 no criterion watched: the loss is computed by hand from a cast and a view of
 the output, so a replay would need the kept gradient of the model's output,
@@ -57,6 +58,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tb_neuraldbg import DebugWriter  # noqa: E402
+from tb_neuraldbg.training import cpu_kernel  # noqa: E402
 from tb_neuraldbg.training import rows as row_module  # noqa: E402
 from tb_neuraldbg.training import worker as worker_module  # noqa: E402
 
@@ -200,9 +202,9 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50")
+MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}}
+         "stats_every_50": {"stats_every": 50}, "torch_stats": {}}
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -377,6 +379,7 @@ class Runner:
         autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp == "bf16" else contextlib.nullcontext()
         )
+        cpu_kernel.set_enabled(self.mode != "torch_stats")
         for _ in range(n):
             self.opt.zero_grad(set_to_none=True)
             with autocast:

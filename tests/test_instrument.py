@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tb_neuraldbg import metadata
+from tb_neuraldbg.training import cpu_kernel as K
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
@@ -650,6 +651,7 @@ def test_a_failing_statistic_warns_once_and_training_goes_on(monkeypatch):
 
     monkeypatch.setattr(S, "flag_moment", broken)
     monkeypatch.setattr(S, "moments", broken)
+    monkeypatch.setattr(K, "_enabled", False)  # torch's ops, not the fused kernel
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rec, _ = train(model, batches((8, 12), 4), steps=3, recorder_kwargs={})

@@ -10,6 +10,7 @@ result travels to the worker as a :class:`StepPacket`, whose
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -59,10 +60,13 @@ class Collector:
     as they are and stacked once per device and dtype in :meth:`finish`:
     no per-value reshape. Runs (histograms) and pre-stacked groups are kept
     as 1-d tensors, their rows and keys as numpy arrays; host constants as
-    Python numbers, or as arrays for many rows at once (:meth:`const_many`).
+    Python numbers, or as arrays for many rows at once (:meth:`const_many`);
+    statistics already on the host (the fused CPU kernel's) as constants
+    too, through :meth:`measured`, which notes a non-finite one for
+    :func:`all_finite`.
     """
 
-    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals", "c_arrays")
+    __slots__ = ("by_device", "c_rows", "c_keys", "c_vals", "c_arrays", "c_nonfinite")
 
     def __init__(self):
         # device -> (scalar tensors, their rows, their keys, 1-d runs, rows arrays, keys arrays)
@@ -71,6 +75,7 @@ class Collector:
         self.c_keys: list[int] = []
         self.c_vals: list[float] = []
         self.c_arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.c_nonfinite = False  # a value given to measured() is NaN or inf
 
     def _slot(self, dev):
         d = self.by_device.get(dev)
@@ -139,6 +144,16 @@ class Collector:
         self.c_keys.append(key)
         self.c_vals.append(float(value))
 
+    def measured(self, row: int, keys: Sequence[int], values: Sequence[float]) -> None:
+        """Statistics of one row measured on the host, ``keys[i]`` for
+        ``values[i]``: kept as constants, and checked by :func:`all_finite`
+        as the device values are."""
+        self.c_rows.extend([row] * len(keys))
+        self.c_keys.extend(keys)
+        self.c_vals.extend(values)
+        if not self.c_nonfinite and not all(map(math.isfinite, values)):
+            self.c_nonfinite = True
+
     def const_many(self, rows: np.ndarray, key: int, values: np.ndarray) -> None:
         """Host values for many rows at once (numpy arrays of one length)."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -153,6 +168,7 @@ class Collector:
         self.c_keys.extend(other.c_keys)
         self.c_vals.extend(other.c_vals)
         self.c_arrays.extend(other.c_arrays)
+        self.c_nonfinite = self.c_nonfinite or other.c_nonfinite
 
     def compact(self) -> None:
         """Stack the 0-d values gathered so far into one run per device and
@@ -236,7 +252,8 @@ def _stack_scalars(d: tuple) -> None:
 
 def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] = ()) -> bool:
     """True when every floating-point device value of ``collectors`` (their
-    0-d values and runs) and of ``tensors`` is finite: one stack and one
+    0-d values and runs), every value they got through
+    :meth:`Collector.measured`, and ``tensors`` are finite: one stack and one
     ``isfinite().all()`` per device and dtype, and one host read per device,
     which on CUDA waits for the device (the one planned synchronisation of a
     step). (Reading the thousands of 0-d values of a large model one by one
@@ -248,6 +265,8 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
             ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
             (ss if scalar else rr).append(t)
 
+    if any(c.c_nonfinite for c in collectors):
+        return False
     for c in collectors:
         for sts, _, _, rts, _, _ in c.by_device.values():
             for t in sts:

@@ -40,6 +40,7 @@ from torch import nn
 
 from ..format import metadata
 from . import distributed
+from . import cpu_kernel as K
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import CHUNK, Collector, StepPacket
@@ -68,6 +69,13 @@ log = logging.getLogger("tb_neuraldbg")
 
 # What stats.moments() returns, in its order.
 _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
+# Keys of cpu_kernel.moments' values as the hooks keep them (its
+# non-finite count goes to the *_NF key of an exact step).
+_MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
+_IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
+_IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
+# The batch's: every step, and its zero count on full-statistics steps.
+_BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
 
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
@@ -573,16 +581,23 @@ class Instrument:
         # Every step: min/max/sum/norm (a bad batch is found at its step);
         # the zero count on full-statistics steps.
         xf = S.float_view(x)
-        acc = S.acc_dtype(xf)
-        mn, mx = torch.aminmax(xf)
-        col.add(mn, 0, Key.OUT_MIN)
-        col.add(mx, 0, Key.OUT_MAX)
-        col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
-        col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
-        if self._sched_stats:
-            col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
-        if self.exact:
-            col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
+        host = K.moments(xf)
+        if host is not None:  # one pass for all of them (cpu_kernel)
+            keys = _BATCH_KEYS[self._sched_stats]
+            col.measured(0, keys, host[: len(keys)])
+            if self.exact:
+                col.const(0, Key.OUT_NF, host[5])
+        else:
+            acc = S.acc_dtype(xf)
+            mn, mx = torch.aminmax(xf)
+            col.add(mn, 0, Key.OUT_MIN)
+            col.add(mx, 0, Key.OUT_MAX)
+            col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
+            col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
+            if self._sched_stats:
+                col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
+            if self.exact:
+                col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
         if x.dim() >= 1:
             col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
@@ -701,6 +716,21 @@ class Instrument:
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""
         col = self._col
+        if self._sched_stats:
+            batched = x.dim() >= 2
+            host = K.moments(x, x.numel() // x.shape[0] if batched else 0)
+            if host is not None:  # one pass for all of them (cpu_kernel)
+                col.const(row, Key.IN_N, x.numel())
+                if batched:
+                    col.measured(row, _IN_KEYS_DEAD, (host[2], host[4], host[6]))
+                    col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
+                else:
+                    col.measured(row, _IN_KEYS, (host[2], host[4]))
+                if self.exact:
+                    col.const(row, Key.IN_NF, host[5])
+                return
+        # Torch's ops: every step the sum (the non-finite flag), the counts
+        # on full-statistics steps.
         col.add(S.flag_moment(x), row, Key.IN_SUM)
         if self._sched_stats:
             col.const(row, Key.IN_N, x.numel())
@@ -730,11 +760,22 @@ class Instrument:
                 col.add(S.flag_moment(y), row, Key.OUT_SUM)
         else:
             dead = behaviour.dead and y.dim() >= 2
-            vals = S.moments(y, dead=dead)
-            if dead:
-                col.add(vals.pop(), row, Key.OUT_DEAD)
-                col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
-            col.add_row(row, _MOMENT_KEYS, vals)
+            host = K.moments(y, y.numel() // y.shape[0] if dead else 0)
+            if host is not None:  # one pass for all of them (cpu_kernel)
+                if dead:
+                    col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:])
+                    col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
+                else:
+                    col.measured(row, _MOMENT_KEYS, host[:5])
+                if exact:
+                    col.const(row, Key.OUT_NF, host[5])
+                    exact = False  # counted
+            else:
+                vals = S.moments(y, dead=dead)
+                if dead:
+                    col.add(vals.pop(), row, Key.OUT_DEAD)
+                    col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
+                col.add_row(row, _MOMENT_KEYS, vals)
             if behaviour.saturation is not None:
                 lo, hi = behaviour.saturation(module)
                 col.add(S.saturated(y, lo, hi), row, Key.OUT_SAT)

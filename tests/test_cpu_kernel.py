@@ -1,0 +1,176 @@
+"""The fused CPU statistics (training/cpu_kernel.py, moments.c): the same
+values as torch's ops, the same rows and diagnosis inputs from a watched
+run, and torch's ops wherever the kernel is not there."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tb_neuraldbg.training import cpu_kernel as K
+from tb_neuraldbg.training import stats as S
+from tb_neuraldbg.training.collector import Collector, all_finite
+from tests.test_instrument import CNN, FunctionalMLP, LSTMNet, Recorder, batches, mlp
+
+needs_kernel = pytest.mark.skipif(shutil.which("cc") is None and not os.environ.get("CC"), reason="no C compiler")
+
+
+def torch_moments(x: torch.Tensor, units: int) -> list[float]:
+    """What the hooks take with torch's ops, in the kernel's order."""
+    vals = [v.item() for v in S.moments(x, dead=units > 0)]
+    dead = vals.pop() if units else -1.0
+    return vals + [float(S.nonfinite_count(x).item()), float(dead)]
+
+
+def relu_batch(shape, dead_units=(), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.relu(torch.randn(shape, generator=g))
+    flat = x.view(shape[0], -1)
+    for j in dead_units:
+        flat[:, j] = 0.0
+    return x
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "shape, dead",
+    [((1,), ()), ((7,), ()), ((4097,), ()), ((3, 4099), (0, 4098)), ((256, 1024), (5, 77, 1023)),
+     ((4, 3, 5, 5), (0, 74)), ((2, 8192), (4095, 4096, 4097))],
+)
+def test_the_kernel_gives_torchs_statistics(shape, dead):
+    assert K.available()
+    x = relu_batch(shape, dead) - (0.25 if len(shape) == 1 else 0.0)  # negatives too where not batched
+    units = x.numel() // x.shape[0] if x.dim() >= 2 else 0
+    got, want = K.moments(x, units), torch_moments(x, units)
+    assert got[0] == want[0] and got[1] == want[1]  # min, max: exact
+    assert got[2] == pytest.approx(want[2], rel=1e-5, abs=1e-4)
+    assert got[3] == pytest.approx(want[3], rel=1e-5)
+    assert got[4:] == want[4:]  # counts: non-zeros, non-finite, dead units
+    if units:
+        assert got[6] >= len(dead)  # (and the units that are zero by chance in a small batch)
+
+
+@needs_kernel
+def test_non_finite_values_read_as_torchs_do():
+    x = torch.ones(3, 5000)
+    x[1, 7] = float("inf")
+    got = K.moments(x, 5000)
+    assert got[1] == math.inf and got[2] == math.inf and got[3] == math.inf and got[5] == 1
+    x[2, 4999] = float("-inf")
+    got, want = K.moments(x, 5000), torch_moments(x, 5000)
+    assert got[0] == -math.inf and math.isnan(got[2]) and got[5] == 2 == want[5]
+    x[0, 0] = float("nan")  # NaN: min and max are NaN (torch.aminmax), NaN counts as non-zero
+    got, want = K.moments(x, 5000), torch_moments(x, 5000)
+    assert all(math.isnan(v) for v in got[:4]) and all(math.isnan(v) for v in want[:4])
+    assert got[4:] == want[4:] and got[5] == 3
+
+
+@needs_kernel
+def test_tensors_it_does_not_take_go_to_torchs_ops():
+    x = torch.randn(16, 32)
+    assert K.moments(x) is not None
+    assert K.moments(x.t()) is None  # not contiguous
+    assert K.moments(x.double()) is None and K.moments(x.bfloat16()) is None
+    assert K.moments(nn.Parameter(x)) is None  # a subclass
+    assert K.moments(torch.zeros(0)) is None
+    assert K.moments(x, units=5) is None  # 5 does not divide 512
+    assert K.moments(torch.zeros(K.MAX_ELEMENTS + 1)) is None
+    K.set_enabled(False)
+    try:
+        assert K.moments(x) is None and not K.available()
+    finally:
+        K.set_enabled(True)
+
+
+def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
+    col = Collector()
+    col.measured(3, [S.Key.OUT_MIN, S.Key.OUT_SUM], [0.0, 1.5])
+    assert all_finite([col])
+    other = Collector()
+    other.measured(4, [S.Key.OUT_SUM], [math.nan])
+    assert not all_finite([other])
+    col.extend(other)  # (the step's parts are joined at the commit)
+    assert not all_finite([col])
+    host, rows, keys = col.finish()
+    assert rows.tolist() == [3, 3, 4] and math.isnan(np.concatenate(host)[-1])
+
+
+def _run_env(env: dict) -> str:
+    code = (
+        "import torch\n"
+        "from tb_neuraldbg.training import cpu_kernel as K\n"
+        "print(K.available(), K.moments(torch.ones(4)) is None)\n"
+    )
+    full = {**os.environ, **env}
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_without_a_working_compiler_or_when_turned_off_torchs_ops_are_used(tmp_path):
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'cc: error: no such compiler' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert _run_env({"CC": str(fake), "XDG_CACHE_HOME": str(tmp_path / "cache")}) == "False True"
+    assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-built left behind
+    assert _run_env({K.ENV: "0", "XDG_CACHE_HOME": str(tmp_path / "cache2")}) == "False True"
+
+
+@needs_kernel
+def test_the_library_is_built_once_into_a_private_directory(tmp_path):
+    cache = tmp_path / "cache"
+    assert _run_env({"XDG_CACHE_HOME": str(cache)}) == "True False"
+    built = list(cache.rglob("moments-*.so"))
+    assert len(built) == 1 and (built[0].parent.stat().st_mode & 0o077) == 0
+    mtime = built[0].stat().st_mtime_ns
+    assert _run_env({"XDG_CACHE_HOME": str(cache)}) == "True False"  # loaded, not rebuilt
+    assert built[0].stat().st_mtime_ns == mtime
+
+
+def _rows(model_fn, shape, classes, integer=None, steps=6, poison_at=None, **cfg):
+    torch.manual_seed(0)
+    model = model_fn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=2, hist_every=4, **cfg)
+    make = batches(shape, classes, integer=integer)
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = make()
+        if step == poison_at:
+            x = x.clone()
+            x[0].fill_(float("nan"))
+        crit(model(x), y).backward()
+        opt.step()
+    return rec.names, np.stack([rec.row(i) for i in range(steps)])
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "model_fn, shape, classes, integer, cfg",
+    [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
+     (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"})],
+)
+def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
+    model_fn, shape, classes, integer, cfg, monkeypatch
+):
+    taken = []
+    real = K.moments
+    monkeypatch.setattr(K, "moments", lambda x, units=0: taken.append(units) or real(x, units))
+    poison = 3 if integer is None else None  # a NaN batch: the replay (or every-step counts) must see it the same
+    names, fused = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
+    assert taken and any(taken)  # the kernel measured, dead units included
+    K.set_enabled(False)
+    try:
+        names2, plain = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
+    finally:
+        K.set_enabled(True)
+    assert names == names2
+    assert np.array_equal(np.isnan(fused), np.isnan(plain))
+    np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6, equal_nan=True)
