@@ -88,6 +88,39 @@ def test_tensors_it_does_not_take_go_to_torchs_ops():
         K.set_enabled(True)
 
 
+@needs_kernel
+@pytest.mark.parametrize("shape", [(5,), (4097,), (256, 1024), (4, 3, 5, 5), (3_000_000,)])
+def test_the_kernels_histogram_is_torchs(shape):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=g)
+    x = torch.relu(x) if len(shape) > 1 else x  # zeros in one bin, and negatives
+    stride = -(-x.numel() // S.HIST_MAX_VALUES)  # (a 3M-value tensor is subsampled: a strided view)
+    sample = x.reshape(-1)[::stride].double()
+    assert K.histogram(x.reshape(-1)[::stride], S.HIST_BINS) is not None
+    fused = S.histogram(x)
+    K.set_enabled(False)
+    try:
+        plain = S.histogram(x)
+    finally:
+        K.set_enabled(True)
+    bins = S.HIST_BINS
+    assert torch.equal(fused[: bins + 3], plain[: bins + 3])  # counts, non-finite, min, max: exact
+    # The sums against float64 (torch's float32 dot of a strided view drifts: 5e-4 on 1M values).
+    want = [sample.sum().item(), (sample * sample).sum().item()]
+    np.testing.assert_allclose(fused[bins + 3 :].numpy(), want, rtol=2e-6, atol=1e-3)
+    np.testing.assert_allclose(plain[bins + 3 :].numpy(), want, rtol=1e-3, atol=1e-3)
+
+
+@needs_kernel
+def test_a_histogram_with_non_finite_values_goes_to_torchs_general_path():
+    x = torch.randn(1000)
+    x[3] = float("nan")
+    x[5] = float("inf")
+    assert K.histogram(x, S.HIST_BINS) is None
+    h = S.histogram(x)
+    assert h[S.HIST_BINS] == 2 and h[: S.HIST_BINS].sum() == 998
+
+
 def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
     col = Collector()
     col.measured(3, [S.Key.OUT_MIN, S.Key.OUT_SUM], [0.0, 1.5])

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #define BLOCK 4096
+#define HIST_MAX_BINS 256
 
 typedef struct {
     double sum, sumsq;
@@ -110,5 +111,92 @@ int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, dou
     out[4] = (double)a.nonzero;
     out[5] = (double)a.nonfinite;
     out[6] = (double)dead;
+    return 0;
+}
+
+/* A histogram of `n` values `stride` floats apart, in two passes (bounds,
+ * then bins), as stats.histogram lays it out: out[0..bins) the counts over
+ * [min, max] in equal bins, out[bins] 0 (no non-finite value), then min,
+ * max, sum and sum of squares. The bin of a value is computed as torch's
+ * path computes it (float32: (v - min) * (float)(bins / width), clamped,
+ * truncated), so both give the same counts. Returns 1 without touching
+ * `out` when a value is not finite (torch's general path handles those),
+ * -1 for arguments it does not take. */
+int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double *out) {
+    if (n <= 0 || stride <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
+    float lo = INFINITY, hi = -INFINITY;
+    double s = 0.0, q = 0.0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t m = n - i < BLOCK ? n - i : BLOCK;
+        const float *p = x + i * stride;
+        float bs = 0.f, bq = 0.f, blo = lo, bhi = hi;
+        int bb = 0;
+        if (stride == 1) {
+            _Pragma("omp simd reduction(min:blo) reduction(max:bhi) reduction(+:bs,bq,bb)")
+            for (int64_t k = 0; k < m; k++) {
+                float v = p[k];
+                blo = v < blo ? v : blo;
+                bhi = v > bhi ? v : bhi;
+                bs += v;
+                bq += v * v;
+                bb += !(fabsf(v) <= FLT_MAX);
+            }
+        } else {
+            for (int64_t k = 0; k < m; k++) {
+                float v = p[k * stride];
+                blo = v < blo ? v : blo;
+                bhi = v > bhi ? v : bhi;
+                bs += v;
+                bq += v * v;
+                bb += !(fabsf(v) <= FLT_MAX);
+            }
+        }
+        lo = blo;
+        hi = bhi;
+        bad += bb;
+        s += bs;
+        q += bq;
+    }
+    if (bad) return 1;
+    double width = (double)hi - (double)lo;
+    if (width < 1e-30) width = 1e-30;
+    float scale = (float)((double)bins / width), top = (float)(bins - 1);
+    /* Bin indices a chunk at a time (a loop that vectorises), counted into
+     * four interleaved sub-histograms (neighbouring values often share a
+     * bin: one counter would wait for its own previous increment). */
+    int32_t idx[1024];
+    int64_t sub[4][HIST_MAX_BINS];
+    memset(sub, 0, sizeof sub);
+    for (int64_t i = 0; i < n; i += 1024) {
+        int64_t m = n - i < 1024 ? n - i : 1024;
+        const float *p = x + i * stride;
+        if (stride == 1) {
+            _Pragma("omp simd")
+            for (int64_t k = 0; k < m; k++) {
+                float t = (p[k] - lo) * scale;
+                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
+            }
+        } else {
+            for (int64_t k = 0; k < m; k++) {
+                float t = (p[k * stride] - lo) * scale;
+                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
+            }
+        }
+        int64_t k = 0;
+        for (; k + 4 <= m; k += 4) {
+            sub[0][idx[k]]++;
+            sub[1][idx[k + 1]]++;
+            sub[2][idx[k + 2]]++;
+            sub[3][idx[k + 3]]++;
+        }
+        for (; k < m; k++) sub[0][idx[k]]++;
+    }
+    for (int64_t j = 0; j < bins; j++) out[j] = (double)(sub[0][j] + sub[1][j] + sub[2][j] + sub[3][j]);
+    out[bins] = 0.0;
+    out[bins + 1] = lo;
+    out[bins + 2] = hi;
+    out[bins + 3] = s;
+    out[bins + 4] = q;
     return 0;
 }
