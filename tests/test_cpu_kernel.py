@@ -121,6 +121,37 @@ def test_a_histogram_with_non_finite_values_goes_to_torchs_general_path():
     assert h[S.HIST_BINS] == 2 and h[: S.HIST_BINS].sum() == 998
 
 
+@needs_kernel
+def test_the_kernels_norms_of_many_tensors_are_torchs():
+    g = torch.Generator().manual_seed(2)
+    ts = [torch.randn(n, generator=g) * (i + 1) for i, n in enumerate((1, 3, 4095, 4096, 4097, 70_000))]
+    ts += [torch.zeros(0), nn.Parameter(torch.randn(8, 8, generator=g)), torch.randn(6, 5, generator=g)[:, 1:].contiguous()]
+    got = S.stacked_norms(ts)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.shape == (len(ts),)
+    want = torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in ts]).float()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+class _Wrapped(torch.Tensor):
+    """A tensor subclass (as a DTensor is one): its data_ptr need not be its values."""
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "odd",
+    [lambda: torch.randn(4, 6).t(), lambda: torch.randn(5).double(), lambda: torch.randn(5).bfloat16(),
+     lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randn(5).as_subclass(_Wrapped)],
+)
+def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
+    ts = [torch.randn(7), odd(), torch.randn(9)]
+    assert K.norms(ts) is None
+    got = S.stacked_norms(ts)
+    assert isinstance(got, list) and len(got) == 3
+    # torch's own norm in each tensor's dtype (a bf16 norm is rounded in bf16), as the fallback takes it
+    want = [float(torch.linalg.vector_norm(t.to_dense())) for t in ts]
+    assert [float(n) for n in got] == pytest.approx(want, rel=1e-6)
+
+
 def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
     col = Collector()
     col.measured(3, [S.Key.OUT_MIN, S.Key.OUT_SUM], [0.0, 1.5])

@@ -234,8 +234,8 @@ def test_norm_bursts_run_with_the_garbage_collector_held_off_and_leave_it_as_fou
     import gc
 
     seen = []
-    real = S.foreach_norm
-    monkeypatch.setattr(S, "foreach_norm", lambda ts: seen.append(gc.isenabled()) or real(ts))
+    real = S.stacked_norms
+    monkeypatch.setattr(S, "stacked_norms", lambda ts: seen.append(gc.isenabled()) or real(ts))
     assert gc.isenabled()
     rec, _ = train(mlp(), batches((16, 12), 4), steps=2, recorder_kwargs={})
     assert len(seen) >= 4 and not any(seen)  # gradient and weight norms of both steps

@@ -111,9 +111,13 @@ class Collector:
     def add_many(
         self, tensors: Sequence[torch.Tensor], rows: Sequence[int], key: int, divisor: torch.Tensor | None = None
     ) -> None:
-        """0-d tensors (e.g. per-parameter norms), stacked per device: one
+        """0-d tensors (e.g. per-parameter norms), or a 1-d tensor of them
+        (one device), stacked per device: one
         kernel per device instead of one entry each; ``divisor`` (a 0-d
         tensor, e.g. the GradScaler scale) divides them all at once."""
+        if isinstance(tensors, torch.Tensor):  # already stacked (stats.stacked_norms)
+            self.add_stacked(tensors, rows, key, divisor)
+            return
         if not tensors:
             return
         dev0 = tensors[0].device

@@ -35,11 +35,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+from itertools import repeat
+from operator import attrgetter, is_
 
 import numpy as np
 import torch
 
-__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "set_enabled"]
+__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ _FLAGS = (["-O3", "-fopenmp-simd"], ["-O2"])  # the second: a compiler without O
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
 _hist = None  # the histogram function, loaded with it
+_norms = None  # the many-norms function, loaded with it
 _enabled = True
 
 
@@ -122,11 +125,56 @@ def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
     return torch.from_numpy(out.astype(np.float32))
 
 
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # not a wrapper subclass (DTensor): its data_ptr is not its values
+_LAYOUT, _DTYPE, _IS_CPU = attrgetter("layout"), attrgetter("dtype"), attrgetter("is_cpu")
+
+
+#: :func:`norms` takes lists of tensors of at most this many values on
+#: average: above it the per-tensor dispatch no longer dominates and torch's
+#: norms, on several threads, read faster (measured right after a backward:
+#: 1,500 gradients of 2,800 values 2.7 against 5.0 ms with the stacking; 47
+#: of 15,000 alike; 18 of 470,000 1.6 against 1.4 ms).
+NORMS_MEAN_ELEMENTS = 1 << 15
+
+
+def norms(tensors: list) -> torch.Tensor | None:
+    """The L2 norm of each of ``tensors`` as one float32 CPU tensor, in one
+    call: for many small tensors (a model's gradients), where
+    ``torch._foreach_norm`` costs about 3 us of dispatch each on the CPU and
+    returns one 0-d tensor each to stack. None unless every one is a
+    contiguous float32 CPU tensor (a plain one or a Parameter), with at most
+    :data:`MAX_ELEMENTS` values in all and :data:`NORMS_MEAN_ELEMENTS` on
+    average."""
+    if not _enabled or not tensors:
+        return None
+    fn = _norms if _norms is not None else (_load() and _norms)
+    if not fn:
+        return None
+    # C-level passes (this runs over every parameter at every step); the
+    # layout first: is_contiguous() raises on a sparse tensor.
+    if not (
+        all(map(_PLAIN.__contains__, map(type, tensors)))
+        and all(map(is_, map(_LAYOUT, tensors), repeat(torch.strided)))
+        and all(map(is_, map(_DTYPE, tensors), repeat(torch.float32)))
+        and all(map(_IS_CPU, tensors))
+        and all(map(torch.Tensor.is_contiguous, tensors))
+    ):
+        return None
+    lens = np.fromiter(map(torch.Tensor.numel, tensors), dtype=np.int64, count=len(tensors))
+    total = int(lens.sum())
+    if total > MAX_ELEMENTS or total > NORMS_MEAN_ELEMENTS * len(tensors):
+        return None
+    ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
+    out = np.empty(len(tensors))
+    fn(ptrs.ctypes.data, lens.ctypes.data, len(tensors), out.ctypes.data)
+    return torch.from_numpy(out.astype(np.float32))
+
+
 # -- building and loading ---------------------------------------------------------
 
 
 def _load():
-    global _fn, _hist
+    global _fn, _hist, _norms
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -134,7 +182,7 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, _hist = _build_and_check()
+                    fn, _hist, _norms = _build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                     fn = None
@@ -177,8 +225,11 @@ def _build_and_check():
     hist = lib.nd_hist_f32
     hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     hist.restype = ctypes.c_int
-    _check(fn, hist)
-    return fn, hist
+    many = lib.nd_norms_f32
+    many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    many.restype = ctypes.c_int
+    _check(fn, hist, many)
+    return fn, hist, many
 
 
 def _compile(cc: str, path: str) -> None:
@@ -202,7 +253,7 @@ def _compile(cc: str, path: str) -> None:
             os.unlink(tmp)
 
 
-def _check(fn, hist) -> None:
+def _check(fn, hist, many) -> None:
     """Known answers, on sizes that cross a vector and a block boundary: a
     compiler that miscompiles the loops must not give wrong statistics."""
     rows, units = 3, 4099
@@ -232,3 +283,11 @@ def _check(fn, hist) -> None:
         raise RuntimeError(f"the kernel's histogram check failed: {h.tolist()}")
     if hist(y.ctypes.data, y.size, 1, 4, h.ctypes.data) != 1:
         raise RuntimeError("the kernel's histogram took a non-finite value")
+    arrays = [x[0], x[1], z]
+    ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
+    lens = np.array([a.size for a in arrays], dtype=np.int64)
+    got = np.empty(3)
+    many(ptrs.ctypes.data, lens.ctypes.data, 3, got.ctypes.data)
+    want = [math.sqrt(float((a.astype(np.float64) ** 2).sum())) for a in arrays]
+    if not np.allclose(got, want, rtol=1e-6, atol=0):
+        raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")

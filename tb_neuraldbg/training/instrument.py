@@ -212,11 +212,12 @@ class Instrument:
         # Without an optimizer, the weights of a record() before the next
         # update (see _commit); taken over by the next iteration.
         self._next_upd_snapshot: tuple | None = None
-        # Parameter norms; a distributed run swaps in one that reduces over
-        # shards (see .distributed).
-        self.norms: Callable = S.foreach_norm
+        # Parameter norms, as a 1-d tensor or a list of 0-d ones; a
+        # distributed run swaps in one that reduces over shards (see
+        # .distributed).
+        self.norms: Callable = S.stacked_norms
         # Gradient norms (swapped the same way).
-        self.grad_norms: Callable = S.foreach_norm
+        self.grad_norms: Callable = S.stacked_norms
         # In a distributed run: gradients are measured after DDP's reducer
         # has written the all-reduced ones (see _on_backward_end).
         self.after_reduce = False
@@ -974,7 +975,10 @@ class Instrument:
         try:
             # One tensor kept (not thousands of 0-d ones, which would outlive
             # the step and wake Python's full garbage collection).
-            stacked = torch.stack(norms) if len(norms) > 1 else norms[0].reshape(1)
+            if isinstance(norms, torch.Tensor):
+                stacked = norms
+            else:
+                stacked = torch.stack(norms) if len(norms) > 1 else norms[0].reshape(1)
         except RuntimeError:  # on several devices (a model split across GPUs)
             col.add_many(norms, grows, Key.GRAD_NORM, divisor=divisor)
         else:
