@@ -7,18 +7,20 @@ max, sum, norm, the zero count's ``bool()`` and its sum). ``moments.c`` takes
 min, max, sum, L2 norm, non-zero, non-finite and dead-unit counts in one
 vectorised pass (on the benchmark MLP's 256x1024 ReLU outputs, right after
 the layer wrote them: 135-190 us against 670-710 us wall for torch's ops),
-and a histogram step's bins in two passes (310 against 1,250 us there).
+a histogram step's bins in two passes (310 against 1,250 us there), and the
+norms of a step's many small gradients in one call (1,502 gradients of the
+benchmark's 1,000-module model: 2.7 against 5.0 ms for ``_foreach_norm``).
 
 It is compiled at first use with the machine's C compiler (``$CC``, else
 ``cc``) into a per-user cache, as Triton builds its launcher and Inductor
 its CPU kernels, in under a second and once per machine; loaded through
 ctypes (which releases the GIL during the call), and checked against
 known answers before it is used. Where there is no compiler, the build or
-the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`
-and :func:`histogram` return None and the callers use torch's ops
-(``stats.moments``, ``stats.histogram``): the two agree but for the
-rounding of sums (the kernel adds in float lanes within
-a block and in double across blocks).
+the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`,
+:func:`histogram` and :func:`norms` return None and the callers use torch's
+ops (``stats.moments``, ``stats.histogram``, ``torch._foreach_norm``): the
+two agree but for the rounding of sums (the kernel adds in float lanes
+within a block and in double across blocks).
 """
 
 from __future__ import annotations
