@@ -30,8 +30,12 @@ writer's worker included), which other processes on a shared machine
 disturb less. ``writer's threads``: CPU time per step of the writer's
 worker and of TensorBoard's event-file writer thread (records serialised and
 checksummed), and the worker's parts (assemble the row, the diagnosis
-engine, the summaries' protobuf and writes). On CUDA, ``peak``: the most memory a step allocated above what
-was allocated before it (activations, gradients, the writer's own).
+engine, the summaries' protobuf and writes). ``--own N``: N single steps
+that time the writer's own CPU, its hooks on the training thread and its
+threads, and ``clip_grad_norm_`` the same way in a third loop (the floor the
+issue sets: one read of the gradients), with the writer's cost above it. On
+CUDA, ``peak``: the most memory a step allocated above what was allocated
+before it (activations, gradients, the writer's own).
 
 Usage:
     python benchmarks/overhead.py                          # the three CPU models
@@ -291,29 +295,35 @@ def timed_hooks(seconds: list):
 
 def own_cost(name, steps, device, amp, mode="watched") -> dict:
     """Training-thread CPU time per step of the bare loop, of the watched
-    loop's hooks (watched ``mode``), and of the writer's threads (timed per
-    thread: less disturbed by other processes than wall time)."""
+    loop's hooks (watched ``mode``), of the writer's threads (timed per
+    thread: less disturbed by other processes than wall time), and of
+    ``clip_grad_norm_`` in a third loop (the floor, timed the same way: the
+    training thread's share of one read of the gradients)."""
     torch.manual_seed(0)
     with device:
         model, shape, classes = MODELS[name]()
     bare = Runner("bare", model, shape, classes, device, amp)
+    clip = Runner("clip", copy.deepcopy(model), shape, classes, device, amp)
     hooks = [0.0]
     with timed_hooks(hooks), tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
         watched = Runner(mode, copy.deepcopy(model), shape, classes, device, amp)
         bare.steps(2)
+        clip.steps(2)
         watched.begin_block(tmp, 1000 - 3, 3)
-        bare_cpu, hooks[0] = [], 0.0
+        bare_cpu, hooks[0], clip.clip_s = [], 0.0, 0.0
         w0 = watched._worker_cpu()
         for _ in range(steps):  # interleaved single steps
             t0 = time.thread_time()
             bare.steps(1)
             bare_cpu.append(time.thread_time() - t0)
+            clip.steps(1)
             watched.steps(1)
         watched._sync()
         worker = watched._worker_cpu() - w0
         watched.end_block()
     b = statistics.median(bare_cpu)
-    return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps}
+    return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps,
+            "clip_ms": 1000 * clip.clip_s / steps}
 
 
 # -- one model --------------------------------------------------------------------
@@ -339,6 +349,7 @@ class Runner:
         self.classes = classes
         self.writer = None
         self.worker_s = 0.0
+        self.clip_s = 0.0  # training-thread CPU seconds inside clip_grad_norm_ (mode "clip")
         self.peak = 0
 
     def begin_block(self, logdir, start_step, warm):
@@ -394,7 +405,9 @@ class Runner:
                 loss = self.crit(out, self.y)
             loss.backward()
             if self.mode == "clip":
+                t0 = time.thread_time()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1e9)
+                self.clip_s += time.thread_time() - t0
             self.opt.step()
 
     def timed(self, n):
@@ -506,6 +519,9 @@ def main(argv=None) -> int:
             print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"
                   f" training thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the"
                   f" bare loop's training thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
+            own, floor = o["hooks_ms"] + o["worker_ms"], o["clip_ms"]
+            print(f"    clip_grad_norm_ alone, timed the same way: {floor:.2f} ms (1 + {floor / o['bare_ms']:.3f});"
+                  f" the writer above that floor: {own - floor:.2f} ms (+{100 * (own - floor) / o['bare_ms']:.1f} %)")
     return 0
 
 

@@ -152,6 +152,53 @@ def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
     assert [float(n) for n in got] == pytest.approx(want, rel=1e-6)
 
 
+@needs_kernel
+@pytest.mark.parametrize(
+    "make",
+    [lambda: torch.randn(256, 1024), lambda: torch.randn(3), lambda: torch.randn(4, 6).t(),
+     lambda: torch.randn(5).double(), lambda: torch.zeros(0), lambda: torch.randn(5).as_subclass(_Wrapped),
+     lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randint(0, 5, (8,))],
+)
+def test_takes_says_what_moments_takes(make):
+    x = make()
+    assert K.takes(x) == (K.moments(x) is not None)
+    K.set_enabled(False)
+    try:
+        assert not K.takes(x)
+    finally:
+        K.set_enabled(True)
+
+
+@needs_kernel
+@pytest.mark.parametrize("kernel", [True, False])
+def test_the_batch_the_kernel_measures_is_measured_without_switching_torchs_threads(kernel, monkeypatch):
+    """torch's threads are switched to one only for torch's own small
+    reductions: around the kernel's pass the switch made it twice as slow."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = mlp()
+        rec = Recorder(model, stats_every=1)
+        calls = []
+        real = torch.set_num_threads
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n))[1])
+        K.set_enabled(kernel)
+        x = torch.randn(256, 1024)  # large enough that one thread pays for torch's ops (stats.GRAIN)
+        rec.inst._threads = 2
+        rec.inst._measure_input((x,), {})
+        assert (1 in calls) is (not kernel)
+        host, rows, keys = rec.inst._col.finish()
+        vals = np.concatenate(host) if host else np.zeros(0)
+        got = dict(zip(keys.tolist(), vals.tolist()))
+        assert got[S.Key.OUT_MIN] == float(x.min()) and got[S.Key.OUT_MAX] == float(x.max())
+        assert got[S.Key.OUT_SUM] == pytest.approx(float(x.double().sum()), rel=1e-5)
+    finally:
+        K.set_enabled(True)
+        monkeypatch.undo()
+        torch.set_num_threads(threads)
+        rec.inst.remove()
+
+
 def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
     col = Collector()
     col.measured(3, [S.Key.OUT_MIN, S.Key.OUT_SUM], [0.0, 1.5])

@@ -43,7 +43,7 @@ from operator import attrgetter, is_
 import numpy as np
 import torch
 
-__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled"]
+__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled", "takes"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,18 @@ def available() -> bool:
     """True when the kernel is built, loaded, checked and enabled (builds it
     at the first call)."""
     return _enabled and _load() is not None
+
+
+def takes(x: torch.Tensor) -> bool:
+    """True when :func:`moments` takes ``x`` (a contiguous float32 CPU
+    tensor of 1 to :data:`MAX_ELEMENTS` values, not a subclass) and the
+    kernel is there: its caller then needs no torch op, nor a switch of
+    torch's intra-op threads around it."""
+    if not _enabled or type(x) is not torch.Tensor:
+        return False
+    if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided:
+        return False
+    return 0 < x.numel() <= MAX_ELEMENTS and x.is_contiguous() and bool(_fn if _fn is not None else _load())
 
 
 def moments(x: torch.Tensor, units: int = 0) -> list[float] | None:
