@@ -100,16 +100,12 @@ def moments(x: torch.Tensor, units: int = 0) -> list[float] | None:
     ``torch.aminmax`` gives them); the sum and the norm are non-finite
     exactly where torch's are (NaN and inf propagate).
     """
-    if not _enabled or type(x) is not torch.Tensor:
-        return None
-    if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided:
+    if not takes(x):
         return None
     n = x.numel()
-    if n == 0 or n > MAX_ELEMENTS or not x.is_contiguous() or (units and n % units):
+    if units and n % units:
         return None
-    fn = _fn if _fn is not None else _load()
-    if not fn:
-        return None
+    fn = _fn  # (loaded by takes)
     out = np.empty(7)
     alive = np.empty(units, dtype=np.int32) if units else None
     if fn(x.data_ptr(), n, units, alive.ctypes.data if units else None, out.ctypes.data) != 0:
