@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from tb_neuraldbg import metadata
 from tb_neuraldbg.training import cpu_kernel as K
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.collector import Collector, all_finite
@@ -130,6 +131,69 @@ def test_the_kernels_norms_of_many_tensors_are_torchs():
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.shape == (len(ts),)
     want = torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in ts]).float()
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+@needs_kernel
+def test_the_kernels_sum_is_torchs_and_keeps_nan_and_inf():
+    g = torch.Generator().manual_seed(3)
+    for n in (1, 4095, 4096, 4097, 70_000):
+        x = torch.randn(n, generator=g)
+        assert K.total(x) == pytest.approx(float(x.double().sum()), rel=1e-5, abs=1e-4)
+    for bad, want in ((math.nan, math.isnan), (math.inf, lambda v: v == math.inf)):
+        x = torch.randn(10_000, generator=g)
+        x[7_777] = bad
+        assert want(K.total(x))
+    x = torch.zeros(10)
+    x[2], x[3] = math.inf, -math.inf
+    assert math.isnan(K.total(x))
+    for odd in (torch.randn(4, 6).t(), torch.randn(5).double(), torch.zeros(0), torch.randn(5).as_subclass(_Wrapped)):
+        assert K.total(odd) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_output_gradient_flags_come_from_the_kernel_and_match_torchs_sums(mode, monkeypatch):
+    """The output gradients' non-finite flags (full steps; every step with
+    "every_step") are the kernel's sums where it takes the gradient, with
+    the same rows as torch's float64 sums; an inf born in backward shows."""
+    from tests.faults import InfBackward
+
+    def model_fn():
+        return nn.Sequential(nn.Linear(12, 16), nn.Tanh(), InfBackward(), nn.Linear(16, 4))
+
+    summed = []
+    real = K.total
+    monkeypatch.setattr(K, "total", lambda x: summed.append(x.numel()) or real(x))
+
+    def run():
+        torch.manual_seed(0)
+        model = model_fn()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        crit = nn.CrossEntropyLoss()
+        rec = Recorder(model, opt, crit, stats_every=2, nonfinite=mode)
+        make = batches((16, 12), 4)
+        for _ in range(4):
+            opt.zero_grad()
+            x, y = make()
+            crit(model(x), y).backward()
+            opt.step()
+        rows = np.stack([rec.row(i) for i in range(4)])
+        rec.inst.remove()
+        return rec.names, rows
+
+    names, fused = run()
+    assert summed  # the kernel took the output gradients
+    K.set_enabled(False)
+    try:
+        names2, plain = run()
+    finally:
+        K.set_enabled(True)
+    assert names == names2
+    gout = metadata.METRIC_INDEX["gout_nonfinite"]
+    np.testing.assert_array_equal(fused[:, :, gout], plain[:, :, gout])
+    # The inf is born in backward at step 0, under a finite head (the
+    # weights it reaches are NaN from the first update on).
+    assert fused[0, names.index("3"), gout] == 0 and (fused[:, names.index("1"), gout] > 0).all()
 
 
 class _Wrapped(torch.Tensor):

@@ -610,6 +610,64 @@ def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
     inst.remove()
 
 
+def _wait_for(cond, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeypatch):
+    """Packets are analysed back to back, BURST at a time (the worker's
+    data stays in the caches), in order; a marker (flush, close) or a pause
+    in training analyses what came; with few batches held (large ones) the
+    bursts are shorter, so that an event's batch is still held."""
+    import queue
+    import time
+
+    from tb_neuraldbg.training import worker as W
+    from tb_neuraldbg.training.collector import StepPacket
+    from tb_neuraldbg.training.instrument import Instrument
+
+    monkeypatch.setattr(W, "BURST_WAIT_S", 60.0)
+    packets = queue.SimpleQueue()
+    config = WatchConfig()
+    inst = Instrument(tiny(), packets.put, config)
+    worker = W.Worker(None, inst, config, packets, failure=TrainingFailure)
+    done = []
+    monkeypatch.setattr(worker, "_process", lambda packet: done.append(packet.step))
+    monkeypatch.setattr(worker, "_finish", lambda: None)  # (no writer here to finish)
+
+    def packet(step):
+        return StepPacket(step=step, rows=np.zeros(0, np.int64), keys=np.zeros(0, np.int64), layers=[], stats=False)
+
+    for step in range(20):
+        inst.batches.keep(step, (torch.zeros(4),), {})  # many small batches held: full bursts
+    worker.start()
+    try:
+        for step in range(W.BURST + 3):
+            packets.put(packet(step))
+        assert _wait_for(lambda: len(done) >= W.BURST)
+        time.sleep(0.2)
+        assert done == list(range(W.BURST))  # the last 3 wait for their burst...
+        assert worker.sync(5.0) and done == list(range(W.BURST + 3))  # ...or a marker
+        monkeypatch.setattr(W, "BURST_WAIT_S", 0.05)
+        packets.put(packet(100))  # (the wait of the burst it opens is read at its next get)
+        packets.put(packet(101))
+        assert _wait_for(lambda: done[-2:] == [100, 101])  # a pause in training: analysed soon
+        inst.batches.clear()
+        for step in range(3):
+            inst.batches.keep(step, (torch.zeros(4),), {})  # 3 held: one packet at a time
+        monkeypatch.setattr(W, "BURST_WAIT_S", 60.0)
+        packets.put(packet(200))
+        assert _wait_for(lambda: done[-1] == 200, timeout=1.0)
+    finally:
+        worker.stop(5.0)
+        inst.remove()
+
+
 def test_kept_batches_and_saved_files_share_one_budget(monkeypatch, tmp_path):
     from tb_neuraldbg.training import batches as B
 

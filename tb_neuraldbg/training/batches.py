@@ -80,6 +80,12 @@ class BatchKeeper:
             if host_finite(host) is False:
                 self._suspect = held[-1]
 
+    @property
+    def held(self) -> int:
+        """How many recent batches are held now (the worker may lag by fewer
+        steps than that and still find an event's batch)."""
+        return len(self._held)
+
     def clear(self) -> None:
         """Drop every reference (the worker is done with them)."""
         self._held.clear()

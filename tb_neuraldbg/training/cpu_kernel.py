@@ -9,7 +9,8 @@ vectorised pass (on the benchmark MLP's 256x1024 ReLU outputs, right after
 the layer wrote them: 135-190 us against 670-710 us wall for torch's ops),
 a histogram step's bins in two passes (310 against 1,250 us there), and the
 norms of a step's many small gradients in one call (1,502 gradients of the
-benchmark's 1,000-module model: 2.7 against 5.0 ms for ``_foreach_norm``).
+benchmark's 1,000-module model: 2.7 against 5.0 ms for ``_foreach_norm``),
+and the sum that is an output gradient's non-finite flag (:func:`total`).
 
 It is compiled at first use with the machine's C compiler (``$CC``, else
 ``cc``) into a per-user cache, as Triton builds its launcher and Inductor
@@ -17,9 +18,9 @@ its CPU kernels, in under a second and once per machine; loaded through
 ctypes (which releases the GIL during the call), and checked against
 known answers before it is used. Where there is no compiler, the build or
 the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`,
-:func:`histogram` and :func:`norms` return None and the callers use torch's
-ops (``stats.moments``, ``stats.histogram``, ``torch._foreach_norm``): the
-two agree but for the rounding of sums (the kernel adds in float lanes
+:func:`histogram`, :func:`norms` and :func:`total` return None and the
+callers use torch's ops (``stats.moments``, ``stats.histogram``,
+``torch._foreach_norm``, a float64 ``sum``): the two agree but for the rounding of sums (the kernel adds in float lanes
 within a block and in double across blocks).
 """
 
@@ -43,7 +44,7 @@ from operator import attrgetter, is_
 import numpy as np
 import torch
 
-__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled", "takes"]
+__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled", "takes", "total"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
 _hist = None  # the histogram function, loaded with it
 _norms = None  # the many-norms function, loaded with it
+_sum = None  # the sum function, loaded with it
 _enabled = True
 
 
@@ -111,6 +113,15 @@ def moments(x: torch.Tensor, units: int = 0) -> list[float] | None:
     if fn(x.data_ptr(), n, units, alive.ctypes.data if units else None, out.ctypes.data) != 0:
         return None
     return out.tolist()
+
+
+def total(x: torch.Tensor) -> float | None:
+    """The sum of ``x``'s values as a Python float (the non-finite flag of an
+    output gradient: NaN and inf propagate), added as :func:`moments` adds
+    them; None when :func:`takes` does not take ``x``."""
+    if not takes(x):
+        return None
+    return _sum(x.data_ptr(), x.numel())
 
 
 def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
@@ -184,7 +195,7 @@ def norms(tensors: list) -> torch.Tensor | None:
 
 
 def _load():
-    global _fn, _hist, _norms
+    global _fn, _hist, _norms, _sum
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -192,7 +203,7 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, _hist, _norms = _build_and_check()
+                    fn, _hist, _norms, _sum = _build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                     fn = None
@@ -238,8 +249,11 @@ def _build_and_check():
     many = lib.nd_norms_f32
     many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     many.restype = ctypes.c_int
-    _check(fn, hist, many)
-    return fn, hist, many
+    total = lib.nd_sum_f32
+    total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    total.restype = ctypes.c_double
+    _check(fn, hist, many, total)
+    return fn, hist, many, total
 
 
 def _compile(cc: str, path: str) -> None:
@@ -263,7 +277,7 @@ def _compile(cc: str, path: str) -> None:
             os.unlink(tmp)
 
 
-def _check(fn, hist, many) -> None:
+def _check(fn, hist, many, total) -> None:
     """Known answers, on sizes that cross a vector and a block boundary: a
     compiler that miscompiles the loops must not give wrong statistics."""
     rows, units = 3, 4099
@@ -301,3 +315,6 @@ def _check(fn, hist, many) -> None:
     want = [math.sqrt(float((a.astype(np.float64) ** 2).sum())) for a in arrays]
     if not np.allclose(got, want, rtol=1e-6, atol=0):
         raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
+    summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
+    if not (math.isclose(summed, float(x.sum(dtype=np.float64)), rel_tol=1e-6) and math.isnan(poisoned)):
+        raise RuntimeError("the kernel's sum check failed")

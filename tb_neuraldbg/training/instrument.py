@@ -73,6 +73,7 @@ _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
 # non-finite count goes to the *_NF key of an exact step).
 _MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
 _IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
+_GOUT_KEYS = (Key.GOUT_SUM,)
 _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
 # The batch's: every step, and its zero count on full-statistics steps.
 _BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
@@ -101,8 +102,9 @@ class _GoutHook:
 
     One small object per module and full step (not a closure, whose cells
     are five more objects for Python's garbage collector to follow until
-    the backward); minimal on purpose: the sum (the non-finite flag) goes
-    to a list, stacked once at the step's end."""
+    the backward); minimal on purpose: the sum (the non-finite flag) is
+    taken by the CPU kernel (a host value), or goes to a list, stacked once
+    at the step's end."""
 
     __slots__ = ("instrument", "step", "row", "index")
 
@@ -806,6 +808,15 @@ class Instrument:
         if g.numel() == 0:
             return
         g = g.detach()
+        if not (self._replay_nf_only or self.exact):
+            total = K.total(g)
+            if total is not None:
+                # The flag in one read, without a torch op nor a switch of
+                # torch's threads: 33 against 39 us a gradient of the
+                # 1,000-module model's full steps; as fast as torch's sum on
+                # the ResNet's megabyte ones.
+                self._col.measured(row, _GOUT_KEYS, (total,))
+                return
         threads = self._threads
         if threads is not None and threads > 1 and S.one_thread_pays(g):
             torch.set_num_threads(1)

@@ -66,7 +66,9 @@ class WatchConfig:
     ring: rows kept on the worker before they are written or dropped: the
         ``ring`` steps before and after an event are always written.
     on_error: "warn", or "raise": raise ``TrainingFailure`` in the training
-        thread (at the next hook) after an error-level event.
+        thread (at the next hook) after an error-level event: the worker
+        analyses steps in bursts, so up to 8 steps after the step of the
+        event (``flush()`` analyses everything queued).
     thresholds: passed to the diagnosis Engine
         (``tb_neuraldbg.diagnosis.Thresholds``).
     start_step: the step of the first record (e.g. when resuming).

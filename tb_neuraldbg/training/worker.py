@@ -50,6 +50,19 @@ __all__ = ["Worker"]
 log = logging.getLogger("tb_neuraldbg")
 
 
+#: Packets gathered and then analysed back to back. Between two steps,
+#: training streams its tensors through the caches and the worker's own data
+#: (the engine's state, numpy's buffers, its code) falls out of them; one
+#: packet a step cost 1.6-1.7 ms of CPU on the benchmark MLP, eight back to
+#: back 0.96-0.98 ms each (2026-12-03). The rows and events are the same;
+#: they reach the event file, and ``on_error="raise"`` training, at most
+#: this many steps later.
+BURST = 8
+#: A gathered burst is analysed after this long without a new packet (a
+#: paused or finished training loop): events are never held back for long.
+BURST_WAIT_S = 0.5
+
+
 class Worker:
     """The background side: rows, diagnosis, summaries, file writes.
 
@@ -139,15 +152,37 @@ class Worker:
         return True
 
     def _run(self) -> None:
+        pending: list[StepPacket] = []
         while True:
-            item = self.queue.get()
+            if pending:
+                try:
+                    item = self.queue.get(timeout=BURST_WAIT_S)
+                except queue.Empty:  # training paused (an evaluation, the end): analyse what came
+                    self._process_all(pending)
+                    continue
+            else:
+                item = self.queue.get()
+            if isinstance(item, StepPacket):
+                pending.append(item)
+                if len(pending) < self._burst():
+                    continue
+            self._process_all(pending)  # (before a marker: everything queued before it)
             if item is self._STOP:
                 self._safe("finish", self._finish)
                 return
             if isinstance(item, threading.Event):
                 item.set()
-                continue
-            self._safe("step", self._process, item)
+
+    def _burst(self) -> int:
+        """How many packets to gather before analysing them back to back:
+        :data:`BURST`, fewer when the batch keeper holds few batches (large
+        ones), so that an event's batch is still held when it is analysed."""
+        return max(1, min(BURST, self.instrument.batches.held - 2))
+
+    def _process_all(self, pending: list) -> None:
+        for packet in pending:
+            self._safe("step", self._process, packet)
+        pending.clear()
 
     def _safe(self, what: str, fn, *args):
         try:
