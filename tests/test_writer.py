@@ -663,6 +663,13 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
         monkeypatch.setattr(W, "BURST_WAIT_S", 60.0)
         packets.put(packet(200))
         assert _wait_for(lambda: done[-1] == 200, timeout=1.0)
+        config.save_batches = False  # no batch to keep: full bursts whatever is held
+        for step in range(300, 300 + W.BURST - 1):
+            packets.put(packet(step))
+        time.sleep(0.2)
+        assert done[-1] == 200
+        packets.put(packet(300 + W.BURST - 1))
+        assert _wait_for(lambda: done[-1] == 300 + W.BURST - 1)
     finally:
         worker.stop(5.0)
         inst.remove()

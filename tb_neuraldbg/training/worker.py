@@ -175,8 +175,11 @@ class Worker:
 
     def _burst(self) -> int:
         """How many packets to gather before analysing them back to back:
-        :data:`BURST`, fewer when the batch keeper holds few batches (large
-        ones), so that an event's batch is still held when it is analysed."""
+        :data:`BURST`; with ``save_batches``, fewer when the batch keeper
+        holds few batches (large ones), so that an event's batch is still
+        held when it is analysed."""
+        if not self.config.save_batches:
+            return BURST
         return max(1, min(BURST, self.instrument.batches.held - 2))
 
     def _process_all(self, pending: list) -> None:
