@@ -73,8 +73,8 @@ _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
 # non-finite count goes to the *_NF key of an exact step).
 _MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
 _IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
-_GOUT_KEYS = (Key.GOUT_SUM,)
 _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
+_GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
 # The batch's: every step, and its zero count on full-statistics steps.
 _BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
 

@@ -52,9 +52,10 @@ log = logging.getLogger("tb_neuraldbg")
 
 #: Packets gathered and then analysed back to back. Between two steps,
 #: training streams its tensors through the caches and the worker's own data
-#: (the engine's state, numpy's buffers, its code) falls out of them; one
-#: packet a step cost 1.6-1.7 ms of CPU on the benchmark MLP, eight back to
-#: back 0.96-0.98 ms each (2026-12-03). The rows and events are the same;
+#: (the engine's state, numpy's buffers, its code) falls out of them. The
+#: writer's threads on the benchmark MLP: 1.62-1.65 ms of CPU a step with one
+#: packet at a time, 0.84 ms with eight (ResNet 1.55 -> 0.94 ms; 16 gave no
+#: more; 2026-12-03). The rows and events are the same;
 #: they reach the event file, and ``on_error="raise"`` training, at most
 #: this many steps later.
 BURST = 8
