@@ -20,8 +20,9 @@ known answers before it is used. Where there is no compiler, the build or
 the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`,
 :func:`histogram`, :func:`norms` and :func:`total` return None and the
 callers use torch's ops (``stats.moments``, ``stats.histogram``,
-``torch._foreach_norm``, a float64 ``sum``): the two agree but for the rounding of sums (the kernel adds in float lanes
-within a block and in double across blocks).
+``torch._foreach_norm``, a float64 ``sum``): the two agree but for the
+rounding of sums (the kernel adds in float lanes within a block and in
+double across blocks).
 """
 
 from __future__ import annotations

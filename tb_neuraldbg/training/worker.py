@@ -55,9 +55,9 @@ log = logging.getLogger("tb_neuraldbg")
 #: (the engine's state, numpy's buffers, its code) falls out of them. The
 #: writer's threads on the benchmark MLP: 1.62-1.65 ms of CPU a step with one
 #: packet at a time, 0.84 ms with eight (ResNet 1.55 -> 0.94 ms; 16 gave no
-#: more; 2026-12-03). The rows and events are the same;
-#: they reach the event file, and ``on_error="raise"`` training, at most
-#: this many steps later.
+#: more; 2026-12-03). The rows and events are the same; they reach the
+#: event file, and ``on_error="raise"`` training, at most this many steps
+#: later.
 BURST = 8
 #: A gathered burst is analysed after this long without a new packet (a
 #: paused or finished training loop): events are never held back for long.
