@@ -14,7 +14,9 @@ pass over the gradients, the floor of a per-step gradient check), ``watched``
 (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
 cost a user can choose instead), ``torch_stats`` (default settings with the
-fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``every_step``
+fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``hooks_kept``
+(default settings with the module hooks kept on at cheap steps, as before
+2026-12-03's last round), ``every_step``
 (``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
 no criterion watched: the loss is computed by hand from a cast and a view of
 the output, so a replay would need the kept gradient of the model's output,
@@ -206,9 +208,10 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats")
+MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
+         "hooks_kept")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "torch_stats": {}}
+         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "hooks_kept": {}}
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -310,20 +313,25 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
         bare.steps(2)
         clip.steps(2)
         watched.begin_block(tmp, 1000 - 3, 3)
-        bare_cpu, hooks[0], clip.clip_s = [], 0.0, 0.0
+        bare_cpu, watched_cpu, hooks[0], clip.clip_s = [], [], 0.0, 0.0
         w0 = watched._worker_cpu()
         for _ in range(steps):  # interleaved single steps
             t0 = time.thread_time()
             bare.steps(1)
             bare_cpu.append(time.thread_time() - t0)
             clip.steps(1)
+            t0 = time.thread_time()
             watched.steps(1)
+            watched_cpu.append(time.thread_time() - t0)
         watched._sync()
         worker = watched._worker_cpu() - w0
         watched.end_block()
     b = statistics.median(bare_cpu)
     return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps,
-            "clip_ms": 1000 * clip.clip_s / steps}
+            "clip_ms": 1000 * clip.clip_s / steps,
+            # Means (the full steps included), the watched step's whole
+            # training-thread time: PyTorch's slower calls of hooked modules too.
+            "bare_mean_ms": 1000 * statistics.fmean(bare_cpu), "watched_mean_ms": 1000 * statistics.fmean(watched_cpu)}
 
 
 # -- one model --------------------------------------------------------------------
@@ -357,8 +365,10 @@ class Runner:
         if self.mode in WATCH:
             self.writer = DebugWriter(logdir)
             crit = None if self.mode == "watched_hand" else self.crit
-            self.writer.watch(self.model, optimizer=self.opt, criterion=crit, start_step=start_step,
-                              **WATCH[self.mode])
+            handle = self.writer.watch(self.model, optimizer=self.opt, criterion=crit, start_step=start_step,
+                                       **WATCH[self.mode])
+            if self.mode == "hooks_kept":
+                handle.instrument.hooks_off_when_cheap = False
         self.steps(warm)
         self._sync()
         self._worker0 = self._worker_cpu()
@@ -522,6 +532,10 @@ def main(argv=None) -> int:
             own, floor = o["hooks_ms"] + o["worker_ms"], o["clip_ms"]
             print(f"    clip_grad_norm_ alone, timed the same way: {floor:.2f} ms (1 + {floor / o['bare_ms']:.3f});"
                   f" the writer above that floor: {own - floor:.2f} ms (+{100 * (own - floor) / o['bare_ms']:.1f} %)")
+            extra = o["watched_mean_ms"] - o["bare_mean_ms"]
+            print(f"    the training thread's whole step, mean: {o['watched_mean_ms']:.1f} ms against the bare"
+                  f" loop's {o['bare_mean_ms']:.1f} ms: {extra:+.2f} ms ({100 * extra / o['bare_mean_ms']:+.1f} %,"
+                  f" PyTorch's calls of hooked modules included)")
     return 0
 
 

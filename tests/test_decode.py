@@ -79,6 +79,31 @@ def test_bulk_and_fallback_paths_agree():
                       decode.decode_rows(range(3), rows[:3], F32, np.nan))
 
 
+def test_rows_copied_as_decoded_agree_with_every_other_path():
+    """The bulk path copies each record into one buffer as it is decoded: a
+    record of another length or kind after some of them, a record skipped
+    between them, and a series without a length (a generator) give the
+    rows the other paths give."""
+    rng = np.random.default_rng(1)
+    rows = [rng.standard_normal(4).astype(F32) for _ in range(6)]
+    want = decode.decode_rows(range(6), rows, F32, np.nan)  # (arrays: no buffer)
+    protos = [content_proto(r) for r in rows]
+    assert_rows_equal(decode.decode_rows(range(6), protos, F32, np.nan), want)
+    assert_rows_equal(decode.decode_rows(range(6), iter(protos), F32, np.nan), want)
+    bad = tensor_util.make_tensor_proto(np.zeros((2, 2), F32))  # 2-D: skipped
+    got = decode.decode_rows([0, 1, 2, 9, 3, 4, 5], protos[:3] + [bad] + protos[3:], F32, np.nan)
+    assert_rows_equal(got, want)
+    assert got.values.flags.writeable
+    longer = protos[:4] + [content_proto(np.arange(5, dtype=F32)), values_proto(rows[5])]
+    got = decode.decode_rows(range(6), longer, F32, np.nan)
+    expect = np.full((6, 5), np.nan, F32)
+    for i in (0, 1, 2, 3, 5):
+        expect[i, :4] = rows[i]
+    expect[4] = np.arange(5)
+    np.testing.assert_array_equal(got.values, expect)
+    assert got.lengths.tolist() == [4, 4, 4, 4, 5, 4]
+
+
 def test_ragged_rows_are_padded_with_the_fill():
     rows = [np.array([1, 2], U8), np.array([3, 4, 5], U8), np.array([6], U8)]
     for got in decode_all_ways([0, 1, 2], rows, U8, metadata.STATE_UNKNOWN):

@@ -1006,3 +1006,108 @@ def test_register_module_refuses_to_replace_unless_asked_and_bad_input():
     with pytest.raises(TypeError):
         MODULE_TABLE[Block] = Behaviour()  # read-only: register_module() adds
     assert behaviour_of(Block) == Behaviour(watch=False)
+
+
+# -- cheap steps without module hooks -----------------------------------------
+
+
+class Probed(nn.Module):
+    """An MLP that notes, at each forward, the forward hooks its layers carry
+    (the hooks PyTorch calls them with), and may run ``enc`` without autograd."""
+
+    def __init__(self, frozen_enc=False):
+        super().__init__()
+        self.enc, self.fc1, self.act, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)
+        self.frozen_enc = frozen_enc
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append([list(m._forward_hooks.values()) for m in (self.fc1, self.act, self.fc2)])
+        with torch.set_grad_enabled(not self.frozen_enc and torch.is_grad_enabled()):
+            x = self.enc(x)
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_cheap_steps_call_the_modules_without_hooks_and_keep_their_rows():
+    """nonfinite="replay": a cheap step's module hooks would only note that
+    their module ran, so they are off (PyTorch's fast call path) and on again
+    for a full step; a module with a hook of its own keeps ours, first. The
+    rows still say which modules ran, and which ran without autograd."""
+    torch.manual_seed(0)
+    model = Probed(frozen_enc=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=4)
+    ours = list(model.fc2._forward_hooks.values())[0]
+    model.fc2.register_forward_hook(lambda m, a, o: None)  # the user's, after watch()
+    for s in range(12):
+        opt.zero_grad()
+        crit(model(torch.randn(4, 8)), torch.arange(4) % 3).backward()
+        opt.step()
+    full = [s < 4 or s % 4 == 0 for s in range(12)]
+    # Off from the second cheap-step schedule on: the model's own input hook
+    # has to have seen a step first (step 4 is the first after step 3's).
+    on = [len(fc1) for fc1, _, _ in model.seen]
+    assert on == [1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0]
+    assert [len(act) for _, act, _ in model.seen] == on
+    assert all(len(fc2) == 2 and fc2[0] is ours for _, _, fc2 in model.seen)
+    for s in range(12):
+        for layer in ("fc1", "act", "fc2"):
+            assert rec.value(layer, "act_nonfinite", s) == 0, (s, layer)  # ran, and checked
+            assert rec.value(layer, "ran_without_grad", s) != 1
+        assert rec.value("enc", "ran_without_grad", s) == 1, s  # every step, hooked or not
+        assert math.isfinite(rec.value("fc1", "act_mean", s)) == full[s]
+    rec.inst.remove()
+    assert all(not m._forward_hooks for m in (model.fc1, model.act, model.enc))
+    assert len(model.fc2._forward_hooks) == 1  # only the user's
+
+
+def test_hooks_stay_on_when_the_model_forward_is_not_seen():
+    """A loop that calls the watched modules directly (no model forward for
+    the input hook to see) keeps every module hook at every step: they are
+    how its steps are followed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=2)
+    counts = []
+    for s in range(6):
+        opt.zero_grad()
+        counts.append(len(model[0]._forward_hooks))
+        x = torch.randn(4, 8)
+        for m in model:  # not model(x)
+            x = m(x)
+        crit(x, torch.arange(4) % 3).backward()
+        opt.step()
+    assert counts == [1] * 6
+    assert rec.value("0", "act_nonfinite", 5) == 0
+
+
+def test_hooks_stay_on_with_a_warning_when_they_cannot_come_off(monkeypatch):
+    """PyTorch's hook dicts not as expected (another version): a warning,
+    every hook back on, and the steps measured as before."""
+    import tb_neuraldbg.training.instrument as instrument_module
+
+    calls = []
+
+    def broken(m, hook_id):
+        calls.append(m)
+        if len(calls) > 1:  # the first module already off
+            raise AttributeError("_forward_hooks_with_kwargs")
+        return True
+
+    monkeypatch.setattr(instrument_module, "_alone", broken)
+    torch.manual_seed(0)
+    model = Probed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=2)
+    with pytest.warns(RuntimeWarning, match="cheap steps without module hooks"):
+        for s in range(6):
+            opt.zero_grad()
+            crit(model(torch.randn(4, 8)), torch.arange(4) % 3).backward()
+            opt.step()
+    assert all(len(fc1) == len(act) == 1 for fc1, act, _ in model.seen)
+    assert rec.value("fc1", "act_mean", 4) == rec.value("fc1", "act_mean", 4)  # measured (not NaN)
+    assert rec.value("act", "act_nonfinite", 5) == 0

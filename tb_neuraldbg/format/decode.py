@@ -250,7 +250,8 @@ def decode_rows(steps: Iterable[int], tensors: Iterable, dtype, fill,
     note = note or _ignore
     spec = _Spec(np.dtype(dtype))
     width = max(0, min(int(max_width), MAX_ROWS))
-    kept, lengths, chunks = [], [], []
+    kept, lengths = [], []
+    chunks = _Gather(len(tensors) if hasattr(tensors, "__len__") else 0, spec)
     cut, skips = 0, _Skips(tag)
     for step, tensor in zip(steps, tensors):
         if isinstance(tensor, np.ndarray):
@@ -265,7 +266,8 @@ def decode_rows(steps: Iterable[int], tensors: Iterable, dtype, fill,
         cut += longer
         kept.append(step)
         lengths.append(length)
-        chunks.append(chunk)
+        chunks.add(chunk)
+        del chunk  # (its memory is the next record's)
     skips.tell(note)
     if cut:
         note(f"skipped the rows past {width} of {cut} {tag} records (the layer list makes "
@@ -274,20 +276,68 @@ def decode_rows(steps: Iterable[int], tensors: Iterable, dtype, fill,
                      chunks, spec, fill)
 
 
-def _assemble(steps: np.ndarray, lengths: np.ndarray, chunks: list, spec: _Spec, fill) -> Rows:
+class _Gather:
+    """The valid records' values, gathered as they are decoded, as one flat
+    array at the end.
+
+    The bulk path: while every record is raw content (bytes) of one length,
+    each is copied at once into one buffer sized for all records, so its
+    bytes object is freed and the next one reuses that memory; a list of
+    20,000 rows and a join of them would first fault in as much memory
+    again (a fresh process pays ~8 us a 4 KB page here: the plugin's first
+    request). Any other record (another length, an array) turns the rows so
+    far into views of the buffer, kept with the rest in a list."""
+
+    __slots__ = ("capacity", "spec", "buf", "size", "count", "chunks")
+
+    def __init__(self, capacity: int, spec: _Spec):
+        self.capacity, self.spec = capacity, spec
+        self.buf: bytearray | None = None
+        self.size = self.count = 0  # bytes a row, rows in buf
+        self.chunks: list | None = None if capacity else []
+
+    def add(self, chunk) -> None:
+        if self.chunks is None and type(chunk) is bytes:
+            if self.buf is None and chunk:
+                self.size = len(chunk)
+                self.buf = bytearray(self.capacity * self.size)  # (zeroed pages, faulted as written)
+            if self.size and len(chunk) == self.size and self.count < self.capacity:
+                at = self.count * self.size
+                self.buf[at:at + self.size] = chunk
+                self.count += 1
+                return
+        if self.chunks is None:
+            self.chunks = [self._view(i) for i in range(self.count)]
+        self.chunks.append(chunk)
+
+    def _view(self, i: int) -> np.ndarray:
+        itemsize = self.spec.itemsize
+        return np.frombuffer(self.buf, dtype=self.spec.little, count=self.size // itemsize,
+                             offset=i * self.size)
+
+    def flat(self) -> np.ndarray:
+        """Every gathered value in order, one writable array."""
+        little = self.spec.little
+        if self.chunks is None:
+            if self.buf is None:
+                return np.zeros(0, dtype=little)
+            return np.frombuffer(self.buf, dtype=little, count=self.count * self.size // self.spec.itemsize)
+        chunks, self.chunks = self.chunks, []
+        if all(type(c) is bytes for c in chunks):
+            # One buffer of every record's raw content, viewed as one array
+            # (a bytearray, so that the matrix is writable).
+            return np.frombuffer(bytearray().join(chunks), dtype=little)
+        return np.concatenate([np.frombuffer(c, dtype=little) if type(c) is bytes else c for c in chunks])
+
+
+def _assemble(steps: np.ndarray, lengths: np.ndarray, chunks: _Gather, spec: _Spec, fill) -> Rows:
     """The Rows of valid records: one buffer, viewed, deduplicated, padded."""
     n = steps.shape[0]
     keep = _last_per_step(steps)
     if n == 0:
         return Rows(steps, np.full((0, 0), fill, dtype=spec.dtype), lengths)
-    if all(type(c) is bytes for c in chunks):
-        # The bulk path: one buffer of every record's raw content, viewed as
-        # one array (a bytearray, so that the matrix is writable).
-        flat = np.frombuffer(bytearray().join(chunks), dtype=spec.little)
-    else:
-        flat = np.concatenate([np.frombuffer(c, dtype=spec.little) if type(c) is bytes else c
-                               for c in chunks])
-    del chunks[:]
+    flat = chunks.flat()
+    del chunks
     if bool(np.all(lengths == lengths[0])):
         # The writer's case: every row as long, the buffer is the matrix.
         matrix = flat.reshape(n, int(lengths[0]))

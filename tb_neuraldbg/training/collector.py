@@ -36,7 +36,8 @@ class StepPacket:
     stats: bool
     host: list = field(default_factory=list)  # numpy arrays, or (pinned, event): see Collector.finish
     # Rows whose module ran at a step whose hooks measured nothing (a cheap
-    # step of nonfinite="replay" that needed no replay); None otherwise.
+    # step of nonfinite="replay" that needed no replay: as its hooks noted
+    # them, or as the last hooked step did); None otherwise.
     ran: np.ndarray | None = None
 
     def host_values(self) -> np.ndarray:

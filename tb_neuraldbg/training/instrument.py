@@ -86,6 +86,35 @@ def _raise(e: BaseException) -> None:
     raise e
 
 
+def _alone(m: nn.Module, hook_id: int) -> bool:
+    """Hook ``hook_id`` is the only hook of ``m`` (forward, pre-forward or
+    backward): without it, PyTorch calls ``m`` on its fast path."""
+    return (
+        list(m._forward_hooks) == [hook_id]
+        and not m._forward_pre_hooks
+        and not m._backward_hooks
+        and not getattr(m, "_backward_pre_hooks", None)
+    )
+
+
+# A module's hooks taken off and put back in place (the handle stays valid
+# for remove()): PyTorch's public register/remove cost 8.6 ms for the 1,001
+# modules of a 1,000-module model, these dict operations 1.2 ms.
+
+
+def _detach(m: nn.Module, hook_id: int) -> None:
+    kwargs = m._forward_hooks_with_kwargs  # (fails first, before anything changed)
+    del m._forward_hooks[hook_id]
+    kwargs.pop(hook_id, None)
+
+
+def _attach(m: nn.Module, hook_id: int, hook) -> None:
+    kwargs, hooks = m._forward_hooks_with_kwargs, m._forward_hooks
+    hooks[hook_id] = hook
+    hooks.move_to_end(hook_id, last=False)  # first, where it was when it was alone
+    kwargs[hook_id] = True
+
+
 def _version_of(t: torch.Tensor) -> int | None:
     """The in-place version counter; None for inference tensors (which
     cannot be modified in place outside inference mode)."""
@@ -167,6 +196,20 @@ class Instrument:
         # the diagnosis' initial-loss check (ln K); None when unknown.
         self.num_classes: int | None = None
         self._handles: list = []
+        # [module, forward hook, its handle, detached] of every watched
+        # module: on cheap steps the hooks come off (see _sync_module_hooks).
+        self._module_hooks: list[list] = []
+        # False keeps them on (benchmarks/overhead.py's mode "hooks_kept" measures the difference).
+        self.hooks_off_when_cheap = True
+        self._hooks_off = False
+        # The model's own input hook saw the last step's forward (the step
+        # can be followed without the module hooks), and whether it saw this one.
+        self._root_seen = self._root_input = False
+        self._compiled_entry = False
+        # Rows that ran, and rows that ran without autograd, at the last
+        # step the module hooks were on: a cheap step without them repeats them.
+        self._last_ran: np.ndarray | None = None
+        self._last_no_grad: frozenset = frozenset()
         self._broken: set[str] = set()
         self._removed = False
         self._ref: weakref.ref | None = None  # to itself, shared by the output-gradient hooks
@@ -244,6 +287,7 @@ class Instrument:
         self._gout_rows: list[int] = []
         self._seen_rows: set[int] = set()
         self._input_done = False
+        self._root_input = False
         self._threads: int | None = None  # torch.get_num_threads(), read at the step's input
         # (weakref to the last measured output, its row, its _version then)
         self._prev_out: tuple[Any, int, int | None] | None = None
@@ -286,6 +330,7 @@ class Instrument:
         # The batch and the model's own loss are read outside a compiled
         # region: on torch.compile's wrapper when that is what was watched.
         entry = self.model if is_compiled(self.model) else self.root
+        self._compiled_entry = entry is not self.root
         h.append(entry.register_forward_pre_hook(self._on_model_input, with_kwargs=True))
         # Where the backward starts (one tensor hook a step on the outputs),
         # and the model's own loss when there is no criterion.
@@ -318,8 +363,8 @@ class Instrument:
             self.scaler.update = update
 
     def _install_module(self, name: str, m: nn.Module) -> None:
-        h = self._handles
-        h.append(m.register_forward_hook(self._make_forward_hook(name, m), with_kwargs=True))
+        hook = self._make_forward_hook(name, m)
+        self._module_hooks.append([m, hook, m.register_forward_hook(hook, with_kwargs=True), False])
         owned = [p for p in owned_params(m) if id(p) not in self._params_done]
         self._params_done.update(id(p) for p in owned)
         self._params_pending[id(m)] = owned
@@ -343,6 +388,9 @@ class Instrument:
         self._removed = True
         for handle in self._handles + self._param_handles:
             handle.remove()
+        for entry in self._module_hooks:
+            entry[2].remove()  # (a detached one is simply not there)
+        self._module_hooks.clear()
         self._handles.clear()
         self._param_handles.clear()
         if self._scaler_update is not None and self.scaler.__dict__.get("update") is self._scaler_update:
@@ -487,6 +535,7 @@ class Instrument:
         self._outside = not torch.is_grad_enabled()
         if self._outside or self._removed:
             return None
+        self._root_input = True
         if self.mode == "replay" and self._capture is None:
             # Before the forward: the RNG and autocast state it starts from.
             self._capture = self._guard("replay", R.capture, args, kwargs, self._cuda_devices, self._device_types)
@@ -722,6 +771,46 @@ class Instrument:
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
         self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
+        self._sync_module_hooks()
+
+    def _sync_module_hooks(self) -> None:
+        """Module forward hooks off for a cheap step, on for any other.
+
+        A cheap step's hooks would only note that their module ran, and a
+        module with any hook takes PyTorch's slow call path (about 5 us a
+        call: 5 ms a step for a 1,000-module model, as much as all the rest
+        of a cheap step; more on a GPU, where the step waits for the Python
+        that launches it). So the hooks come off while the model's own input
+        hook follows the steps (not for a compiled model, whose hooks are
+        traced, nor when the step does not go through the model's forward),
+        for modules that have no other hook (with another one the slow path
+        stays, and putting ours back first keeps the hooks' order only
+        because ours was alone). The rows that ran are those of the last step
+        with the hooks on."""
+        off = (
+            self.hooks_off_when_cheap and self._light and self._root_seen
+            and not self._compiled_entry and not self._removed
+        )
+        if off == self._hooks_off:
+            return
+        self._hooks_off = off
+        try:
+            for entry in self._module_hooks:
+                m, hook, handle, detached = entry
+                if off:
+                    if not detached and _alone(m, handle.id):
+                        _detach(m, handle.id)
+                        entry[3] = True
+                elif detached:
+                    _attach(m, handle.id, hook)
+                    entry[3] = False
+        except Exception as e:  # noqa: BLE001 -- PyTorch's hook dicts changed: hooks on from now on
+            self.hooks_off_when_cheap = self._hooks_off = False
+            for entry in self._module_hooks:
+                if entry[3]:
+                    entry[3] = False
+                    entry[2] = entry[0].register_forward_hook(entry[1], with_kwargs=True, prepend=True)
+            self._guard("cheap steps without module hooks", _raise, e)  # (warned once)
 
     def _measure_in(self, row: int, x: torch.Tensor) -> None:
         """A module's first input (not the previous row's output)."""
@@ -1078,6 +1167,7 @@ class Instrument:
         self._seen_rows, self._input_done, self._prev_out = set(), False, None
         self._light, self.exact, self._sched_stats, self._sched_hist = False, True, False, False
         self._replaying, self._replay_nf_only = True, stats
+        self._sync_module_hooks()  # (on for the re-run)
         params = [p for p in self.root.parameters() if p.requires_grad]
         scale = self.scaler._scale.detach() if self._grads_scaled() else None
         try:
@@ -1094,6 +1184,7 @@ class Instrument:
                 self._prev_out, self._light, self.exact, self._sched_stats, self._sched_hist,
             ) = saved
             self._replaying = self._replay_nf_only = False
+            self._sync_module_hooks()
         self.replays += 1
         if problem:
             self._fall_back(problem)
@@ -1214,6 +1305,11 @@ class Instrument:
             col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
         col.extend(self._gout_col)
         params, prow = self._param_rows()
+        if self._hooks_off:
+            for r in self._last_no_grad:  # (no hook saw them: as at the last step that could)
+                self.facts.ran_without_grad(r)
+        else:
+            self._last_no_grad = self.facts.no_grad_rows
         self._guard("optimizer facts", self.facts.commit, col, params, prow)
         if full and params:
             with torch.no_grad():  # (no detached copies: 1,500 of them cost a millisecond)
@@ -1249,7 +1345,10 @@ class Instrument:
         self.batches.note_step(step, host)
         if self.mode == "every_step" and not self.exact:
             self._note_nonfinite(host)
-        ran = np.fromiter(self._seen_rows, dtype=np.int64, count=len(self._seen_rows)) if light else None
+        if not self._hooks_off:
+            self._last_ran = np.fromiter(self._seen_rows, dtype=np.int64, count=len(self._seen_rows))
+        ran = self._last_ran if light else None
+        self._root_seen = self._root_input
         packet = StepPacket(
             step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
         )

@@ -108,6 +108,11 @@ class StepFacts:
         self._no_grad_rows.add(row)
 
     @property
+    def no_grad_rows(self) -> frozenset:
+        """The rows :meth:`ran_without_grad` noted in this step so far."""
+        return frozenset(self._no_grad_rows)
+
+    @property
     def unchecked(self) -> bool:
         """The leftover gradients of this step are still to be checked."""
         return not self._checked

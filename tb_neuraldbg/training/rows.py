@@ -1,7 +1,9 @@
 """One step's row on the host: :func:`stats.assemble`, plus what a clean cheap step implies.
 
 On a cheap step of ``watch(nonfinite="replay")`` the hooks measure no module:
-a forward hook only notes that its module ran (:attr:`StepPacket.ran`).
+the modules that ran (:attr:`StepPacket.ran`) are those a forward hook noted,
+or, with the module hooks off for the step (``Instrument._sync_module_hooks``),
+those of the last step that had them on.
 When that step's every-step evidence is finite (every gradient norm, the
 loss, the batch), no non-finite value reached the loss or any parameter's
 gradient, so each module that ran gets ``act_nonfinite``, ``in_nonfinite``
