@@ -109,11 +109,14 @@ def moments(x: torch.Tensor, units: int = 0) -> list[float] | None:
     if units and n % units:
         return None
     fn = _fn  # (loaded by takes)
-    out = np.empty(7)
-    alive = np.empty(units, dtype=np.int32) if units else None
-    if fn(x.data_ptr(), n, units, alive.ctypes.data if units else None, out.ctypes.data) != 0:
+    # ctypes buffers, not numpy arrays: an array's .ctypes.data costs about
+    # 1 us each, 2 us of a 6 us call on a small tensor (1,250 calls a full
+    # step of a 1,000-module model).
+    out = (ctypes.c_double * 7)()
+    alive = (ctypes.c_int32 * units)() if units else None
+    if fn(x.data_ptr(), n, units, alive, out) != 0:
         return None
-    return out.tolist()
+    return out[:]
 
 
 def total(x: torch.Tensor) -> float | None:
