@@ -13,7 +13,9 @@
 #      NaN is replayed and found where it was born;
 #   3. benchmarks/overhead.py on a GPT-2-medium-sized model (355M parameters,
 #      seq 1024, batch 8, bf16 autocast): the ratio to the bare loop (target
-#      1.02x), with the A/A control and clip_grad_norm_, and the peak memory.
+#      1.02x), with the A/A control and clip_grad_norm_, and the peak memory;
+#      hooks_kept is the writer with its module hooks on at cheap steps too
+#      (what cheap steps without them save where the GPU waits for Python).
 #
 # Usage, from anywhere: bash benchmarks/gpu_check.sh [OUT_DIR]   (default /tmp/gpu_check)
 # Exit status: 0 when every part passed, 1 otherwise, 2 when the machine lacks something.
@@ -153,7 +155,7 @@ EOF
 
 part "3. overhead on a 355M-parameter GPT, bf16 autocast (target 1.02x)"
 timeout 360 $PY benchmarks/overhead.py --device cuda --amp bf16 --models gpt --blocks 8 --steps 5 \
-    --modes bare,bare2,clip,watched,watched_hand 2>&1 | tee "$OUT_DIR/overhead_gpt.txt" || failed+=("GPT overhead")
+    --modes bare,bare2,clip,watched,watched_hand,hooks_kept 2>&1 | tee "$OUT_DIR/overhead_gpt.txt" || failed+=("GPT overhead")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then
