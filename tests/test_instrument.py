@@ -1035,6 +1035,7 @@ def test_cheap_steps_call_the_modules_without_hooks_and_keep_their_rows():
     rows still say which modules ran, and which ran without autograd."""
     torch.manual_seed(0)
     model = Probed(frozen_enc=True)
+    model.enc.requires_grad_(False)  # a frozen encoder: no gradient expected
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     crit = nn.CrossEntropyLoss()
     rec = Recorder(model, opt, crit, stats_every=4)
@@ -1111,3 +1112,45 @@ def test_hooks_stay_on_with_a_warning_when_they_cannot_come_off(monkeypatch):
     assert all(len(fc1) == len(act) == 1 for fc1, act, _ in model.seen)
     assert rec.value("fc1", "act_mean", 4) == rec.value("fc1", "act_mean", 4)  # measured (not NaN)
     assert rec.value("act", "act_nonfinite", 5) == 0
+
+
+class Routed(nn.Module):
+    """fc -> expert -> head, the expert skipped when ``route`` is off (an
+    unrouted expert: its parameters get no gradient, as in a mixture of experts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.expert, self.head = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.route = True
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(len(self.fc._forward_hooks))
+        h = self.fc(x)
+        return self.head(self.expert(h) if self.route else h)
+
+
+def test_a_module_without_a_gradient_is_not_said_to_have_run_and_brings_the_hooks_back():
+    """A cheap step without hooks cannot see that a module did not run. When
+    a trainable parameter gets no gradient (an unrouted expert), its row is
+    not said to have run (so a healthy mixture of experts shows no module
+    "without a gradient although it ran") and the hooks are on from the next
+    step while that lasts."""
+    torch.manual_seed(0)
+    model = Routed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=4)
+    for s in range(10):
+        model.route = s <= 5  # routed through step 5, then never
+        opt.zero_grad(set_to_none=True)
+        crit(model(torch.randn(4, 8)), torch.arange(4) % 3).backward()
+        opt.step()
+    # steps 0-4 full; 5 cheap without hooks (every gradient at step 4);
+    # 6 without hooks, the expert skipped; hooks back from 7 on
+    assert model.seen == [1, 1, 1, 1, 1, 0, 0, 1, 1, 1]
+    assert rec.value("expert", "act_nonfinite", 5) == 0  # ran, no hook: as at step 4
+    for s in (6, 7, 9):  # did not run: not said to have (NaN), with or without hooks
+        assert math.isnan(rec.value("expert", "act_nonfinite", s)), s
+        assert rec.value("expert", "grad_missing", s) == 2
+    assert rec.value("fc", "act_nonfinite", 6) == 0 and rec.value("head", "act_nonfinite", 6) == 0

@@ -202,8 +202,9 @@ class Instrument:
         # False keeps them on (benchmarks/overhead.py's mode "hooks_kept" measures the difference).
         self.hooks_off_when_cheap = True
         self._hooks_off = False
-        # The model's own input hook saw the last step's forward (the step
-        # can be followed without the module hooks), and whether it saw this one.
+        # The model's own input hook saw the last step's forward and every
+        # trainable parameter got a gradient (the step can be followed
+        # without the module hooks), and whether it saw this one.
         self._root_seen = self._root_input = False
         self._compiled_entry = False
         # Rows that ran, and rows that ran without autograd, at the last
@@ -292,6 +293,9 @@ class Instrument:
         # (weakref to the last measured output, its row, its _version then)
         self._prev_out: tuple[Any, int, int | None] | None = None
         self._grad_col: Collector | None = None
+        # Rows with a trainable parameter that got no gradient this step
+        # (None until the gradients are measured).
+        self._missing_rows: np.ndarray | None = None
         self._loss: torch.Tensor | None = None
         self._backward_queued = False
         self._via_output = False  # this step's backward was seen at the model's output
@@ -781,8 +785,10 @@ class Instrument:
         call: 5 ms a step for a 1,000-module model, as much as all the rest
         of a cheap step; more on a GPU, where the step waits for the Python
         that launches it). So the hooks come off while the model's own input
-        hook follows the steps (not for a compiled model, whose hooks are
-        traced, nor when the step does not go through the model's forward),
+        hook follows the steps and every trainable parameter gets a gradient
+        (not for a compiled model, whose hooks are traced, nor when the step
+        does not go through the model's forward, nor with conditional
+        computation, whose skipped modules only the hooks can tell),
         for modules that have no other hook (with another one the slow path
         stays, and putting ours back first keeps the hooks' order only
         because ours was alone). The rows that ran are those of the last step
@@ -1066,6 +1072,7 @@ class Instrument:
         else:
             none, missing = None, np.zeros(len(present))
         col.const_many(present, Key.GRAD_MISSING, missing)
+        self._missing_rows = present[missing > 0] if none is not None else present[:0]
         if none is not None:
             keep = np.flatnonzero(~none).tolist()
             gparams, grows, grads = [params[i] for i in keep], [rows[i] for i in keep], [grads[i] for i in keep]
@@ -1345,10 +1352,21 @@ class Instrument:
         self.batches.note_step(step, host)
         if self.mode == "every_step" and not self.exact:
             self._note_nonfinite(host)
+        missing = self._missing_rows
         if not self._hooks_off:
             self._last_ran = np.fromiter(self._seen_rows, dtype=np.int64, count=len(self._seen_rows))
-        ran = self._last_ran if light else None
-        self._root_seen = self._root_input
+            ran = self._last_ran if light else None
+        elif not light:
+            ran = None  # (replayed: measured)
+        else:
+            ran = self._last_ran
+            if missing is None or len(missing):
+                # A module that got no gradient may not have run (an unrouted
+                # expert): not said to have, and the hooks back from the next step.
+                ran = np.setdiff1d(ran, missing) if missing is not None else ran[:0]
+        # Without the hooks, a module that runs without giving its parameters a
+        # gradient (conditional computation, a bug) could not be told apart.
+        self._root_seen = self._root_input and missing is not None and not len(missing)
         packet = StepPacket(
             step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
         )

@@ -3,7 +3,8 @@
 On a cheap step of ``watch(nonfinite="replay")`` the hooks measure no module:
 the modules that ran (:attr:`StepPacket.ran`) are those a forward hook noted,
 or, with the module hooks off for the step (``Instrument._sync_module_hooks``),
-those of the last step that had them on.
+those of the last step that had them on, less those whose trainable
+parameters got no gradient (they may not have run).
 When that step's every-step evidence is finite (every gradient norm, the
 loss, the batch), no non-finite value reached the loss or any parameter's
 gradient, so each module that ran gets ``act_nonfinite``, ``in_nonfinite``
