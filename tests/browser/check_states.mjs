@@ -78,7 +78,10 @@ try {
   await hidpi.close();
 
   // Tables: an older server (no tables in meta) draws with the built-in ones...
-  const legend = (p) => p.$$eval(".nd-legend-list li", (lis) => lis.map((li) => {
+  // Queried and read in one evaluation: with $$eval the items are found first and
+  // read in a second call, and a legend re-rendered in between leaves detached
+  // items without a computed colour (a flaky "Cannot read properties of null").
+  const legend = (p) => p.evaluate(() => [...document.querySelectorAll(".nd-legend-list li")].map((li) => {
     const rgb = getComputedStyle(li.querySelector(".nd-swatch")).backgroundColor.match(/\d+/g).map(Number);
     return { text: li.textContent.trim(), color: `#${rgb.map((v) => v.toString(16).padStart(2, "0")).join("")}` };
   }));
@@ -91,8 +94,12 @@ try {
   await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
   const served = await page.evaluate(() => fetch("./meta?run=vanishing_sigmoid").then((r) => r.json()));
   await page.waitForFunction(() => document.querySelector(".nd-toolbar select option").textContent === "Server gradient norm", null, { timeout: 10000 });
-  const shown = await legend(page);
   const want = served.states.filter((s) => s.code !== 0).map((s) => s.label).sort();
+  // The legend follows the toolbar: wait for it (a miss is reported by the checks below).
+  await page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll(".nd-legend-list li")]
+    .map((li) => li.textContent.trim()).filter((t) => t !== "no data").sort()) === w, JSON.stringify(want),
+    { timeout: 10000 }).catch(() => {});
+  const shown = await legend(page);
   check(JSON.stringify(shown.slice(0, -1).map((x) => x.text).sort()) === JSON.stringify(want),
     `with tables in meta: the legend lists the server's labels (${shown.length - 1})`);
   check(shown.every((x) => x.text === "no data" ? x.color === served.colors.no_data : served.states.some((s) => s.label === x.text && s.color === x.color)),
