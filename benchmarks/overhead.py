@@ -301,7 +301,10 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
     loop's hooks (watched ``mode``), of the writer's threads (timed per
     thread: less disturbed by other processes than wall time), and of
     ``clip_grad_norm_`` in a third loop (the floor, timed the same way: the
-    training thread's share of one read of the gradients)."""
+    training thread's share of one read of the gradients); and the means of
+    the bare and the watched loop's whole steps on the training thread
+    (PyTorch's slower calls of hooked modules, which the hooks' own time
+    does not see)."""
     torch.manual_seed(0)
     with device:
         model, shape, classes = MODELS[name]()

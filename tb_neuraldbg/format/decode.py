@@ -337,7 +337,6 @@ def _assemble(steps: np.ndarray, lengths: np.ndarray, chunks: _Gather, spec: _Sp
     if n == 0:
         return Rows(steps, np.full((0, 0), fill, dtype=spec.dtype), lengths)
     flat = chunks.flat()
-    del chunks
     if bool(np.all(lengths == lengths[0])):
         # The writer's case: every row as long, the buffer is the matrix.
         matrix = flat.reshape(n, int(lengths[0]))

@@ -202,10 +202,10 @@ class Instrument:
         # False keeps them on (benchmarks/overhead.py's mode "hooks_kept" measures the difference).
         self.hooks_off_when_cheap = True
         self._hooks_off = False
-        # The model's own input hook saw the last step's forward and every
-        # trainable parameter got a gradient (the step can be followed
-        # without the module hooks), and whether it saw this one.
-        self._root_seen = self._root_input = False
+        # The last step can be followed without the module hooks (the model's
+        # own input hook saw its forward and every trainable parameter got a
+        # gradient); whether the input hook saw this step's forward.
+        self._followable = self._root_input = False
         self._compiled_entry = False
         # Rows that ran, and rows that ran without autograd, at the last
         # step the module hooks were on: a cheap step without them repeats them.
@@ -794,7 +794,7 @@ class Instrument:
         because ours was alone). The rows that ran are those of the last step
         with the hooks on."""
         off = (
-            self.hooks_off_when_cheap and self._light and self._root_seen
+            self.hooks_off_when_cheap and self._light and self._followable
             and not self._compiled_entry and not self._removed
         )
         if off == self._hooks_off:
@@ -1366,7 +1366,7 @@ class Instrument:
                 ran = np.setdiff1d(ran, missing) if missing is not None else ran[:0]
         # Without the hooks, a module that runs without giving its parameters a
         # gradient (conditional computation, a bug) could not be told apart.
-        self._root_seen = self._root_input and missing is not None and not len(missing)
+        self._followable = self._root_input and missing is not None and not len(missing)
         packet = StepPacket(
             step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
         )
