@@ -174,9 +174,17 @@ def test_shape_mismatch_is_a_value_error():
         heatmap.bin_heatmap(np.arange(3), np.ones((3, 2)), np.zeros((3, 3), np.uint8), 2, "grad_norm")
 
 
+@pytest.fixture(params=["whole", "bin by bin"])
+def chunks(request, monkeypatch):
+    """Bins binned in one chunk (these matrices are small) or one at a time."""
+    if request.param != "whole":
+        monkeypatch.setattr(heatmap, "_CHUNK_CELLS", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("metric", ["grad_norm", "act_zero_frac", "state"])
 @pytest.mark.parametrize("n, cols", [(1, 1), (7, 3), (50, 7), (64, 64), (97, 10), (30, 1000), (400, 37)])
-def test_matches_reference_on_random_data(metric, n, cols):
+def test_matches_reference_on_random_data(metric, n, cols, chunks):
     rng = np.random.default_rng(n * 1000 + cols)
     num_layers = 5
     values = (10.0 ** rng.uniform(-8, 8, (n, num_layers))).astype(np.float32)
@@ -199,7 +207,7 @@ def test_matches_reference_on_random_data(metric, n, cols):
 
 @pytest.mark.parametrize("metric", ["grad_norm", "act_mean", "act_dead_frac", "state"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_matches_reference_when_few_bins_mix(metric, seed):
+def test_matches_reference_when_few_bins_mix(metric, seed, chunks):
     """Mostly steady layers (the common case, looked at bin by bin only where
     codes mix or signs and distances tie): same answers as the reference."""
     rng = np.random.default_rng(seed)
@@ -224,6 +232,35 @@ def test_matches_reference_when_few_bins_mix(metric, seed):
     want = reference(steps, values, states, cols, metric)
     np.testing.assert_array_equal(got.values, want[2])
     np.testing.assert_array_equal(got.states, want[3])
+
+
+@pytest.mark.parametrize("metric", ["grad_norm", "act_dead_frac"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_reference_without_negative_values(metric, seed, chunks):
+    """Norms and fractions (no value below zero, the common case, taken
+    without the sign logic): zeros, +inf, NaN, -0.0 and values equally far
+    from 1 on either side, as the reference has them."""
+    rng = np.random.default_rng(seed)
+    n, num_layers, cols = 500, 6, 47
+    values = (10.0 ** rng.uniform(-4, 4, (n, num_layers))).astype(np.float32)
+    special = rng.random((n, num_layers))
+    values[special < 0.03] = np.nan
+    values[(special >= 0.03) & (special < 0.05)] = 0
+    values[(special >= 0.05) & (special < 0.06)] = -0.0
+    values[(special >= 0.06) & (special < 0.07)] = np.inf
+    values[:, 2] = 4.0
+    values[3::11, 2] = 0.25  # as far from 1 as 4.0
+    values[:, 3] = 1.0
+    values[:200, 4] = np.nan  # not measured for a while
+    states = np.zeros((n, num_layers), np.uint8)
+    states[rng.integers(0, n, 8), rng.integers(0, num_layers, 8)] = EXPL
+    states[250:, 5] = VAN
+    steps = np.arange(n)
+    got = heatmap.bin_heatmap(steps, values, states, cols, metric)
+    want = reference(steps, values, states, cols, metric)
+    np.testing.assert_array_equal(got.values, want[2])
+    np.testing.assert_array_equal(got.states, want[3])
+    assert np.array_equal(np.signbit(got.values), np.signbit(want[2]))
 
 
 @pytest.mark.parametrize("values, expected", [

@@ -1,6 +1,7 @@
 """tb_neuraldbg.server.jsonfast: valid JSON, exact float32 values, TensorBoard's
 non-finite strings, on both the small (readable) and the large (vectorized) path."""
 
+import base64
 import json
 
 import numpy as np
@@ -61,3 +62,11 @@ def test_nested_objects_and_scalars():
 
 def test_empty_array():
     assert jsonfast.dumps(np.zeros(0, np.float32)) == "[]"
+
+
+def test_base64_text_is_written_as_the_same_json_string():
+    raw = np.array([1.5, np.nan, -np.inf, 3e-40], "<f4")
+    text = jsonfast.dumps({"v": jsonfast.Base64Text.of(raw), "s": jsonfast.Base64Text.of(b"")})
+    parsed = json.loads(text)
+    assert parsed == {"v": base64.b64encode(raw.tobytes()).decode(), "s": ""}
+    assert text == json.dumps(parsed, separators=(",", ":"))

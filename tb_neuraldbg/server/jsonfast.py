@@ -9,18 +9,21 @@ as a fixed-width ``[-]ddddddddde[+-]XX`` token with 9 significant digits
 ``np.float32`` of the parsed number is the stored value), NaN and +-Inf as
 the strings TensorBoard uses elsewhere (``"NaN"``, ``"Infinity"``,
 ``"-Infinity"``), padded with JSON whitespace. Everything else goes through
-``json.dumps`` with the same non-finite convention.
+``json.dumps`` with the same non-finite convention. ``Base64Text`` (base64
+of raw bytes) is written as is: its alphabet needs no escaping, and
+``json.dumps`` would scan and copy megabytes for nothing.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 import math
 from typing import Any
 
 import numpy as np
 
-__all__ = ["dumps"]
+__all__ = ["Base64Text", "dumps"]
 
 _DIGITS = 9
 _SMALL = 4096  # up to this many values, the readable (slower) path
@@ -32,6 +35,17 @@ _SPECIAL = {
     "zero": b"0",
     "negzero": b"-0.0",
 }
+
+
+class Base64Text(str):
+    """The base64 text of some bytes (a JSON string needing no escapes)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, data) -> "Base64Text":
+        """Base64 of ``data``: bytes or any C-contiguous buffer (a numpy array)."""
+        return cls(binascii.b2a_base64(data, newline=False).decode("ascii"))
 
 
 def _float_array(values: np.ndarray) -> str:
@@ -109,6 +123,8 @@ def _scalar(value: Any) -> str:
 def dumps(obj: Any) -> str:
     """JSON text of ``obj``: dicts, lists, tuples, scalars and numpy arrays
     (float arrays as above, integer/bool arrays as plain lists)."""
+    if isinstance(obj, Base64Text):
+        return '"' + obj + '"'
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind == "f":
             return _float_array(obj)

@@ -15,7 +15,6 @@ and what a run's report depends on is cached until its tags change.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import logging
 import os
@@ -344,8 +343,9 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "col_end": hm.col_end,
         }
         if fmt == "b64":
-            body["values_b64"] = base64.b64encode(hm.values.astype("<f4").tobytes()).decode()
-            body["states_b64"] = base64.b64encode(hm.states.tobytes()).decode()
+            values = np.ascontiguousarray(hm.values, dtype="<f4")  # no copy on little-endian
+            body["values_b64"] = jsonfast.Base64Text.of(values)
+            body["states_b64"] = jsonfast.Base64Text.of(np.ascontiguousarray(hm.states))
         else:
             body["values"] = hm.values
             body["states"] = hm.states
