@@ -66,7 +66,9 @@ def test_empty_array():
 
 def test_base64_text_is_written_as_the_same_json_string():
     raw = np.array([1.5, np.nan, -np.inf, 3e-40], "<f4")
-    text = jsonfast.dumps({"v": jsonfast.Base64Text.of(raw), "s": jsonfast.Base64Text.of(b"")})
+    obj = {"v": jsonfast.Base64Text(raw), "s": jsonfast.Base64Text(b""), "n": [1, {"x": None}]}
+    text = jsonfast.dumps(obj)
     parsed = json.loads(text)
-    assert parsed == {"v": base64.b64encode(raw.tobytes()).decode(), "s": ""}
+    assert parsed == {"v": base64.b64encode(raw.tobytes()).decode(), "s": "", "n": [1, {"x": None}]}
     assert text == json.dumps(parsed, separators=(",", ":"))
+    assert jsonfast.encode(obj) == text.encode("ascii")

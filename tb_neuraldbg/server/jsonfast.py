@@ -10,8 +10,8 @@ as a fixed-width ``[-]ddddddddde[+-]XX`` token with 9 significant digits
 the strings TensorBoard uses elsewhere (``"NaN"``, ``"Infinity"``,
 ``"-Infinity"``), padded with JSON whitespace. Everything else goes through
 ``json.dumps`` with the same non-finite convention. ``Base64Text`` (base64
-of raw bytes) is written as is: its alphabet needs no escaping, and
-``json.dumps`` would scan and copy megabytes for nothing.
+of raw bytes) is written as is. ``encode`` gives the ASCII bytes of the
+answer, ``dumps`` the same as text.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Base64Text", "dumps"]
+__all__ = ["Base64Text", "dumps", "encode"]
 
 _DIGITS = 9
 _SMALL = 4096  # up to this many values, the readable (slower) path
@@ -37,24 +37,28 @@ _SPECIAL = {
 }
 
 
-class Base64Text(str):
-    """The base64 text of some bytes (a JSON string needing no escapes)."""
+class Base64Text:
+    """The base64 text of some bytes: a JSON string that needs no escapes,
+    so ``encode`` copies it into the answer as is (``json.dumps`` would
+    scan and copy megabytes for nothing)."""
 
-    __slots__ = ()
+    __slots__ = ("ascii",)
 
-    @classmethod
-    def of(cls, data) -> "Base64Text":
-        """Base64 of ``data``: bytes or any C-contiguous buffer (a numpy array)."""
-        return cls(binascii.b2a_base64(data, newline=False).decode("ascii"))
+    def __init__(self, data):
+        """``data``: bytes or any C-contiguous buffer (a numpy array)."""
+        self.ascii = binascii.b2a_base64(data, newline=False)
+
+    def __str__(self) -> str:
+        return self.ascii.decode("ascii")
 
 
-def _float_array(values: np.ndarray) -> str:
-    """JSON array text of a float array (flattened, row-major)."""
+def _float_array(values: np.ndarray) -> bytes:
+    """JSON array text (ASCII) of a float array (flattened, row-major)."""
     x = np.asarray(values, dtype=np.float32).ravel()
     n = x.shape[0]
     if n <= _SMALL:
         # Small arrays: numpy's shortest float32 text ("0.01", not 9 digits).
-        return "[" + ",".join(_scalar_f32(v) for v in x) + "]"
+        return ("[" + ",".join(_scalar_f32(v) for v in x) + "]").encode("ascii")
     out = np.full((n, _WIDTH), ord(" "), dtype=np.uint8)
     out[:, -1] = ord(",")
     finite = np.isfinite(x)
@@ -97,7 +101,7 @@ def _float_array(values: np.ndarray) -> str:
             token = np.frombuffer(_SPECIAL[name].ljust(_WIDTH - 1), dtype=np.uint8)
             out[mask, : _WIDTH - 1] = token
     out[-1, -1] = ord("]")
-    return "[" + out.tobytes().decode("ascii")
+    return b"[" + out.tobytes()
 
 
 def _scale(a: np.ndarray, power: np.ndarray) -> np.ndarray:
@@ -120,19 +124,43 @@ def _scalar(value: Any) -> str:
     return json.dumps(value)
 
 
+def encode(obj: Any) -> bytes:
+    """``dumps(obj)`` as ASCII bytes, each large part copied once (the answer
+    of a big heatmap is tens of MB)."""
+    parts: list = []
+    _encode(obj, parts)
+    return b"".join(parts)
+
+
 def dumps(obj: Any) -> str:
-    """JSON text of ``obj``: dicts, lists, tuples, scalars and numpy arrays
-    (float arrays as above, integer/bool arrays as plain lists)."""
+    """JSON text of ``obj``: dicts, lists, tuples, scalars, numpy arrays
+    (float arrays as above, integer/bool arrays as plain lists) and
+    ``Base64Text``."""
+    return encode(obj).decode("ascii")
+
+
+def _encode(obj: Any, parts: list) -> None:
     if isinstance(obj, Base64Text):
-        return '"' + obj + '"'
-    if isinstance(obj, np.ndarray):
+        parts += (b'"', obj.ascii, b'"')
+    elif isinstance(obj, np.ndarray):
         if obj.dtype.kind == "f":
-            return _float_array(obj)
-        return json.dumps(obj.ravel().tolist())
-    if isinstance(obj, dict):
-        return "{" + ",".join(json.dumps(str(k)) + ":" + dumps(v) for k, v in obj.items()) + "}"
-    if isinstance(obj, (list, tuple)):
-        return "[" + ",".join(dumps(v) for v in obj) + "]"
-    if isinstance(obj, np.generic):
-        return _scalar(obj.item())
-    return _scalar(obj)
+            parts.append(_float_array(obj))
+        else:
+            parts.append(json.dumps(obj.ravel().tolist()).encode("ascii"))
+    elif isinstance(obj, dict):
+        parts.append(b"{")
+        for i, (k, v) in enumerate(obj.items()):
+            parts.append((("," if i else "") + json.dumps(str(k)) + ":").encode("ascii"))
+            _encode(v, parts)
+        parts.append(b"}")
+    elif isinstance(obj, (list, tuple)):
+        parts.append(b"[")
+        for i, v in enumerate(obj):
+            if i:
+                parts.append(b",")
+            _encode(v, parts)
+        parts.append(b"]")
+    elif isinstance(obj, np.generic):
+        parts.append(_scalar(obj.item()).encode("ascii"))
+    else:
+        parts.append(_scalar(obj).encode("ascii"))

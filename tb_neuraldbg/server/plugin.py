@@ -85,7 +85,7 @@ _COLORS = {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_
 def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
     """JSON answer. ``compress=False`` is for base64 payloads of raw floats:
     gzip barely shrinks them and costs a third of a second for a big heatmap."""
-    text = jsonfast.dumps(body).encode("ascii")
+    text = jsonfast.encode(body)
     if not compress:
         return wrappers.Response(text, content_type="application/json", headers=[
             ("X-Content-Type-Options", "nosniff"),
@@ -344,8 +344,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         }
         if fmt == "b64":
             values = np.ascontiguousarray(hm.values, dtype="<f4")  # no copy on little-endian
-            body["values_b64"] = jsonfast.Base64Text.of(values)
-            body["states_b64"] = jsonfast.Base64Text.of(np.ascontiguousarray(hm.states))
+            body["values_b64"] = jsonfast.Base64Text(values)
+            body["states_b64"] = jsonfast.Base64Text(np.ascontiguousarray(hm.states))
         else:
             body["values"] = hm.values
             body["states"] = hm.states
