@@ -150,8 +150,7 @@ def _extremes(values: np.ndarray, starts: np.ndarray, n: int, metric: str) -> np
             out = np.where(neg_inf, smin, smax)
             tie = (smax == np.inf) & neg_inf
             if tie.any():
-                first = _first_match(vb, np.stack([smax, smin]), tie)
-                out = np.where(tie, _at(values, starts, first), out)
+                out = _first_where(tie, out, values, vb, starts, np.stack([smax, smin]))
             return out
         if not smin.size or not np.fmin.reduce(smin, axis=None) < 0:  # NaN: nothing measured
             # No negative value (norms, scales): |v| is v, no sign to choose.
@@ -161,8 +160,7 @@ def _extremes(values: np.ndarray, starts: np.ndarray, n: int, metric: str) -> np
             out = np.where(product < 1, smin, smax)
             even = (product == 1) & (smin != smax)
             if even.any():
-                first = _first_match(vb, np.stack([smax, smin]), even)
-                out = np.where(even, _at(values, starts, first), out)
+                out = _first_where(even, out, values, vb, starts, np.stack([smax, smin]))
             return out
         # Log rule: magnitudes.
         amax = np.fmax(smax, -smin)
@@ -191,14 +189,16 @@ def _extremes(values: np.ndarray, starts: np.ndarray, n: int, metric: str) -> np
         tie = (has_pos & has_neg & ~zero) | even
         if tie.any():
             two = np.stack([mag, np.where(even, amin, -mag)])
-            first = _first_match(vb, np.abs(two), tie, absolute=True)
-            out = np.where(tie, _at(values, starts, first), out)
+            out = _first_where(tie, out, values, vb, starts, np.abs(two), absolute=True)
         return out
 
 
-def _at(values: np.ndarray, starts: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """values[starts[c] + offset[c, l], l] for every cell [C, L]."""
-    return np.take_along_axis(values, starts[:, None] + offset, axis=0)
+def _first_where(mask: np.ndarray, out: np.ndarray, values: np.ndarray, binned: np.ndarray,
+                 starts: np.ndarray, pair: np.ndarray, absolute: bool = False) -> np.ndarray:
+    """``out`` [C, L] with each cell of ``mask`` replaced by the first value
+    of its bin equal to either of ``pair`` (``_first_match``)."""
+    first = _first_match(binned, pair, mask, absolute)
+    return np.where(mask, np.take_along_axis(values, starts[:, None] + first, axis=0), out)
 
 
 def bin_heatmap(

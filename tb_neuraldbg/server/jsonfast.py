@@ -48,9 +48,6 @@ class Base64Text:
         """``data``: bytes or any C-contiguous buffer (a numpy array)."""
         self.ascii = binascii.b2a_base64(data, newline=False)
 
-    def __str__(self) -> str:
-        return self.ascii.decode("ascii")
-
 
 def _float_array(values: np.ndarray) -> bytes:
     """JSON array text (ASCII) of a float array (flattened, row-major)."""
