@@ -32,6 +32,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tb_neuraldbg import metadata
+from tb_neuraldbg.format import blocks as format_blocks
 from tb_neuraldbg.format import summary
 
 __all__ = [
@@ -223,12 +224,19 @@ class SyntheticWriter:
     """
 
     def __init__(self, logdir: str, run: str = "run", layers: Sequence[Mapping] | None = None,
-                 *, config: Mapping | None = None, seed: int = 0, keep_truth: bool = True):
+                 *, config: Mapping | None = None, seed: int = 0, keep_truth: bool = True,
+                 blocks: bool = False):
         self.path = os.path.join(str(logdir), run) if run else str(logdir)
         os.makedirs(self.path, exist_ok=True)
         self.name = run
         self.layers = [dict(l) for l in (layers if layers is not None else make_layers(4))]
         self.config = dict(config) if config is not None else {"synthetic": True}
+        # Block summaries as DebugWriter writes them (format/blocks.py): a
+        # block closes every BLOCK_ROWS rows, before events and at close().
+        self._blocks = format_blocks.BlockBuilder() if blocks else None
+        if blocks:
+            self.config.setdefault("blocks", metadata.BLOCK_ROWS)
+        self._last_wall = None
         self._rng = np.random.default_rng(seed)
         self._writer = EventFileWriter(self.path, max_queue_size=64, flush_secs=3600)
         self._layers_dirty = True
@@ -281,6 +289,11 @@ class SyntheticWriter:
             self._add(summary.config_summary(self.config), step, wall_time)
             self._config_written = True
         self._add(summary.stats_summary(row, states), step, wall_time)
+        if self._blocks is not None:
+            self._last_wall = wall_time
+            self._add_block(self._blocks.add(step, row, states))
+            if events:
+                self._add_block(self._blocks.close())
         if events:
             self._add(summary.events_summary(events), step, wall_time)
             # Non-dict entries are kept as given: tests plant malformed data.
@@ -294,11 +307,18 @@ class SyntheticWriter:
             self._rows.append(row)
             self._states.append(states)
 
+    def _add_block(self, block) -> None:
+        if block is not None:
+            self._add(summary.block_summary(block.span, block.values, block.states), block.step,
+                      self._last_wall)
+
     def flush(self) -> None:
         """Make everything written so far visible to readers."""
         self._writer.flush()
 
     def close(self) -> None:
+        if self._blocks is not None:
+            self._add_block(self._blocks.close())
         self._writer.close()
 
     def truth(self) -> SyntheticRun:
@@ -342,6 +362,7 @@ def write_run(
     diagnosis: Mapping | None = None,
     config: Mapping | None = None,
     seed: int = 0,
+    blocks: bool = False,
 ) -> SyntheticRun:
     """Write a whole run and return its ground truth.
 
@@ -357,7 +378,7 @@ def write_run(
     pending = sorted((dict(e) for e in events), key=lambda e: e["step"])
     growth = sorted((grow or {}).items())
     w = SyntheticWriter(logdir, run, layers if layers is not None else make_layers(num_modules),
-                        config=config, seed=seed)
+                        config=config, seed=seed, blocks=blocks)
     try:
         for k, step in enumerate(steps):
             while growth and growth[0][0] <= step:

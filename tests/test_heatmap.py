@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg.server import heatmap
+from tb_neuraldbg.format import binning as heatmap
 
 H = metadata.STATE_CODE["healthy"]
 EXPL = metadata.STATE_CODE["exploding"]

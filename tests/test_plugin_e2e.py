@@ -9,9 +9,11 @@ and that a run still being written shows new steps and events after a reload.
 import os
 import urllib.parse
 
+import numpy as np
 import pytest
 
 from tb_neuraldbg import metadata
+from tb_neuraldbg.format import binning
 from tests import hostile as H
 from tests.plugin_server import serve
 from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_run
@@ -32,7 +34,13 @@ def test_real_tensorboard(load_fast, tmp_path):
         plants=[Plant(77, "fc1", "exploding", {"grad_norm": 3e5})],
         events=[event(77, "fc1", "exploding_gradient", value=3e5)],
     )
-    live = SyntheticWriter(live_dir, "live", make_layers(2), seed=5)
+    # The same rows with block summaries, as DebugWriter writes them.
+    blocked = write_run(
+        live_dir, "blocks", num_modules=3, num_steps=NUM_STEPS, blocks=True,
+        plants=[Plant(77, "fc1", "exploding", {"grad_norm": 3e5})],
+        events=[event(77, "fc1", "exploding_gradient", value=3e5)],
+    )
+    live = SyntheticWriter(live_dir, "live", make_layers(2), seed=5, blocks=True)
     for s in range(3):
         live.step(s)
     live.flush()
@@ -76,7 +84,19 @@ def test_real_tensorboard(load_fast, tmp_path):
             assert layer["steps"] == list(range(70, 81))
             assert layer["states"][7] == metadata.STATE_CODE["exploding"]
             rep = tb.json(f"{BASE}/report")
-            assert [r["run"] for r in rep["runs"]] == ["failing", "live"]
+            assert [r["run"] for r in rep["runs"]] == ["blocks", "failing", "live"]
+
+            # Binned from the block summaries: the rows' cells, in whole blocks.
+            hm = tb.json(f"{BASE}/heatmap?run=blocks&metric=grad_norm&max_cols=10")
+            assert hm["binned"] == "blocks" and hm["cols"] == 10
+            starts = np.searchsorted(blocked.steps, hm["col_start"])
+            values, states = binning.bin_rows(blocked.stats[:, :, metadata.METRIC_INDEX["grad_norm"]],
+                                              blocked.states, starts, "grad_norm")
+            assert hm["states"] == states.ravel().tolist()
+            got = np.array([float(v) for v in hm["values"]], np.float32)  # "NaN" strings too
+            np.testing.assert_array_equal(got, values.ravel())
+            meta = tb.json(f"{BASE}/meta?run=blocks")
+            assert (meta["first_step"], meta["last_step"], meta["num_steps"]) == (0, NUM_STEPS - 1, NUM_STEPS)
 
             status, ctype, body = tb.fetch(f"{BASE}/index.js", gzip_ok=False)
             assert status == 200 and ctype.startswith("text/javascript")
@@ -105,7 +125,8 @@ def test_real_tensorboard(load_fast, tmp_path):
             )
             assert [(e["step"], e["kind"]) for e in got] == [(6, "no_gradient")]
             hm = tb.json(f"{BASE}/heatmap?run=live&metric=grad_norm")
-            assert hm["col_end"][-1] == 7 and hm["cols"] == 8
+            # (its last step after the last block: binned from the rows)
+            assert hm["col_end"][-1] == 7 and hm["cols"] == 8 and hm["binned"] == "steps"
     except AssertionError:
         print((tmp_path / "tb.log").read_text(errors="replace")[-4000:])
         raise

@@ -19,6 +19,8 @@ from torch import nn
 import tb_neuraldbg.diagnosis as diagnosis
 from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.diagnosis.events import Event
+from tb_neuraldbg.format import binning
+from tb_neuraldbg.format.blocks import BlockBuilder
 from tb_neuraldbg.training.schedule import WatchConfig
 from tb_neuraldbg.training.writer import TrainingFailure
 from tests.device import DEVICE, to_device
@@ -226,6 +228,49 @@ def test_write_schedule_with_full_resolution_around_an_event(tmp_path, planned):
     assert 21 not in written and 40 in written and 80 in written and 85 not in written
 
 
+def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, planned):
+    """Every written row is in exactly one block of at most BLOCK_ROWS rows,
+    in order; a block ends where events are written and at close; each
+    block's summary is its rows binned (format/blocks.py)."""
+    planned.plan = {37: (35, "2", "exploding_gradient", "warning")}
+    cfg = dict(full_steps=20, stats_every=5, ring=4, hist_every=0)
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 90, **cfg)
+    ea = load(tmp_path)
+    rows = {e.step: e for e in ea.Tensors(metadata.TAG_STATES)}
+    written = sorted(rows)
+    spans = [(e.step, tensor_util.make_ndarray(e.tensor_proto).tolist())
+             for e in ea.Tensors(metadata.TAG_BLOCK_SPAN)]
+    assert all(step == span[2] for step, span in spans)  # stored at the last step
+    covered = []
+    prev = -1
+    for _, (before, first, last, n) in spans:
+        inside = [s for s in written if first <= s <= last]
+        assert before == prev and len(inside) == n <= metadata.BLOCK_ROWS
+        assert inside[0] == first and inside[-1] == last
+        covered += inside
+        prev = last
+    assert covered == written
+    events_at = tensor_steps(ea, metadata.TAG_EVENTS)
+    assert 37 in events_at and 37 in [span[2] for _, span in spans]  # closed before the event
+    assert spans[-1][1][2] == written[-1]  # and at close
+    assert json_values(ea, metadata.TAG_CONFIG)[0]["blocks"] == metadata.BLOCK_ROWS
+    stats = {m: {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag(m))}
+             for m in metadata.METRICS}
+    block_stats = {m: {e.step: tensor_util.make_ndarray(e.tensor_proto)
+                       for e in ea.Tensors(metadata.block_stats_tag(m))} for m in metadata.METRICS}
+    block_states = {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.TAG_BLOCK_STATES)}
+    assert any(metadata.STATE_CODE["nonfinite"] in s for s in block_states.values())  # the planted state
+    for key, (_, first, last, _) in spans:
+        inside = [s for s in written if first <= s <= last]
+        block = np.stack([np.stack([stats[m][s] for m in metadata.METRICS], axis=1) for s in inside])
+        codes = np.stack([tensor_util.make_ndarray(rows[s].tensor_proto) for s in inside])
+        values, worst = binning.summarize(block, codes)
+        np.testing.assert_array_equal(block_states[key], worst)
+        for j, m in enumerate(metadata.METRICS):
+            np.testing.assert_array_equal(block_stats[m][key], values[:, j], err_msg=m)
+
+
 def test_events_are_written_flushed_and_raise_on_error(tmp_path, planned):
     planned.plan = {3: (2, "0", "nonfinite", "error")}
     model = tiny()
@@ -332,6 +377,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     worker = Worker.__new__(Worker)
     worker.writer, worker._seen_fw, worker._seen_tags = fake, None, set()
     worker.rows_written, worker.last_written, worker.silent = 0, -1, False
+    worker.blocks, worker.warned = BlockBuilder(), set()  # a block summary every 8 rows, counted in
     row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
     states = np.zeros(L, np.uint8)
     path = lambda: glob.glob(str(tmp_path / "events.out.tfevents.*"))[0]  # noqa: E731
@@ -351,7 +397,8 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     per_hist = (os.path.getsize(path()) - size0 - 100 * per_row) / 100
     fake.fw.close()
     total = rows * per_row + hists * (L - 3) * per_hist
-    assert per_row < (len(metadata.METRICS) + 2) * (4 * L + 64)  # no metadata after the first row
+    # no metadata after the first row, and a block summary (as wide) per BLOCK_ROWS rows
+    assert per_row < (len(metadata.METRICS) + 2) * (4 * L + 64) * (1 + 1 / metadata.BLOCK_ROWS)
     print(f"budget: {rows} rows x {per_row:.0f} B + {hists} x {L - 3} histograms x {per_hist:.0f} B = {total / 2**20:.1f} MB")
     assert total < 64 * 2**20, f"{rows} rows x {per_row:.0f} B + {hists} histograms: {total / 2**20:.1f} MB"
     assert rows < n_steps / 10  # the stride does thin the run out

@@ -58,7 +58,8 @@ JSON_TAGS = frozenset(
 )
 
 # The TensorFlow type each row dtype is stored as (docs/FORMAT.md).
-_PB_DTYPE = {np.dtype(np.float32): types_pb2.DT_FLOAT, np.dtype(np.uint8): types_pb2.DT_UINT8}
+_PB_DTYPE = {np.dtype(np.float32): types_pb2.DT_FLOAT, np.dtype(np.uint8): types_pb2.DT_UINT8,
+             np.dtype(np.int64): types_pb2.DT_INT64}
 
 
 def _ignore(message: str) -> None:
@@ -145,9 +146,12 @@ class JsonRecords(NamedTuple):
 
 def row_format(tag: str) -> tuple[np.dtype, Any]:
     """(dtype, fill) of a per-step row tag: uint8 and STATE_UNKNOWN for the
-    states, float32 and NaN (not measured) for the stats."""
-    if tag == metadata.TAG_STATES:
+    states (of steps or blocks), int64 and -1 for the block spans, float32
+    and NaN (not measured) for the stats."""
+    if tag in (metadata.TAG_STATES, metadata.TAG_BLOCK_STATES):
         return np.dtype(np.uint8), metadata.STATE_UNKNOWN
+    if tag == metadata.TAG_BLOCK_SPAN:
+        return np.dtype(np.int64), -1
     return np.dtype(np.float32), np.nan
 
 
@@ -158,7 +162,7 @@ class _Spec:
 
     def __init__(self, dtype: np.dtype):
         if dtype not in _PB_DTYPE:
-            raise ValueError(f"rows are float32 or uint8, not {dtype}")
+            raise ValueError(f"rows are float32, uint8 or int64, not {dtype}")
         self.dtype = dtype
         self.little = dtype.newbyteorder("<")  # TensorProto content is little-endian
         self.pb_dtype = _PB_DTYPE[dtype]
@@ -194,7 +198,8 @@ def _proto_row(proto, spec: _Spec, width: int):
     # Values in float_val / int_val (other writers). TensorFlow would
     # broadcast a single value to the whole shape: a 5 KB file of [2^20]
     # rows would become gigabytes. Only a full row is read.
-    stored = len(proto.float_val) if spec.kind == "f" else len(proto.int_val)
+    stored = len(proto.float_val if spec.kind == "f" else
+                 proto.int64_val if spec.itemsize == 8 else proto.int_val)
     if stored != n:
         return None, 0, f"{stored} values stored for {n} rows"
     try:

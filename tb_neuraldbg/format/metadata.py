@@ -22,6 +22,10 @@ __all__ = [
     "TAG_EVENTS",
     "TAG_DIAGNOSIS",
     "TAG_CONFIG",
+    "TAG_BLOCK_SPAN",
+    "TAG_BLOCK_STATES",
+    "BLOCK_ROWS",
+    "block_stats_tag",
     "MetricInfo",
     "METRIC_TABLE",
     "METRIC_INFO",
@@ -77,6 +81,16 @@ TAG_EVENTS = "neuraldbg/events"
 TAG_DIAGNOSIS = "neuraldbg/diagnosis"
 # JSON string scalar written once: writer settings, thresholds, versions.
 TAG_CONFIG = "neuraldbg/config"
+# Block summaries (docs/FORMAT.md): every BLOCK_ROWS consecutive written rows
+# (fewer where the writer flushed or closed) binned by the heatmap's rule into
+# one record per tag, at the step of the block's last row, so that a long run's
+# full-range heatmap reads a fraction of its rows. int64 [4]: the step of the
+# row written before the block (-1: none), the block's first and last step,
+# its number of rows.
+TAG_BLOCK_SPAN = "neuraldbg/blocks/span"
+# uint8 [L]: each layer's worst state over the block.
+TAG_BLOCK_STATES = "neuraldbg/blocks/states"
+BLOCK_ROWS = 8
 
 # Per-layer statistics, one float32 [L] tensor per logged step for each metric,
 # under the tag stats_tag(metric). NaN means "not measured at this step / not
@@ -154,6 +168,12 @@ def stats_tag(metric: str) -> str:
     if metric not in METRIC_INDEX:
         raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
     return f"{TAG_PREFIX}stats/{metric}"
+
+
+def block_stats_tag(metric: str) -> str:
+    """Tag of one metric's block summaries: float32 [L] a block, each
+    layer's value of the block by the heatmap's binning rule."""
+    return f"{TAG_PREFIX}blocks/{stats_tag(metric)[len(TAG_PREFIX):]}"
 
 
 def hist_tag(layer: str) -> str:

@@ -19,6 +19,8 @@ __all__ = [
     "stats_summary",
     "row_summary_without_metadata",
     "ROW_TAGS",
+    "block_summary",
+    "BLOCK_TAGS",
     "layers_summary",
     "events_summary",
     "diagnosis_summary",
@@ -81,6 +83,13 @@ def row_summary_without_metadata(row: np.ndarray, states: np.ndarray) -> summary
     once its tags have been written to the file. Built from raw bytes (the
     same TensorProto that ``make_tensor_proto`` gives for these dtypes): the
     writer writes a row per step, and this is 5x faster."""
+    return summary_pb2.Summary(value=_raw_values(row, states, _STATS_TAGS, metadata.TAG_STATES))
+
+
+def _raw_values(row: np.ndarray, states: np.ndarray, stats_tags: Sequence[str],
+                states_tag: str) -> list:
+    """Summary values of ``row`` (float [L, metrics]) under ``stats_tags`` and
+    ``states`` (uint8 [L]) under ``states_tag``, from raw bytes, no metadata."""
     row = np.asarray(row, dtype=np.float32)
     shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=row.shape[0])])
     cols = np.ascontiguousarray(row.T)
@@ -89,11 +98,11 @@ def row_summary_without_metadata(row: np.ndarray, states: np.ndarray) -> summary
             tag=tag,
             tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, tensor_content=cols[j].tobytes()),
         )
-        for j, tag in enumerate(_STATS_TAGS)
+        for j, tag in enumerate(stats_tags)
     ]
     values.append(
         summary_pb2.Summary.Value(
-            tag=metadata.TAG_STATES,
+            tag=states_tag,
             tensor=tensor_pb2.TensorProto(
                 dtype=types_pb2.DT_UINT8,
                 tensor_shape=shape,
@@ -101,7 +110,38 @@ def row_summary_without_metadata(row: np.ndarray, states: np.ndarray) -> summary
             ),
         )
     )
-    return summary_pb2.Summary(value=values)
+    return values
+
+
+_BLOCK_STATS_TAGS = [metadata.block_stats_tag(m) for m in metadata.METRICS]
+#: The tags of a block summary (:func:`block_summary`).
+BLOCK_TAGS = frozenset(_BLOCK_STATS_TAGS + [metadata.TAG_BLOCK_STATES, metadata.TAG_BLOCK_SPAN])
+
+
+def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
+                  with_metadata: bool = True) -> summary_pb2.Summary:
+    """Summary of one block summary (docs/FORMAT.md, *Block summaries*):
+    ``span`` int64 [4], ``values`` float [L, metrics], ``states`` uint8 [L];
+    one event, so that a reader gets all its tags or none. Metadata (kind
+    "blocks") only ``with_metadata``: the first time in a file."""
+    values = np.asarray(values, dtype=np.float32)
+    if values.ndim != 2 or values.shape[1] != len(metadata.METRICS):
+        raise ValueError(f"block values must have shape [layers, {len(metadata.METRICS)}], "
+                         f"got {values.shape}")
+    span = np.asarray(span, dtype=np.int64)
+    if span.shape != (4,):
+        raise ValueError(f"a block span is int64 [4], got {span.shape}")
+    out = _raw_values(values, states, _BLOCK_STATS_TAGS, metadata.TAG_BLOCK_STATES)
+    out.append(summary_pb2.Summary.Value(tag=metadata.TAG_BLOCK_SPAN, tensor=tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_INT64,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=4)]),
+        tensor_content=span.astype("<i8").tobytes())))
+    if with_metadata:
+        for v, metric in zip(out, metadata.METRICS):
+            v.metadata.CopyFrom(metadata.create_summary_metadata({"kind": "blocks", "metric": metric}))
+        for v in out[len(metadata.METRICS):]:
+            v.metadata.CopyFrom(metadata.create_summary_metadata({"kind": "blocks"}))
+    return summary_pb2.Summary(value=out)
 
 
 def layers_summary(layers: Sequence[Mapping[str, str]]) -> summary_pb2.Summary:

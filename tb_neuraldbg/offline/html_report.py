@@ -19,7 +19,7 @@ import numpy as np
 from .._version import __version__
 from ..format import metadata
 from ..format.contract import is_root_event
-from ..server.heatmap import STATE_METRIC, bin_heatmap
+from ..format.binning import STATE_METRIC, bin_heatmap
 
 __all__ = ["STATE_COLORS", "render_html"]
 

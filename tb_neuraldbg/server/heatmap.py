@@ -1,267 +1,88 @@
-"""Server-side binning of a layer x step matrix into at most N columns.
+"""The rows a heatmap bins: a run's block summaries where they stand for its
+rows, else its rows.
 
-Pure numpy; no TensorBoard. The rule (docs/API.md) is built so that a single
-failing step stays visible at any zoom:
-
-- a bin's state is the worst state (highest ``metadata.state_rank``) of its steps;
-- a bin's value is, when that worst state is a failure (rank > healthy), the
-  value at the first step of the bin having that state; otherwise the bin's
-  extreme value: farthest from 1 on a log scale (max |log10 |v||) for
-  norm-like metrics, the maximum for fractions and counts. +-Inf wins over
-  any finite value; NaN ("not measured") loses to any value, so a bin is NaN
-  only when it has no measurement at all. Ties go to the earliest step.
+A full-range heatmap of a long run bins thousands of rows per column. The
+writer's block summaries (``format/blocks.py``: each ``BLOCK_ROWS`` written
+rows binned by the heatmap's own rule) give the same cells from one record
+in ``BLOCK_ROWS``, so the data provider sends an eighth of the bytes. They
+are used when ``blocks.covering`` says they stand for every stored row, the
+range asked for cuts no block, and there are at least as many blocks in it
+as columns (no column then spans fewer rows than one block); otherwise the
+rows are binned as before. Either way the binning is ``format/binning.py``'s
+and the answer says which (``"binned": "blocks" | "steps"``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import logging
+from typing import NamedTuple
 
 import numpy as np
 
-from ..format import metadata
+from ..format import binning, blocks, metadata
 
-__all__ = ["STATE_METRIC", "MAX_RULE_METRICS", "Heatmap", "bin_bounds", "bin_heatmap"]
+__all__ = ["STATE_METRIC", "Blocks", "block_tags", "block_series", "blocks_in"]
 
-# The pseudo-metric that shows state codes instead of a statistic.
-STATE_METRIC = "state"
+logger = logging.getLogger(__name__)
 
-# Fractions and counts: the extreme of a bin is its maximum. Every other
-# metric is norm-like (a scale), whose extreme is the farthest from 1 in log.
-MAX_RULE_METRICS = frozenset(m.name for m in metadata.METRIC_TABLE if m.scale == "linear")
-
-# Lookup tables over all 256 uint8 codes: rank of a code (-1 for unknown or
-# undefined codes) and the code of a rank (index rank + 1).
-_RANK_OF_CODE = np.full(256, -1, dtype=np.int16)
-for _code in metadata.STATE_CODE.values():
-    _RANK_OF_CODE[_code] = metadata.state_rank(_code)
-_CODE_OF_RANK = np.full(int(_RANK_OF_CODE.max()) + 2, metadata.STATE_UNKNOWN, dtype=np.uint8)
-for _code in metadata.STATE_CODE.values():
-    _CODE_OF_RANK[metadata.state_rank(_code) + 1] = _code
-_HEALTHY_RANK = metadata.state_rank(metadata.STATE_CODE["healthy"])
-# Per code: the code a bin of that code alone shows (unknown for undefined
-# codes), and whether it is a failure (ranked above healthy); one lookup each.
-_CANONICAL = _CODE_OF_RANK[_RANK_OF_CODE + 1]
-_FAILING = _RANK_OF_CODE > _HEALTHY_RANK
-# Cells of a bin looked at one by one (a gather) only while they are fewer
-# than 1 in _SPARSE; more, and one pass over the whole matrix is cheaper.
-_SPARSE = 8
-# Bins are binned a chunk at a time, about this many cells ([bins, L]) each:
-# a chunk's temporaries (a few hundred KB) stay in the caches and in memory
-# malloc keeps. Whole-matrix temporaries of tens of MB are fresh pages each
-# request, whose first touch cost more than the arithmetic (measured:
-# 2,000 x 1,000 cells, 33 ms for one fresh float64 product, 3 ms reused).
-_CHUNK_CELLS = 1 << 16
+STATE_METRIC = binning.STATE_METRIC
 
 
-@dataclasses.dataclass(frozen=True)
-class Heatmap:
-    """A binned matrix: ``values`` float32 [L, C], ``states`` uint8 [L, C];
-    ``col_start``/``col_end`` int64 [C]: first and last logged step per bin."""
+class Blocks(NamedTuple):
+    """A run's block summaries: ``first``, ``last``, ``rows`` int64 [B] (each
+    block's first and last step and its rows; ``last`` is also the step it
+    is stored at) and the Series read, by tag (the span's aside)."""
 
-    col_start: np.ndarray
-    col_end: np.ndarray
-    values: np.ndarray
-    states: np.ndarray
-
-
-def bin_bounds(num_steps: int, max_cols: int) -> np.ndarray:
-    """Start indices (int64 [C]) of C = min(max_cols, num_steps) bins that
-    split ``num_steps`` consecutive logged steps as evenly as possible."""
-    if max_cols < 1:
-        raise ValueError(f"max_cols must be >= 1, got {max_cols}")
-    cols = min(int(max_cols), int(num_steps))
-    return (np.arange(cols, dtype=np.int64) * num_steps) // max(cols, 1)
+    first: np.ndarray
+    last: np.ndarray
+    rows: np.ndarray
+    series: dict
 
 
-def _binned(arr: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    """[S, L] -> [C, Q, L] with Q the largest bin size (a view when the bins
-    are even); a shorter bin repeats its last row, harmless for max, min and
-    "first index of" lookups."""
-    sizes = np.diff(np.append(starts, n))
-    q = int(sizes.max())
-    if int(sizes.min()) == q:
-        return arr.reshape(starts.shape[0], q, *arr.shape[1:])
-    idx = starts[:, None] + np.minimum(np.arange(q), sizes[:, None] - 1)
-    return arr[idx]
+def block_tags(metric: str | None) -> list:
+    """The tags a block view of ``metric`` reads (None: the span and states)."""
+    tags = [metadata.TAG_BLOCK_SPAN, metadata.TAG_BLOCK_STATES, metadata.TAG_CONFIG,
+            metadata.TAG_LAYERS]
+    if metric is not None and metric != STATE_METRIC:
+        tags.append(metadata.block_stats_tag(metric))
+    return tags
 
 
-def _first_match(binned: np.ndarray, pair: np.ndarray, mask: np.ndarray, absolute: bool = False) -> np.ndarray:
-    """Per bin and column [C, L], the offset in the bin of the first element
-    equal to either of ``pair`` [2, C, L] (of its absolute value with
-    ``absolute``), looked for only where ``mask`` (others get 0): in a gather
-    of those bins when they are few, in one pass over all otherwise."""
-    if mask.sum() * _SPARSE > mask.size:
-        b = np.abs(binned) if absolute else binned
-        hit = (b == pair[0][:, None, :]) | (b == pair[1][:, None, :])
-        return np.where(mask, hit.argmax(axis=1), 0)
-    out = np.zeros(mask.shape, dtype=np.int64)
-    ci, li = np.nonzero(mask)
-    cells = binned[ci, :, li]  # [K, Q]
-    if absolute:
-        cells = np.abs(cells)
-    t = pair[:, ci, li]
-    out[ci, li] = ((cells == t[0][:, None]) | (cells == t[1][:, None])).argmax(axis=1)
-    return out
+def block_series(data, ctx, eid: str, run: str, listing: dict, metric: str | None = None):
+    """``Blocks`` of ``run`` (with ``metric``'s summaries, if given) when its
+    block summaries stand for every row stored under the row tags listed,
+    else None. Reads only block tags and JSON tags (cached as any read)."""
+    tags = block_tags(metric)
+    if any(t not in listing for t in tags if t != metadata.TAG_LAYERS):
+        return None
+    rows_tags = [metadata.TAG_STATES] + [metadata.stats_tag(m) for m in metadata.METRICS]
+    last_steps = [listing[t].max_step for t in rows_tags if t in listing]
+    series = data.read(ctx, eid, run, tags, listing)
+    span = series.get(metadata.TAG_BLOCK_SPAN)
+    configs = series[metadata.TAG_CONFIG].records() if metadata.TAG_CONFIG in series else []
+    if span is None:
+        return None
+    why = blocks.covering(span.data, span.steps, [c for _, c in configs], last_steps)
+    if not why:
+        # Every block tag holds the same blocks (one event each).
+        stored = [series.get(t) for t in tags
+                  if t not in (metadata.TAG_BLOCK_SPAN, metadata.TAG_CONFIG, metadata.TAG_LAYERS)]
+        if any(s is None or not np.array_equal(s.steps, span.steps) for s in stored):
+            why = "block records missing"
+    if why:
+        logger.debug("neuraldbg: run %r: rows binned, not blocks: %s", run[:200], why)
+        return None
+    rest = {t: v for t, v in series.items() if t != metadata.TAG_BLOCK_SPAN}
+    return Blocks(span.data[:, 1].copy(), span.data[:, 2].copy(), span.data[:, 3].copy(), rest)
 
 
-def _worst_states(states: np.ndarray, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """(worst code [C, L], offset in the bin of its first step [C, L], or
-    None when every offset is 0).
-
-    Most bins hold one code all along (a layer healthy, or failing, for the
-    whole bin): their worst is that code at offset 0, found by a max and a
-    min of the codes; only bins that mix codes are ranked."""
-    codes = _binned(states, starts, n)
-    hi = codes.max(axis=1)
-    mixed = hi != codes.min(axis=1)
-    if mixed.sum() * _SPARSE > mixed.size:
-        rank = _RANK_OF_CODE[codes]
-        top = rank.max(axis=1)
-        return _CODE_OF_RANK[top + 1], (rank == top[:, None, :]).argmax(axis=1)
-    worst = _CANONICAL[hi]
-    ci, li = np.nonzero(mixed)
-    if not ci.size:
-        return worst, None
-    pick = np.zeros(hi.shape, dtype=np.int64)
-    rank = _RANK_OF_CODE[codes[ci, :, li]]  # [K, Q]
-    top = rank.max(axis=1)
-    worst[ci, li] = _CODE_OF_RANK[top + 1]
-    pick[ci, li] = (rank == top[:, None]).argmax(axis=1)
-    return worst, pick
-
-
-def _extremes(values: np.ndarray, starts: np.ndarray, n: int, metric: str) -> np.ndarray:
-    """The extreme value of every bin [C, L] (module docstring).
-
-    Found from per-bin maxima and minima, without a score per step: on a
-    linear scale the extreme is the maximum (an infinity wins); on a log
-    scale it is the largest or the smallest |v|, whichever is farther from 1.
-    Only the cells where that leaves a choice between two values (both
-    infinities, |v| at equal log distance, a magnitude that occurs with both
-    signs) look for the first of them in the bin."""
-    vb = _binned(values, starts, n)
-    with np.errstate(all="ignore"):
-        smax = np.fmax.reduce(vb, axis=1)  # NaN only for a bin without measurement
-        smin = np.fmin.reduce(vb, axis=1)
-        if metric in MAX_RULE_METRICS:
-            neg_inf = smin == -np.inf
-            if not neg_inf.any():
-                return smax
-            out = np.where(neg_inf, smin, smax)
-            tie = (smax == np.inf) & neg_inf
-            if tie.any():
-                out = _first_where(tie, out, values, vb, starts, np.stack([smax, smin]))
-            return out
-        if not smin.size or not np.fmin.reduce(smin, axis=None) < 0:  # NaN: nothing measured
-            # No negative value (norms, scales): |v| is v, no sign to choose.
-            # smin is farther from 1 in log than smax iff smin * smax < 1
-            # (exact in float64); a zero is, unless smax is inf (0 * inf is NaN).
-            product = np.multiply(smin, smax, dtype=np.float64)
-            out = np.where(product < 1, smin, smax)
-            even = (product == 1) & (smin != smax)
-            if even.any():
-                out = _first_where(even, out, values, vb, starts, np.stack([smax, smin]))
-            return out
-        # Log rule: magnitudes.
-        amax = np.fmax(smax, -smin)
-        straddle = (smin < 0) & (smax > 0)
-        amin = np.where(smin >= 0, smin, -smax)
-        if straddle.any():
-            ci, li = np.nonzero(straddle)
-            if ci.size * _SPARSE > straddle.size:
-                amin = np.where(straddle, np.fmin.reduce(np.abs(vb), axis=1), amin)
-            else:
-                amin[ci, li] = np.fmin.reduce(np.abs(vb[ci, :, li]), axis=1)
-        # 0 < amin <= amax: amin is farther from 1 in log than amax iff
-        # amin * amax < 1 (exact: a product of two float32 fits a float64).
-        product = amin.astype(np.float64) * amax
-        inf = amax == np.inf
-        zero = (amin == 0) & ~inf
-        take_lo = zero | (~inf & (product < 1))
-        even = ~inf & ~zero & (product == 1) & (amin != amax)
-        mag = np.where(take_lo, amin, amax)
-        # Which sign: the magnitude's sign when only one sign reaches it
-        # (the smallest |v| of a bin holding both signs may have either).
-        has_pos = np.where(take_lo, (smin >= 0) | straddle, smax == amax)
-        has_neg = np.where(take_lo, (smax <= 0) | straddle, smin == -amax)
-        out = np.where(has_neg & ~has_pos, -mag, mag).astype(np.float32)
-        # Both signs reach it, or the two ends are equally far from 1: the first in the bin.
-        tie = (has_pos & has_neg & ~zero) | even
-        if tie.any():
-            two = np.stack([mag, np.where(even, amin, -mag)])
-            out = _first_where(tie, out, values, vb, starts, np.abs(two), absolute=True)
-        return out
-
-
-def _first_where(mask: np.ndarray, out: np.ndarray, values: np.ndarray, binned: np.ndarray,
-                 starts: np.ndarray, pair: np.ndarray, absolute: bool = False) -> np.ndarray:
-    """``out`` [C, L] with each cell of ``mask`` replaced by the first value
-    of its bin equal to either of ``pair`` (``_first_match``)."""
-    first = _first_match(binned, pair, mask, absolute)
-    return np.where(mask, np.take_along_axis(values, starts[:, None] + first, axis=0), out)
-
-
-def bin_heatmap(
-    steps: np.ndarray,
-    values: np.ndarray | None,
-    states: np.ndarray,
-    max_cols: int,
-    metric: str,
-) -> Heatmap:
-    """Bin S logged steps of L layers into at most ``max_cols`` columns.
-
-    ``steps`` int [S] ascending; ``values`` float [S, L] (None for the state
-    metric); ``states`` uint8 [S, L] (STATE_UNKNOWN where there is no data).
-    Returns a Heatmap in layer-major layout. S may be 0 (then C = 0).
-    """
-    steps = np.asarray(steps, dtype=np.int64)
-    states = np.asarray(states, dtype=np.uint8)
-    n = steps.shape[0]
-    if states.ndim != 2 or states.shape[0] != n:
-        raise ValueError(f"states must be [S={n}, L], got {states.shape}")
-    num_layers = states.shape[1]
-    if metric != STATE_METRIC:
-        values = np.asarray(values, dtype=np.float32)
-        if values.shape != states.shape:
-            raise ValueError(f"values {values.shape} and states {states.shape} differ")
-    if n == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return Heatmap(empty, empty, np.zeros((num_layers, 0), np.float32),
-                       np.zeros((num_layers, 0), np.uint8))
-    starts = bin_bounds(n, max_cols)
-    ends = np.append(starts[1:], n) - 1
-    if starts.shape[0] == n:
-        # One step per bin: nothing to choose.
-        out_states = _CANONICAL[states]
-        out_values = out_states.astype(np.float32) if metric == STATE_METRIC else values
-        return Heatmap(steps[starts], steps[ends], np.ascontiguousarray(out_values.T),
-                       np.ascontiguousarray(out_states.T))
-
-    cols = starts.shape[0]
-    out_values = np.empty((num_layers, cols), np.float32)
-    out_states = np.empty((num_layers, cols), np.uint8)
-    per = max(1, _CHUNK_CELLS // max(num_layers, 1))
-    for c0 in range(0, cols, per):
-        c1 = min(cols, c0 + per)
-        s0, s1 = int(starts[c0]), int(ends[c1 - 1]) + 1
-        chunk_values, chunk_states = _bin_chunk(
-            None if values is None else values[s0:s1], states[s0:s1], starts[c0:c1] - s0, metric)
-        out_values[:, c0:c1] = chunk_values.T
-        out_states[:, c0:c1] = chunk_states.T
-    return Heatmap(steps[starts], steps[ends], out_values, out_states)
-
-
-def _bin_chunk(values: np.ndarray | None, states: np.ndarray, starts: np.ndarray,
-               metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values [C, L], states [C, L]) of the bins starting at ``starts`` of
-    the S rows given (the last bin ends at S)."""
-    n = states.shape[0]
-    out_states, pick = _worst_states(states, starts, n)
-    if metric == STATE_METRIC:
-        return out_states, out_states
-    out_values = _extremes(values, starts, n, metric)
-    ci, li = np.nonzero(_FAILING[out_states])
-    if ci.size:
-        rows = starts[ci] if pick is None else starts[ci] + pick[ci, li]
-        out_values[ci, li] = values[rows, li]
-    return out_values, out_states
+def blocks_in(b: Blocks, start: int, end: int) -> slice | None:
+    """The blocks that make up the logged steps in [start, end], or None
+    when a block has steps on both sides of either bound."""
+    lo = int(np.searchsorted(b.first, start, side="left"))
+    hi = int(np.searchsorted(b.last, end, side="right"))
+    if lo > 0 and b.last[lo - 1] >= start:
+        return None  # the block before holds steps from start on
+    if hi < b.first.shape[0] and b.first[hi] <= end:
+        return None  # the block after holds steps up to end
+    return slice(lo, max(lo, hi))

@@ -26,8 +26,9 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..format import contract, crc, decode, metadata
+from ..format import binning, contract, crc, decode, metadata
 from . import heatmap, jsonfast, query
+from .align import align, column, step_slice
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
 __all__ = ["NeuralDbgLoader", "NeuralDbgPlugin"]
@@ -100,44 +101,6 @@ def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
     return http_util.Respond(request, text, "application/json")
 
 
-# -- array helpers ----------------------------------------------------------
-
-
-def _align(series, steps: np.ndarray, width: int, fill, dtype) -> np.ndarray:
-    """``series`` (a plugin_data.Series or None) as a [len(steps), width]
-    matrix on the given step axis; missing steps and rows hold ``fill``."""
-    out_shape = (steps.shape[0], width)
-    if series is None or series.data.shape[0] == 0:
-        return np.full(out_shape, fill, dtype=dtype)
-    data = series.data
-    if series.steps.shape == steps.shape and np.array_equal(series.steps, steps):
-        rows = data
-    else:
-        idx = np.searchsorted(series.steps, steps)
-        idx_c = np.minimum(idx, series.steps.shape[0] - 1)
-        found = series.steps[idx_c] == steps
-        rows = np.where(found[:, None], data[idx_c], np.array(fill, dtype=dtype))
-    if rows.shape[1] == width:
-        return rows
-    out = np.full(out_shape, fill, dtype=dtype)
-    w = min(width, rows.shape[1])
-    out[:, :w] = rows[:, :w]
-    return out
-
-
-def _column(series, row: int, steps: np.ndarray, fill, dtype) -> np.ndarray:
-    """Row ``row`` of a per-step matrix at the given steps (``fill`` where
-    the series has no such step or is narrower than ``row``)."""
-    out = np.full(steps.shape[0], fill, dtype=dtype)
-    if series is None or series.data.shape[0] == 0 or row >= series.data.shape[1]:
-        return out
-    idx = np.searchsorted(series.steps, steps)
-    idx_c = np.minimum(idx, series.steps.shape[0] - 1)
-    found = series.steps[idx_c] == steps
-    out[found] = series.data[idx_c[found], row]
-    return out
-
-
 def _cut(text: str) -> str:
     if len(text) <= MAX_TEXT:
         return text
@@ -149,12 +112,6 @@ def _capped(item: dict) -> dict:
     if all(len(v) <= MAX_TEXT for v in item.values() if isinstance(v, str)):
         return item
     return {k: _cut(v) if isinstance(v, str) else v for k, v in item.items()}
-
-
-def _step_slice(steps: np.ndarray, start: int, end: int) -> slice:
-    lo = int(np.searchsorted(steps, start, side="left"))
-    hi = int(np.searchsorted(steps, end, side="right"))
-    return slice(lo, hi)
 
 
 # -- the plugin -----------------------------------------------------------------
@@ -267,22 +224,21 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             axis = self._axis_tag(listing)
 
             def build(run=run, listing=listing, axis=axis) -> dict:
-                series = self._data.read(ctx, eid, run, (axis, *tags), listing)
-                steps = self._axis(series)
+                layers, first, last, count = self._span(ctx, eid, run, listing, axis, tags)
                 rep = self._run_report(ctx, eid, run, listing)
                 return {
                     "run": run,
                     "status": rep["status"],
                     "root_cause": rep["root_cause"],
-                    "num_layers": len(self._data.layers(series, self._width(series), run)),
-                    "first_step": int(steps[0]) if steps.size else None,
-                    "last_step": int(steps[-1]) if steps.size else None,
-                    "num_steps": int(steps.size),
+                    "num_layers": len(layers),
+                    "first_step": first,
+                    "last_step": last,
+                    "num_steps": count,
                     "num_events": len(rep["events"]),
                 }
 
-            summary = self._data.memo(eid, run, "summary",
-                                      self._version(listing, (axis, *tags)), build)
+            version = self._version(listing, (axis, *tags, *heatmap.block_tags(None)))
+            summary = self._data.memo(eid, run, "summary", version, build)
             out.append(self._annotated(run, dict(summary)))
         skipped = [{"run": run, "reason": found.refused[run]} for run in sorted(found.refused)]
         return {"runs": out, "skipped": skipped}
@@ -290,57 +246,60 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     def meta_impl(self, ctx, eid: str, run: str) -> dict:
         """Layers, metrics, state codes and step span of one run."""
         listing = self._listing(ctx, eid, run)
-        series = self._data.read(ctx, eid, run, (self._axis_tag(listing), metadata.TAG_LAYERS),
-                                 listing)
-        steps = self._axis(series)
+        layers, first, last, count = self._span(ctx, eid, run, listing, self._axis_tag(listing),
+                                                (metadata.TAG_LAYERS,))
         return {
             "run": run,
-            "layers": self._data.layers(series, self._width(series), run),
+            "layers": layers,
             "metrics": list(metadata.METRICS),
             "states": _STATES,
             "metric_info": _METRIC_INFO,
             "colors": _COLORS,
-            "first_step": int(steps[0]) if steps.size else None,
-            "last_step": int(steps[-1]) if steps.size else None,
-            "num_steps": int(steps.size),
+            "first_step": first,
+            "last_step": last,
+            "num_steps": count,
             "warnings": self._data.warnings(run),
         }
 
+    def _span(self, ctx, eid: str, run: str, listing: dict, axis: str, tags) -> tuple:
+        """(layers, first step, last step, number of logged steps) of a run:
+        from its block spans where they stand for its rows (a few KB), else
+        from the steps of ``axis``; ``tags`` are read too."""
+        blocks = heatmap.block_series(self._data, ctx, eid, run, listing)
+        if blocks is not None:
+            series = {**blocks.series, **self._data.read(ctx, eid, run, tags, listing)}
+            return (self._data.layers(series, self._width(series), run), int(blocks.first[0]),
+                    int(blocks.last[-1]), int(blocks.rows.sum()))
+        series = self._data.read(ctx, eid, run, (axis, *tags), listing)
+        steps = self._axis(series)
+        return (self._data.layers(series, self._width(series), run),
+                int(steps[0]) if steps.size else None, int(steps[-1]) if steps.size else None,
+                int(steps.size))
+
     def heatmap_impl(self, ctx, eid: str, run: str, metric: str, start: int, end: int,
                      max_cols: int, fmt: str = "json") -> dict:
-        """One metric (or "state") of a run, binned to at most max_cols columns."""
-        if metric != heatmap.STATE_METRIC and metric not in metadata.METRIC_INDEX:
+        """One metric (or "state") of a run, binned to at most max_cols columns:
+        from its block summaries where they give the same cells (see
+        ``heatmap``), else from its rows."""
+        if metric != binning.STATE_METRIC and metric not in metadata.METRIC_INDEX:
             raise errors.NotFoundError(
                 f"unknown metric {metric[:60]!r}; expected 'state' or one of: "
                 f"{', '.join(metadata.METRICS)}"
             )
         listing = self._listing(ctx, eid, run)
-        tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
-        stats = None
-        if metric != heatmap.STATE_METRIC:
-            stats = metadata.stats_tag(metric)
-            tags.append(stats)
-        series = self._data.read(ctx, eid, run, tags, listing)
-        layers = self._data.layers(series, self._width(series), run)
-        width = len(layers)
-        axis = series[stats].steps if stats in series else self._axis(series)
-        window = _step_slice(axis, start, end)
-        steps = axis[window]
-        states = _align(series.get(metadata.TAG_STATES), axis, width,
-                        metadata.STATE_UNKNOWN, np.uint8)[window]
-        values = None
-        if stats is not None:
-            values = _align(series.get(stats), axis, width, np.nan, np.float32)[window]
-        cols = max(1, min(max_cols, MAX_CELLS // max(width, 1)))
-        hm = heatmap.bin_heatmap(steps, values, states, cols, metric)
+        hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols)
+        if hm is None:
+            hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols)
+        layers, binned, hm = hm
         body = {
             "run": run,
             "metric": metric,
-            "rows": width,
+            "rows": len(layers),
             "cols": int(hm.col_start.shape[0]),
             "layers": [l["name"] for l in layers],
             "col_start": hm.col_start,
             "col_end": hm.col_end,
+            "binned": binned,
         }
         if fmt == "b64":
             values = np.ascontiguousarray(hm.values, dtype="<f4")  # no copy on little-endian
@@ -350,6 +309,55 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             body["values"] = hm.values
             body["states"] = hm.states
         return body
+
+    @staticmethod
+    def _cols(max_cols: int, width: int) -> int:
+        return max(1, min(max_cols, MAX_CELLS // max(width, 1)))
+
+    def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols):
+        """(layers, "blocks", Heatmap) from the run's block summaries, or None
+        where they do not give the cells its rows give (``heatmap``)."""
+        blocks = heatmap.block_series(self._data, ctx, eid, run, listing, metric)
+        if blocks is None:
+            return None
+        window = heatmap.blocks_in(blocks, start, end)
+        series = blocks.series
+        layers = self._data.layers(series, self._width(series), run)
+        width = len(layers)
+        cols = self._cols(max_cols, width)
+        if window is None or window.stop - window.start < cols:
+            return None
+        keys = blocks.last
+        states = align(series[metadata.TAG_BLOCK_STATES], keys, width, metadata.STATE_UNKNOWN,
+                        np.uint8)[window]
+        values = None
+        if metric != binning.STATE_METRIC:
+            values = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan,
+                            np.float32)[window]
+        hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
+                                 last_steps=blocks.last[window])
+        return layers, "blocks", hm
+
+    def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols):
+        """(layers, "steps", Heatmap) from the run's rows."""
+        tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
+        stats = None
+        if metric != binning.STATE_METRIC:
+            stats = metadata.stats_tag(metric)
+            tags.append(stats)
+        series = self._data.read(ctx, eid, run, tags, listing)
+        layers = self._data.layers(series, self._width(series), run)
+        width = len(layers)
+        axis = series[stats].steps if stats in series else self._axis(series)
+        window = step_slice(axis, start, end)
+        steps = axis[window]
+        states = align(series.get(metadata.TAG_STATES), axis, width,
+                        metadata.STATE_UNKNOWN, np.uint8)[window]
+        values = None
+        if stats is not None:
+            values = align(series.get(stats), axis, width, np.nan, np.float32)[window]
+        hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
+        return layers, "steps", hm
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
@@ -385,7 +393,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"unknown layer {layer[:200]!r} in run {run[:200]!r}")
         row = names.index(layer)
         axis = self._axis(head)
-        window = _step_slice(axis, start, end)
+        window = step_slice(axis, start, end)
         n = window.stop - window.start
         if n > MAX_LAYER_POINTS:
             raise errors.InvalidArgumentError(
@@ -398,10 +406,10 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         # heatmap's) are used, but these wide reads must not evict them.
         stats = self._data.read(ctx, eid, run, stats_tags, listing, keep=False)
         columns = {
-            m: _column(stats.get(metadata.stats_tag(m)), row, steps, np.nan, np.float32)
+            m: column(stats.get(metadata.stats_tag(m)), row, steps, np.nan, np.float32)
             for m in metrics
         }
-        states = _column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
+        states = column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
                          np.uint8)
         events = [
             e for e in self._run_report(ctx, eid, run, listing)["events"]

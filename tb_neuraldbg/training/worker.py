@@ -14,6 +14,9 @@ and writes summaries into the writer's own event file:
 * events, the diagnosis (on change) and the layer list (when it grows) are
   written at the step they happen, and the file is flushed right after an
   event; the batch behind an event is saved next to it (see :mod:`.batches`);
+* every ``metadata.BLOCK_ROWS`` written rows, and before each flush of its
+  own (an event, the close), their block summary (:mod:`..format.blocks`):
+  what a long run's full-range heatmap reads instead of every row;
 * summary metadata is written only the first time a tag is written to an
   event file (TensorBoard keeps the first-seen metadata).
 
@@ -35,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..format import metadata, summary
+from ..format import blocks, metadata, summary
 from . import distributed
 from . import stats as S
 from .collector import StepPacket
@@ -117,6 +120,7 @@ class Worker:
         self._seen_fw = None
         self._seen_tags: set[str] = set()
         self.rows = RowAssembler()
+        self.blocks = blocks.BlockBuilder()
 
     # -- thread plumbing --------------------------------------------------
 
@@ -223,14 +227,31 @@ class Worker:
         fw.add_summary(summ, global_step=step)
 
     def _write_row(self, step: int, row: np.ndarray, states: np.ndarray, per_rank=None) -> None:
-        if self._seen_fw is not None and self._seen_tags.issuperset(summary.ROW_TAGS):
-            self._file_writer().add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
+        fw = self._file_writer()  # (first: a new event file forgets the tags seen)
+        if self._seen_tags.issuperset(summary.ROW_TAGS):
+            fw.add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
         else:
             self._add(summary.stats_summary(row, states), step)
         if per_rank is not None:
             self._add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
+        self._write_block(self.blocks.add(step, row, states))
+
+    def _close_block(self) -> None:
+        """Write the block of the rows written since the last one: before a
+        flush of the worker's own, so that what it flushes is covered."""
+        self._write_block(self.blocks.close())
+
+    def _write_block(self, block: "blocks.Block | None") -> None:
+        if block is None:
+            return
+        # A failed block costs only itself: the rows are written, and its
+        # successor's span shows readers the gap (they read the rows then).
+        self._file_writer()  # (first: a new event file forgets the tags seen)
+        self._safe("block", self._add, summary.block_summary(
+            block.span, block.values, block.states,
+            with_metadata=not self._seen_tags.issuperset(summary.BLOCK_TAGS)), block.step)
 
     def _flush_ring(self) -> None:
         for step, row, states, per_rank in self.ring:
@@ -277,6 +298,7 @@ class Worker:
             optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
             scaler=inst.scaler is not None,
             num_classes=inst.num_classes,
+            blocks=metadata.BLOCK_ROWS,
         )
 
     def _process(self, packet: StepPacket) -> None:
@@ -342,6 +364,7 @@ class Worker:
         # cost the events: they are written and flushed whatever happens.
         self._safe("ring", self._flush_ring)
         self.ring.clear()
+        self._safe("block", self._close_block)
         self.last_event_step = step
         dicts = []
         for e in events:
@@ -389,6 +412,7 @@ class Worker:
         last = self.ring[-1][0] if self.ring else self.last_written
         # The end of a run is what a user looks at after a crash: write it all.
         self._flush_ring()
+        self._close_block()
         if self.engine is not None and not self.engine_broken and last >= 0:
             try:
                 events = list(self.engine.finish())
