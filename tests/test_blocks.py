@@ -145,7 +145,9 @@ def test_covering_refuses_blocks_stored_at_another_step():
 
 # -- the plugin reads them ------------------------------------------------------
 
+from tests import hostile  # noqa: E402
 from tests.synthetic import Plant, SyntheticWriter, event, write_run  # noqa: E402
+from tb_neuraldbg.format import summary  # noqa: E402
 from tests.test_plugin_wsgi import BASE, App  # noqa: E402
 
 NAN = float("nan")
@@ -291,3 +293,25 @@ def test_a_model_of_fewer_rows_than_a_span_is_named_as_it_is(tmp_path):
     assert body["binned"] == "blocks" and body["layers"] == ["<input>", "<loss>"]
     meta = app.json(f"{BASE}/meta?run=tiny")
     assert [l["name"] for l in meta["layers"]] == ["<input>", "<loss>"] and meta["num_steps"] == len(truth.steps)
+
+
+@pytest.mark.parametrize("kind", hostile.BAD_TENSORS)
+def test_a_broken_span_record_bins_the_rows(tmp_path, kind):
+    """An untrusted logdir: a block whose span record cannot be read costs
+    the blocks (the rows are binned), never the answer."""
+    w = SyntheticWriter(tmp_path, "run", blocks=True, seed=8)
+    for step in range(43):  # five blocks, then three rows in a sixth
+        w.step(step)
+    block = w._blocks.close()
+    summ = summary.block_summary(block.span, block.values, block.states, with_metadata=False)
+    summ.value[-1].tensor.CopyFrom(hostile._bad_proto(kind, 4))
+    w._add(summ, block.step, None)
+    w._writer.close()
+    truth = w.truth()
+    app = App(tmp_path)
+    body, values, states = _answer(app, "run", "grad_norm", 3)
+    assert body["binned"] == "steps" and body["col_end"][-1] == 42
+    want_values, want_states = _rows_binned(truth, body, "grad_norm")
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(states, want_states)
+    assert app.json(f"{BASE}/meta?run=run")["num_steps"] == 43

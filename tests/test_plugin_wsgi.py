@@ -501,6 +501,8 @@ def test_big_answers_are_gzipped_and_b64_is_not(app, monkeypatch):
     assert b64.headers["Content-Type"] == "application/json"
     assert b64.headers["Cache-Control"] == "no-cache, must-revalidate"
     assert json.loads(b64.get_data(as_text=True))["cols"] == 40
+    # its length told (the tab reads it whole)
+    assert int(b64.headers["Content-Length"]) == len(b64.get_data())
 
 
 def test_two_event_records_at_one_step_both_count(tmp_path):

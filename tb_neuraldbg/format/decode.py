@@ -244,7 +244,7 @@ def decode_rows(steps: Iterable[int], tensors: Iterable, dtype, fill,
     """Decode a series of 1-D per-step tensors (TensorProtos or numpy arrays,
     ``steps[i]`` the step of ``tensors[i]``) into ``Rows``.
 
-    Only 1-D tensors of ``dtype`` (float32 or uint8) with at most MAX_ROWS
+    Only 1-D tensors of ``dtype`` (float32, uint8, int64) with at most MAX_ROWS
     values are read; any other record is skipped with a note. Rows longer
     than ``max_width`` (``row_limit`` of the layer list) are cut to it, with
     one note for the tag. For a repeated step the last record wins. The rows
