@@ -16,7 +16,8 @@ pass over the gradients, the floor of a per-step gradient check), ``watched``
 cost a user can choose instead), ``torch_stats`` (default settings with the
 fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``hooks_kept``
 (default settings with the module hooks kept on at cheap steps, as before
-2026-12-03's last round), ``every_step``
+2026-12-03's last round), ``no_blocks`` (default settings without the block
+summaries the worker writes every 8 rows: their cost), ``every_step``
 (``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
 no criterion watched: the loss is computed by hand from a cast and a view of
 the output, so a replay would need the kept gradient of the model's output,
@@ -209,9 +210,19 @@ def gpt():
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
-         "hooks_kept")
+         "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "hooks_kept": {}}
+         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "hooks_kept": {}, "no_blocks": {}}
+
+
+class _NoBlocks:
+    """A block builder that builds nothing (mode ``no_blocks``)."""
+
+    def add(self, *_):
+        return None
+
+    def close(self):
+        return None
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -372,6 +383,8 @@ class Runner:
                                        **WATCH[self.mode])
             if self.mode == "hooks_kept":
                 handle.instrument.hooks_off_when_cheap = False
+            if self.mode == "no_blocks":
+                self.writer._worker.blocks = _NoBlocks()
         self.steps(warm)
         self._sync()
         self._worker0 = self._worker_cpu()

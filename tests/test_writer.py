@@ -271,6 +271,29 @@ def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, pl
             np.testing.assert_array_equal(block_stats[m][key], values[:, j], err_msg=m)
 
 
+def test_a_block_that_fails_costs_only_itself(tmp_path, monkeypatch):
+    """A block summary that cannot be built is warned once; the rows are all
+    written and the next block's span shows readers the gap."""
+    from tb_neuraldbg.format import binning as binning_module
+
+    real, calls = binning_module.summarize, []
+
+    def flaky(rows, states):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("planted")
+        return real(rows, states)
+
+    monkeypatch.setattr(binning_module, "summarize", flaky)
+    with pytest.warns(RuntimeWarning, match="writer block failed: ValueError: planted"):
+        with DebugWriter(str(tmp_path)) as w:
+            fit(w, tiny(), 30, hist_every=0)
+    ea = load(tmp_path)
+    assert tensor_steps(ea, metadata.TAG_STATES) == list(range(30))
+    spans = [tensor_util.make_ndarray(e.tensor_proto).tolist() for e in ea.Tensors(metadata.TAG_BLOCK_SPAN)]
+    assert [s[1] for s in spans] == [0, 16, 24] and spans[1][0] == 15  # rows 8-15's block is missing
+
+
 def test_events_are_written_flushed_and_raise_on_error(tmp_path, planned):
     planned.plan = {3: (2, "0", "nonfinite", "error")}
     model = tiny()

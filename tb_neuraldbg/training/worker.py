@@ -236,20 +236,22 @@ class Worker:
             self._add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
-        self._write_block(self.blocks.add(step, row, states))
+        self._write_block(self._safe("block", self.blocks.add, step, row, states))
 
     def _close_block(self) -> None:
         """Write the block of the rows written since the last one: before a
         flush of the worker's own, so that what it flushes is covered."""
-        self._write_block(self.blocks.close())
+        self._write_block(self._safe("block", self.blocks.close))
 
     def _write_block(self, block: "blocks.Block | None") -> None:
-        if block is None:
-            return
         # A failed block costs only itself: the rows are written, and its
         # successor's span shows readers the gap (they read the rows then).
+        if block is not None:
+            self._safe("block", self._add_block, block)
+
+    def _add_block(self, block: "blocks.Block") -> None:
         self._file_writer()  # (first: a new event file forgets the tags seen)
-        self._safe("block", self._add, summary.block_summary(
+        self._add(summary.block_summary(
             block.span, block.values, block.states,
             with_metadata=not self._seen_tags.issuperset(summary.BLOCK_TAGS)), block.step)
 
@@ -364,7 +366,7 @@ class Worker:
         # cost the events: they are written and flushed whatever happens.
         self._safe("ring", self._flush_ring)
         self.ring.clear()
-        self._safe("block", self._close_block)
+        self._close_block()
         self.last_event_step = step
         dicts = []
         for e in events:
