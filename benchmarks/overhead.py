@@ -221,7 +221,7 @@ class _NoBlocks:
     def add(self, *_):
         return None
 
-    def close(self):
+    def close(self, final=False):
         return None
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------

@@ -318,7 +318,8 @@ class SyntheticWriter:
 
     def close(self) -> None:
         if self._blocks is not None:
-            self._add_block(self._blocks.close())
+            self._add_block(self._blocks.close(final=True))
+            self._blocks = None
         self._writer.close()
 
     def truth(self) -> SyntheticRun:

@@ -89,7 +89,7 @@ def test_summarize_is_binning_one_column():
 def test_builder_blocks_follow_each_other_and_pad_a_grown_layer_list():
     b = blocks.BlockBuilder(3)
     got = []
-    for i, step in enumerate([0, 1, 2, 5, 9, 10, 11]):
+    for step in [0, 1, 2, 5, 9, 10, 11]:
         L = 2 if step < 9 else 3  # the list grows inside the second block
         row = np.full((L, M), float(step), np.float32)
         done = b.add(step, row, np.full(L, H, np.uint8))
@@ -99,13 +99,21 @@ def test_builder_blocks_follow_each_other_and_pad_a_grown_layer_list():
             assert not done
     got.append(b.close())
     assert b.close() is None
-    assert [x.span.tolist() for x in got] == [[-1, 0, 2, 3], [2, 5, 10, 3], [10, 11, 11, 1]]
+    assert [x.span.tolist() for x in got] == [[-1, 0, 2, 3, 0], [2, 5, 10, 3, 0], [10, 11, 11, 1, 0]]
     assert [x.step for x in got] == [2, 10, 11]
     second = got[1]
     assert second.values.shape == (3, M) and second.states.tolist() == [H, H, H]
     # layer 2 only at steps 9 and 10: its extreme of 9 and 10 (log: 10 is farther from 1)
     assert second.values[2, metadata.METRIC_INDEX["grad_norm"]] == 10.0
     assert second.values[0, metadata.METRIC_INDEX["act_zero_frac"]] == 10.0  # the maximum
+    # The end: the last block again, marked final (nothing pending) ...
+    again = b.close(final=True)
+    assert again.span.tolist() == [10, 11, 11, 1, 1] and again.step == 11
+    np.testing.assert_array_equal(again.values, got[2].values)
+    # ... or the pending rows' block, final.
+    b.add(12, np.zeros((3, M), np.float32), np.zeros(3, np.uint8))
+    assert b.close(final=True).span.tolist() == [11, 12, 12, 1, 1]
+    assert blocks.BlockBuilder().close(final=True) is None  # a writer that wrote no row
 
 
 def _spans(*rows):
@@ -116,21 +124,30 @@ def _spans(*rows):
 ONE = [{"blocks": metadata.BLOCK_ROWS}]
 
 
-def test_covering_accepts_one_writers_chain_up_to_the_last_row():
-    spans, keys = _spans([-1, 0, 7, 8], [7, 8, 15, 8], [15, 16, 18, 3])
-    assert blocks.covering(spans, keys, ONE, [18, 18]) == ""
+@pytest.mark.parametrize("spans, configs", [
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0], [15, 16, 18, 3, 1]], ONE),
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0], [15, 16, 18, 3, 0]], ONE),  # still being written
+    ([[-1, 0, 7, 8, 1], [-1, 9, 15, 7, 0], [15, 16, 18, 3, 1]], ONE * 2),  # resumed after a close
+])
+def test_covering_accepts_chains_up_to_the_last_row(spans, configs):
+    s, keys = _spans(*spans)
+    assert blocks.covering(s, keys, configs, [18, 18]) == ""
 
 
 @pytest.mark.parametrize("spans, configs, last, why", [
-    ([[-1, 0, 7, 8], [7, 8, 15, 8]], ONE, [20], "rows after"),  # a writer killed mid-block
-    ([[-1, 0, 7, 8], [9, 10, 15, 5]], ONE, [15], "missing"),  # a lost block (downsampled, a failed write)
-    ([[0, 1, 7, 7], [7, 8, 15, 8]], ONE, [15], "missing"),  # the first block lost
-    ([[-1, 0, 7, 8], [7, 8, 15, 8]], ONE * 2, [15], "writers"),  # a resumed run
-    ([[-1, 0, 7, 8], [7, 8, 15, 8]], [{"synthetic": True}], [15], "did not write"),  # an older writer
-    ([[-1, 0, 7, 8], [7, 8, 15, 8]], [], [15], "writers"),
-    ([[-1, 9, 7, 8]], ONE, [7], "order"),
-    ([[-1, 0, 7, 9]], ONE, [7], "order"),  # more rows than steps
-    ([[-1, 0, 7, 8], [7, 7, 15, 8]], ONE, [15], "order"),  # overlapping
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0]], ONE, [20], "rows after"),  # a writer killed mid-block
+    ([[-1, 0, 7, 8, 0], [9, 10, 15, 5, 0]], ONE, [15], "missing"),  # a lost block (downsampled, a failed write)
+    ([[0, 1, 7, 7, 0], [7, 8, 15, 8, 0]], ONE, [15], "writers"),  # the first block lost
+    ([[-1, 0, 7, 8, 0], [-1, 9, 15, 7, 1]], ONE * 2, [15], "missing"),  # the first writer never closed
+    ([[-1, 0, 7, 8, 1], [-1, 4, 15, 7, 1]], ONE * 2, [15], "order"),  # resumed from an earlier step
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0]], ONE * 2, [15], "writers"),  # a writer without rows
+    ([[-1, 0, 7, 8, 1], [7, 8, 15, 8, 0]], ONE, [15], "after a writer's last"),
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0]], ONE + [{"synthetic": True}], [15], "did not write"),
+    ([[-1, 0, 7, 8, 0], [7, 8, 15, 8, 0]], [], [15], "did not write"),
+    ([[-1, 9, 7, 8, 0]], ONE, [7], "order"),
+    ([[-1, 0, 7, 9, 0]], ONE, [7], "order"),  # more rows than steps
+    ([[-1, 0, 7, 8, 0], [7, 7, 15, 8, 0]], ONE, [15], "order"),  # overlapping
+    ([[-1, 0, 7, 8, 2]], ONE, [7], "after a writer's last"),
 ])
 def test_covering_refuses_what_does_not_stand_for_every_row(spans, configs, last, why):
     s, keys = _spans(*spans)
@@ -138,9 +155,10 @@ def test_covering_refuses_what_does_not_stand_for_every_row(spans, configs, last
 
 
 def test_covering_refuses_blocks_stored_at_another_step():
-    spans, keys = _spans([-1, 0, 7, 8])
+    spans, keys = _spans([-1, 0, 7, 8, 1])
     assert "stored" in blocks.covering(spans, keys + 1, ONE, [7])
-    assert "no blocks" in blocks.covering(np.zeros((0, 4), np.int64), np.zeros(0), ONE, [7])
+    assert "no blocks" in blocks.covering(np.zeros((0, 5), np.int64), np.zeros(0), ONE, [7])
+    assert "no blocks" in blocks.covering(spans[:, :4], keys, ONE, [7])  # an older span
 
 
 # -- the plugin reads them ------------------------------------------------------
@@ -198,17 +216,25 @@ def block_logdir(tmp_path_factory):
         w.step(step)
     w._writer.close()  # (not w.close(): the last block is never written)
     truth["killed"] = w.truth()
-    # A run resumed by a second writer.
-    first = write_run(root, "resumed", num_steps=80, blocks=True, seed=5)
-    w = SyntheticWriter(root, "resumed", blocks=True, seed=6)
-    for step in range(80, 160):
-        w.step(step)
-    w.close()
-    second = w.truth()
-    truth["resumed"] = dataclasses.replace(
-        second, steps=np.concatenate([first.steps, second.steps]),
-        stats=np.concatenate([first.stats, second.stats]),
-        states=np.concatenate([first.states, second.states]))
+    # Runs resumed by a second writer, after a first that closed, or not.
+    for run, closed in (("resumed", True), ("resumed_killed", False)):
+        w = SyntheticWriter(root, run, blocks=True, seed=5)
+        for step in range(76):
+            w.step(step)
+        if closed:
+            w.close()
+        else:
+            w._writer.close()  # (its rows 72-75 in no block)
+        first = w.truth()
+        w = SyntheticWriter(root, run, blocks=True, seed=6)
+        for step in range(80, 160):
+            w.step(step)
+        w.close()
+        second = w.truth()
+        truth[run] = dataclasses.replace(
+            second, steps=np.concatenate([first.steps, second.steps]),
+            stats=np.concatenate([first.stats, second.stats]),
+            states=np.concatenate([first.states, second.states]))
     return root, truth
 
 
@@ -218,10 +244,11 @@ def block_app(block_logdir):
 
 
 @pytest.mark.parametrize("metric", ["grad_norm", "act_mean", "act_dead_frac", "act_nonfinite", "state"])
-@pytest.mark.parametrize("cols", [1, 7, 30])
-def test_full_range_heatmap_from_blocks_is_the_rows_binned(block_app, block_logdir, metric, cols):
-    truth = block_logdir[1]["long"]
-    body, values, states = _answer(block_app, "long", metric, cols)
+@pytest.mark.parametrize("cols", [1, 7, 19])
+@pytest.mark.parametrize("run", ["long", "resumed"])
+def test_full_range_heatmap_from_blocks_is_the_rows_binned(block_app, block_logdir, metric, cols, run):
+    truth = block_logdir[1][run]
+    body, values, states = _answer(block_app, run, metric, cols)
     assert body["binned"] == "blocks" and body["cols"] == cols
     assert body["col_start"][0] == truth.steps[0] and body["col_end"][-1] == truth.steps[-1]
     want_values, want_states = _rows_binned(truth, body, metric)
@@ -262,7 +289,7 @@ def test_a_range_is_binned_from_blocks_only_when_it_cuts_none(block_app, block_l
     assert got["binned"] == "steps" and got["col_start"][0] == start + 3
 
 
-@pytest.mark.parametrize("run", ["plain", "killed", "resumed"])
+@pytest.mark.parametrize("run", ["plain", "killed", "resumed_killed"])
 def test_blocks_that_do_not_stand_for_every_row_are_not_used(block_app, block_logdir, run):
     truth = block_logdir[1][run]
     body, values, states = _answer(block_app, run, "grad_norm", 2)
@@ -273,7 +300,7 @@ def test_blocks_that_do_not_stand_for_every_row_are_not_used(block_app, block_lo
     np.testing.assert_array_equal(states, want_states)
 
 
-@pytest.mark.parametrize("run", ["long", "killed", "resumed"])
+@pytest.mark.parametrize("run", ["long", "killed", "resumed", "resumed_killed"])
 def test_runs_and_meta_count_the_same_steps_from_blocks_or_rows(block_app, block_logdir, run):
     truth = block_logdir[1][run]
     runs = {r["run"]: r for r in block_app.json(f"{BASE}/runs")["runs"]}

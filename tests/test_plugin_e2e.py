@@ -40,6 +40,12 @@ def test_real_tensorboard(load_fast, tmp_path):
         plants=[Plant(77, "fc1", "exploding", {"grad_norm": 3e5})],
         events=[event(77, "fc1", "exploding_gradient", value=3e5)],
     )
+    # Resumed by a second writer: the first ends on a whole block, so its
+    # close writes that block again, marked final, at the same step.
+    for k, steps in enumerate((range(0, 80), range(80, 130))):
+        with SyntheticWriter(live_dir, "resumed", make_layers(2), seed=7 + k, blocks=True) as w:
+            for s in steps:
+                w.step(s)
     live = SyntheticWriter(live_dir, "live", make_layers(2), seed=5, blocks=True)
     for s in range(3):
         live.step(s)
@@ -57,7 +63,9 @@ def test_real_tensorboard(load_fast, tmp_path):
 
             def runs_loaded():
                 runs = {r["run"]: r for r in tb.json(f"{BASE}/runs")["runs"]}
-                ok = runs.get("failing", {}).get("num_steps") == NUM_STEPS and "live" in runs
+                ok = (runs.get("failing", {}).get("num_steps") == NUM_STEPS and "live" in runs
+                      and runs.get("blocks", {}).get("num_steps") == NUM_STEPS
+                      and runs.get("resumed", {}).get("num_steps") == 130)
                 return runs if ok else None
 
             runs = tb.wait_for("both runs loaded", runs_loaded)
@@ -84,7 +92,7 @@ def test_real_tensorboard(load_fast, tmp_path):
             assert layer["steps"] == list(range(70, 81))
             assert layer["states"][7] == metadata.STATE_CODE["exploding"]
             rep = tb.json(f"{BASE}/report")
-            assert [r["run"] for r in rep["runs"]] == ["blocks", "failing", "live"]
+            assert [r["run"] for r in rep["runs"]] == ["blocks", "failing", "live", "resumed"]
 
             # Binned from the block summaries: the rows' cells, in whole blocks.
             hm = tb.json(f"{BASE}/heatmap?run=blocks&metric=grad_norm&max_cols=10")
@@ -97,6 +105,10 @@ def test_real_tensorboard(load_fast, tmp_path):
             np.testing.assert_array_equal(got, values.ravel())
             meta = tb.json(f"{BASE}/meta?run=blocks")
             assert (meta["first_step"], meta["last_step"], meta["num_steps"]) == (0, NUM_STEPS - 1, NUM_STEPS)
+            hm = tb.json(f"{BASE}/heatmap?run=resumed&metric=state&max_cols=16")
+            assert hm["binned"] == "blocks" and hm["cols"] == 16 and hm["col_end"][-1] == 129
+            meta = tb.json(f"{BASE}/meta?run=resumed")
+            assert (meta["first_step"], meta["last_step"], meta["num_steps"]) == (0, 129, 130)
 
             status, ctype, body = tb.fetch(f"{BASE}/index.js", gzip_ok=False)
             assert status == 200 and ctype.startswith("text/javascript")

@@ -244,7 +244,7 @@ def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, pl
     assert all(step == span[2] for step, span in spans)  # stored at the last step
     covered = []
     prev = -1
-    for _, (before, first, last, n) in spans:
+    for _, (before, first, last, n, _) in spans:
         inside = [s for s in written if first <= s <= last]
         assert before == prev and len(inside) == n <= metadata.BLOCK_ROWS
         assert inside[0] == first and inside[-1] == last
@@ -253,7 +253,8 @@ def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, pl
     assert covered == written
     events_at = tensor_steps(ea, metadata.TAG_EVENTS)
     assert 37 in events_at and 37 in [span[2] for _, span in spans]  # closed before the event
-    assert spans[-1][1][2] == written[-1]  # and at close
+    assert spans[-1][1][2] == written[-1] and spans[-1][1][4] == 1  # and at close, final
+    assert [span[4] for _, span in spans[:-1]] == [0] * (len(spans) - 1)
     assert json_values(ea, metadata.TAG_CONFIG)[0]["blocks"] == metadata.BLOCK_ROWS
     stats = {m: {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.stats_tag(m))}
              for m in metadata.METRICS}
@@ -261,7 +262,7 @@ def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, pl
                        for e in ea.Tensors(metadata.block_stats_tag(m))} for m in metadata.METRICS}
     block_states = {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in ea.Tensors(metadata.TAG_BLOCK_STATES)}
     assert any(metadata.STATE_CODE["nonfinite"] in s for s in block_states.values())  # the planted state
-    for key, (_, first, last, _) in spans:
+    for key, (_, first, last, _, _) in spans:
         inside = [s for s in written if first <= s <= last]
         block = np.stack([np.stack([stats[m][s] for m in metadata.METRICS], axis=1) for s in inside])
         codes = np.stack([tensor_util.make_ndarray(rows[s].tensor_proto) for s in inside])

@@ -29,9 +29,10 @@ __all__ = ["Block", "BlockBuilder", "covering"]
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One block summary: ``span`` int64 [4] (step of the row written before
-    it or -1, first step, last step, rows), ``values`` float32 [L, metrics],
-    ``states`` uint8 [L]. Stored at step ``span[2]``."""
+    """One block summary: ``span`` int64 [5] (step of the row written before
+    it or -1, first step, last step, rows, 1 for the writer's last block
+    else 0), ``values`` float32 [L, metrics], ``states`` uint8 [L]. Stored at
+    step ``span[2]``."""
 
     span: np.ndarray
     values: np.ndarray
@@ -50,9 +51,12 @@ class BlockBuilder:
     finished block once ``rows`` rows are gathered. ``close`` returns the
     block of the rows gathered so far (or None): the writer closes the block
     before it flushes its file, so that what is on disk after its own
-    flushes is covered by blocks. A block whose summary was not written
-    still counts as written here (its successor names its last step as the
-    one before it), so a reader sees the gap.
+    flushes is covered by blocks; ``close(final=True)`` at the writer's end
+    marks its last block final (written again at its step when it was
+    already written: a reader keeps the last record of a step). A block
+    whose summary was not written still counts as written here (its
+    successor names its last step as the one before it), so a reader sees
+    the gap.
     """
 
     def __init__(self, rows: int = metadata.BLOCK_ROWS):
@@ -63,6 +67,7 @@ class BlockBuilder:
         self._values: list[np.ndarray] = []
         self._states: list[np.ndarray] = []
         self._prev = -1
+        self._last: Block | None = None
 
     def add(self, step: int, row: np.ndarray, states: np.ndarray) -> Block | None:
         """Add a written row (float [L, metrics]) and its states (uint8 [L]);
@@ -72,14 +77,21 @@ class BlockBuilder:
         self._states.append(states)
         return self.close() if len(self._steps) >= self.rows else None
 
-    def close(self) -> Block | None:
-        """The block of the rows added since the last one (None if none)."""
+    def close(self, final: bool = False) -> Block | None:
+        """The block of the rows added since the last one (None if none);
+        with ``final``, that block, else the last one again, marked final."""
         if not self._steps:
-            return None
+            if not final or self._last is None:
+                return None
+            span = self._last.span.copy()
+            span[4] = 1
+            self._last = dataclasses.replace(self._last, span=span)
+            return self._last
         steps, values, states = self._steps, self._values, self._states
         self._steps, self._values, self._states = [], [], []
-        span = np.array([self._prev, steps[0], steps[-1], len(steps)], dtype=np.int64)
+        span = np.array([self._prev, steps[0], steps[-1], len(steps), int(final)], dtype=np.int64)
         self._prev = steps[-1]
+        self._last = None
         width = max(v.shape[0] for v in values)
         if all(v.shape[0] == width for v in values):
             rows = np.stack(values).astype(np.float32, copy=False)
@@ -91,36 +103,45 @@ class BlockBuilder:
                 rows[i, : v.shape[0]] = v
                 codes[i, : s.shape[0]] = s
         summary, worst = binning.summarize(rows, codes)
-        return Block(span, summary, worst)
+        self._last = Block(span, summary, worst)
+        return self._last
 
 
 def covering(spans: np.ndarray, keys: np.ndarray, configs: Sequence, last_steps: Sequence[int]) -> str:
     """Why the block summaries of a run do not stand for all its rows ("" when
     they do).
 
-    ``spans`` int64 [B, 4] and ``keys`` [B] are the stored span records and
-    their steps; ``configs`` the run's config records (one per writer);
-    ``last_steps`` the last stored step of each row tag to be replaced. The
-    blocks stand for the rows when one writer wrote the run and said it
-    writes blocks, its blocks follow each other with nothing between them
-    (each names the previous one's last step as the row before it, the
-    first names none) and the last ends at the last stored row. A run
-    resumed by a second writer, a writer that stopped without closing, a
-    lost record or a downsampled series fails one of these.
+    ``spans`` int64 [B, 5] and ``keys`` [B] are the stored span records and
+    their steps; ``configs`` the run's config records (one per writer, in
+    the order written); ``last_steps`` the last stored step of each row tag
+    to be replaced. The blocks stand for the rows when every writer of the
+    run said it writes blocks, each writer's blocks follow each other with
+    nothing between them (each names the previous one's last step as the
+    row before it; a writer's first names none), a writer's blocks start
+    after the previous writer's final block (one that closed: a writer
+    stopped without ``close()`` may have rows after its last block), and
+    the last block ends at the last stored row. A run resumed from an
+    earlier step (blocks overlap), a lost record or a downsampled series
+    fail one of these.
     """
     configs = list(configs)
-    if len(configs) != 1:
-        return f"{len(configs)} writers"
-    if not isinstance(configs[0], dict) or configs[0].get("blocks") != metadata.BLOCK_ROWS:
-        return "the writer did not write blocks of this size"
+    if not configs or any(not isinstance(c, dict) or c.get("blocks") != metadata.BLOCK_ROWS
+                          for c in configs):
+        return "a writer that did not write blocks of this size"
     spans = np.asarray(spans)
-    if spans.ndim != 2 or spans.shape[0] == 0 or spans.shape[1] < 4:
+    if spans.ndim != 2 or spans.shape[0] == 0 or spans.shape[1] < 5:
         return "no blocks"
-    prev, first, last, rows = (spans[:, i] for i in range(4))
+    prev, first, last, rows, final = (spans[:, i] for i in range(5))
     if not np.array_equal(np.asarray(keys), last):
         return "blocks not stored at their last step"
-    if prev[0] != -1 or not np.array_equal(prev[1:], last[:-1]):
+    starts = prev == -1
+    if int(starts.sum()) != len(configs):
+        return f"{int(starts.sum())} writers' blocks for {len(configs)} writers"
+    follows = prev[1:] == last[:-1]
+    if not starts[0] or not bool(np.all(np.where(starts[1:], final[:-1] == 1, follows))):
         return "blocks missing"
+    if bool(np.any(final[:-1] & ~starts[1:])) or bool(np.any((final != 0) & (final != 1))):
+        return "blocks after a writer's last"
     if (bool(np.any(first > last)) or bool(np.any(first[1:] <= last[:-1])) or bool(np.any(rows < 1))
             or bool(np.any(rows > last - first + 1))):  # (distinct steps)
         return "blocks out of order"

@@ -84,9 +84,9 @@ TAG_CONFIG = "neuraldbg/config"
 # Block summaries (docs/FORMAT.md): every BLOCK_ROWS consecutive written rows
 # (fewer where the writer flushed or closed) binned by the heatmap's rule into
 # one record per tag, at the step of the block's last row, so that a long run's
-# full-range heatmap reads a fraction of its rows. int64 [4]: the step of the
+# full-range heatmap reads a fraction of its rows. int64 [5]: the step of the
 # row written before the block (-1: none), the block's first and last step,
-# its number of rows.
+# its number of rows, and 1 for the writer's last block (its close) else 0.
 TAG_BLOCK_SPAN = "neuraldbg/blocks/span"
 # uint8 [L]: each layer's worst state over the block.
 TAG_BLOCK_STATES = "neuraldbg/blocks/states"

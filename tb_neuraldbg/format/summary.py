@@ -121,7 +121,7 @@ BLOCK_TAGS = frozenset(_BLOCK_STATS_TAGS + [metadata.TAG_BLOCK_STATES, metadata.
 def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
                   with_metadata: bool = True) -> summary_pb2.Summary:
     """Summary of one block summary (docs/FORMAT.md, *Block summaries*):
-    ``span`` int64 [4], ``values`` float [L, metrics], ``states`` uint8 [L];
+    ``span`` int64 [5], ``values`` float [L, metrics], ``states`` uint8 [L];
     one event, so that a reader gets all its tags or none. Metadata (kind
     "blocks") only ``with_metadata``: the first time in a file."""
     values = np.asarray(values, dtype=np.float32)
@@ -129,12 +129,12 @@ def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
         raise ValueError(f"block values must have shape [layers, {len(metadata.METRICS)}], "
                          f"got {values.shape}")
     span = np.asarray(span, dtype=np.int64)
-    if span.shape != (4,):
-        raise ValueError(f"a block span is int64 [4], got {span.shape}")
+    if span.shape != (5,):
+        raise ValueError(f"a block span is int64 [5], got {span.shape}")
     out = _raw_values(values, states, _BLOCK_STATS_TAGS, metadata.TAG_BLOCK_STATES)
     out.append(summary_pb2.Summary.Value(tag=metadata.TAG_BLOCK_SPAN, tensor=tensor_pb2.TensorProto(
         dtype=types_pb2.DT_INT64,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=4)]),
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=5)]),
         tensor_content=span.astype("<i8").tobytes())))
     if with_metadata:
         for v, metric in zip(out, metadata.METRICS):

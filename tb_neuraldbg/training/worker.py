@@ -238,10 +238,11 @@ class Worker:
         self.rows_written += 1
         self._write_block(self._safe("block", self.blocks.add, step, row, states))
 
-    def _close_block(self) -> None:
+    def _close_block(self, final: bool = False) -> None:
         """Write the block of the rows written since the last one: before a
-        flush of the worker's own, so that what it flushes is covered."""
-        self._write_block(self._safe("block", self.blocks.close))
+        flush of the worker's own, so that what it flushes is covered; at
+        the end ``final`` (readers then know no row of this writer follows)."""
+        self._write_block(self._safe("block", self.blocks.close, final))
 
     def _write_block(self, block: "blocks.Block | None") -> None:
         # A failed block costs only itself: the rows are written, and its
@@ -414,7 +415,7 @@ class Worker:
         last = self.ring[-1][0] if self.ring else self.last_written
         # The end of a run is what a user looks at after a crash: write it all.
         self._flush_ring()
-        self._close_block()
+        self._close_block(final=True)
         if self.engine is not None and not self.engine_broken and last >= 0:
             try:
                 events = list(self.engine.finish())
