@@ -218,6 +218,8 @@ WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand
 class _NoBlocks:
     """A block builder that builds nothing (mode ``no_blocks``)."""
 
+    pending = 0
+
     def add(self, *_):
         return None
 

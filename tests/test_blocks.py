@@ -342,3 +342,18 @@ def test_a_broken_span_record_bins_the_rows(tmp_path, kind):
     np.testing.assert_array_equal(values, want_values)
     np.testing.assert_array_equal(states, want_states)
     assert app.json(f"{BASE}/meta?run=run")["num_steps"] == 43
+
+
+def test_blocks_in_a_range():
+    from tb_neuraldbg.server import heatmap
+
+    b = heatmap.Blocks(np.array([0, 8, 16]), np.array([7, 15, 20]), np.array([8, 8, 5]), {})
+    assert heatmap.blocks_in(b, 0, 20) == slice(0, 3)
+    assert heatmap.blocks_in(b, -5, 99) == slice(0, 3)
+    assert heatmap.blocks_in(b, 8, 15) == slice(1, 2)
+    assert heatmap.blocks_in(b, 8, 16) is None  # cuts the third block
+    assert heatmap.blocks_in(b, 9, 15) is None  # cuts the second
+    assert heatmap.blocks_in(b, 10, 12) is None  # inside one block
+    assert heatmap.blocks_in(b, 30, 40) == slice(3, 3)  # after every block: none
+    # the rule's names where they were
+    assert heatmap.bin_heatmap is binning.bin_heatmap and heatmap.MAX_RULE_METRICS is binning.MAX_RULE_METRICS

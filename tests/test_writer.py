@@ -5,6 +5,7 @@ on_error="raise", saved batches), closing paths, and the byte budget."""
 import glob
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -270,6 +271,36 @@ def test_block_summaries_cover_the_written_rows_and_close_at_events(tmp_path, pl
         np.testing.assert_array_equal(block_states[key], worst)
         for j, m in enumerate(metadata.METRICS):
             np.testing.assert_array_equal(block_stats[m][key], values[:, j], err_msg=m)
+
+
+def test_a_loop_that_stops_without_close_gets_its_block_after_a_while(tmp_path, monkeypatch):
+    """A notebook's loop ended, the writer left open: once the worker has
+    had no step for IDLE_CLOSE_S, the open block is written and the file
+    flushed, so the blocks cover every row on disk."""
+    from tb_neuraldbg.training import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "IDLE_CLOSE_S", 0.2)
+    monkeypatch.setattr(worker_module, "IDLE_BLOCK_AGE_S", 0.0)
+    w = DebugWriter(str(tmp_path))
+    try:
+        fit(w, tiny(), 40, ring=4, hist_every=0)  # rows 0-35 leave the ring: written
+        w._worker.sync(10)
+        deadline = time.monotonic() + 20
+        while True:
+            ea = load(tmp_path)
+            spans = [tensor_util.make_ndarray(e.tensor_proto).tolist()
+                     for e in ea.Tensors(metadata.TAG_BLOCK_SPAN)] if \
+                metadata.TAG_BLOCK_SPAN in ea.Tags()["tensors"] else []
+            if spans and spans[-1][2] == 35 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert tensor_steps(ea, metadata.TAG_STATES) == list(range(36))
+        assert [s[1:4] for s in spans] == [[0, 7, 8], [8, 15, 8], [16, 23, 8], [24, 31, 8], [32, 35, 4]]
+        assert spans[-1][4] == 0  # not the writer's last: it goes on
+    finally:
+        w.close()
+    spans = [tensor_util.make_ndarray(e.tensor_proto).tolist() for e in load(tmp_path).Tensors(metadata.TAG_BLOCK_SPAN)]
+    assert spans[-1][:4] == [35, 36, 39, 4] and spans[-1][4] == 1  # the ring's rows at close
 
 
 def test_a_block_that_fails_costs_only_itself(tmp_path, monkeypatch):

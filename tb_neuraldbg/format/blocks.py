@@ -69,6 +69,11 @@ class BlockBuilder:
         self._prev = -1
         self._last: Block | None = None
 
+    @property
+    def pending(self) -> int:
+        """Rows added since the last block."""
+        return len(self._steps)
+
     def add(self, step: int, row: np.ndarray, states: np.ndarray) -> Block | None:
         """Add a written row (float [L, metrics]) and its states (uint8 [L]);
         the block it completes, if any."""

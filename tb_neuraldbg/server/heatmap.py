@@ -26,6 +26,9 @@ __all__ = ["STATE_METRIC", "Blocks", "block_tags", "block_series", "blocks_in"]
 logger = logging.getLogger(__name__)
 
 STATE_METRIC = binning.STATE_METRIC
+# The rule's names where they lived before format/binning.py.
+MAX_RULE_METRICS, Heatmap = binning.MAX_RULE_METRICS, binning.Heatmap
+bin_bounds, bin_heatmap = binning.bin_bounds, binning.bin_heatmap
 
 
 class Blocks(NamedTuple):

@@ -15,8 +15,9 @@ and writes summaries into the writer's own event file:
   written at the step they happen, and the file is flushed right after an
   event; the batch behind an event is saved next to it (see :mod:`.batches`);
 * every ``metadata.BLOCK_ROWS`` written rows, and before each flush of its
-  own (an event, the close), their block summary (:mod:`..format.blocks`):
-  what a long run's full-range heatmap reads instead of every row;
+  own (an event, a loop idle for a while, the close), their block summary
+  (:mod:`..format.blocks`): what a long run's full-range heatmap reads
+  instead of every row;
 * summary metadata is written only the first time a tag is written to an
   event file (TensorBoard keeps the first-seen metadata).
 
@@ -33,6 +34,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import warnings
 from typing import Callable
 
@@ -65,6 +67,13 @@ BURST = 8
 #: A gathered burst is analysed after this long without a new packet (a
 #: paused or finished training loop): events are never held back for long.
 BURST_WAIT_S = 0.5
+#: A training loop that stopped without ``close()`` (a notebook whose loop
+#: ended, an evaluation): after this long without a packet, a block open for
+#: at least IDLE_BLOCK_AGE_S is closed and the file flushed, so that readers
+#: get the block summaries of every row written (docs/FORMAT.md). The age
+#: keeps a slow loop (a step every few seconds) from writing blocks of one row.
+IDLE_CLOSE_S = 10.0
+IDLE_BLOCK_AGE_S = 30.0
 
 
 class Worker:
@@ -121,6 +130,7 @@ class Worker:
         self._seen_tags: set[str] = set()
         self.rows = RowAssembler()
         self.blocks = blocks.BlockBuilder()
+        self._block_opened = 0.0  # time.monotonic() of the open block's first row
 
     # -- thread plumbing --------------------------------------------------
 
@@ -166,7 +176,11 @@ class Worker:
                     self._process_all(pending)
                     continue
             else:
-                item = self.queue.get()
+                try:
+                    item = self.queue.get(timeout=IDLE_CLOSE_S if self.blocks.pending else None)
+                except queue.Empty:  # no step for a while, a block open
+                    self._safe("block", self._close_idle_block)
+                    continue
             if isinstance(item, StepPacket):
                 pending.append(item)
                 if len(pending) < self._burst():
@@ -236,7 +250,14 @@ class Worker:
             self._add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
+        if not self.blocks.pending:
+            self._block_opened = time.monotonic()
         self._write_block(self._safe("block", self.blocks.add, step, row, states))
+
+    def _close_idle_block(self) -> None:
+        if time.monotonic() - self._block_opened >= IDLE_BLOCK_AGE_S:
+            self._close_block()
+            self._file_writer().flush()
 
     def _close_block(self, final: bool = False) -> None:
         """Write the block of the rows written since the last one: before a
