@@ -357,3 +357,19 @@ def test_blocks_in_a_range():
     assert heatmap.blocks_in(b, 30, 40) == slice(3, 3)  # after every block: none
     # the rule's names where they were
     assert heatmap.bin_heatmap is binning.bin_heatmap and heatmap.MAX_RULE_METRICS is binning.MAX_RULE_METRICS
+
+
+def test_a_covered_run_is_shown_without_reading_its_rows(block_logdir):
+    """/runs, /meta and a full-range heatmap of a run its blocks cover read
+    block and JSON tags only: no row tag is ever read (cached)."""
+    app = App(block_logdir[0])
+    app.json(f"{BASE}/runs")
+    app.json(f"{BASE}/meta?run=long")
+    body, _, _ = _answer(app, "long", "grad_norm", 10)
+    assert body["binned"] == "blocks"
+    read = {tag for (_, run, tag) in app.plugin._data._cache._items if run == "long"}
+    assert metadata.TAG_BLOCK_SPAN in read and metadata.block_stats_tag("grad_norm") in read
+    assert not read & {metadata.TAG_STATES, metadata.stats_tag("grad_norm")}, read
+    # a plain run's /runs read its states
+    plain = {tag for (_, run, tag) in app.plugin._data._cache._items if run == "plain"}
+    assert metadata.TAG_STATES in plain
