@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..format import binning, blocks, metadata
+from ..format import binning, blocks, metadata, summary
 
 __all__ = ["STATE_METRIC", "Blocks", "block_tags", "block_series", "blocks_in"]
 
@@ -58,8 +58,7 @@ def block_series(data, ctx, eid: str, run: str, listing: dict, metric: str | Non
     tags = block_tags(metric)
     if any(t not in listing for t in tags if t != metadata.TAG_LAYERS):
         return None
-    rows_tags = [metadata.TAG_STATES] + [metadata.stats_tag(m) for m in metadata.METRICS]
-    last_steps = [listing[t].max_step for t in rows_tags if t in listing]
+    last_steps = [listing[t].max_step for t in summary.ROW_TAGS if t in listing]
     series = data.read(ctx, eid, run, tags, listing)
     span = series.get(metadata.TAG_BLOCK_SPAN)
     configs = series[metadata.TAG_CONFIG].records() if metadata.TAG_CONFIG in series else []
