@@ -73,6 +73,24 @@ def test_non_finite_values_read_as_torchs_do():
 
 
 @needs_kernel
+@needs_kernel
+@pytest.mark.parametrize("n, at", [(7, 6), (16, 15), (17, 16), (4097, 4096), (8200, 4095), (8200, 0)])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 3e38, -2e19, 0.0])
+def test_non_finite_counts_are_exact_wherever_the_value_sits(n, at, value):
+    # The pass counts no non-finite value itself: a NaN, an inf, or a sum of
+    # squares that overflows sends it to an exact count. A finite value too
+    # large to square is finite (counted 0) as torch counts it.
+    x = torch.linspace(-1.0, 1.0, n)
+    x[at] = value
+    got, want = K.moments(x), torch_moments(x, 0)
+    assert got[5] == want[5] == (0 if math.isfinite(value) else 1)
+    assert got[4] == want[4]
+    if math.isnan(value):
+        assert math.isnan(got[0]) and math.isnan(got[1])
+    else:
+        assert got[0] == want[0] and got[1] == want[1]
+
+
 def test_tensors_it_does_not_take_go_to_torchs_ops():
     x = torch.randn(16, 32)
     assert K.moments(x) is not None
@@ -131,6 +149,34 @@ def test_the_kernels_norms_of_many_tensors_are_torchs():
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.shape == (len(ts),)
     want = torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in ts]).float()
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads, kernel", [(1, True), (K.NORMS_FEW_THREADS, True), (K.NORMS_FEW_THREADS + 2, False)])
+def test_large_gradients_take_the_kernels_norms_only_with_few_threads(threads, kernel):
+    # Above NORMS_MEAN_ELEMENTS a tensor on average, torch's norms on many
+    # threads may read faster than the kernel's one thread: theirs then.
+    ts = [torch.randn(K.NORMS_MEAN_ELEMENTS * 2), torch.randn(K.NORMS_MEAN_ELEMENTS + 1)]
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        got = K.norms(ts)
+    finally:
+        torch.set_num_threads(saved)
+    assert (got is not None) == kernel
+    if kernel:
+        want = torch.stack([torch.linalg.vector_norm(t.double()) for t in ts]).float()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+@needs_kernel
+def test_a_finite_gradient_too_large_to_square_in_float_has_a_finite_norm():
+    # Exploding, not non-finite: the squares add up in double.
+    ts = [torch.full((1000,), 1e20), torch.tensor([3e38, -3e38]), torch.tensor([1.0, math.inf]), torch.tensor([math.nan])]
+    got = K.norms(ts).double()
+    assert got[0].item() == pytest.approx(1e20 * math.sqrt(1000), rel=1e-6)
+    assert got[1].item() == math.inf  # the norm itself is above float32's range
+    assert got[2].item() == math.inf and math.isnan(got[3].item())
 
 
 @needs_kernel

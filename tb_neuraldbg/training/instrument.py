@@ -1218,7 +1218,8 @@ class Instrument:
             was = torch.isfinite(norms.float())
         else:
             was = torch.isfinite(torch.stack([n.float().cpu() for n in norms]))
-        now = torch.isfinite(torch.stack([n.float() for n in S.foreach_norm([g.detach() for g in again])]))
+        now = S.stacked_norms([g.detach() for g in again])  # (as the step took them: the same rounding)
+        now = torch.isfinite(now.float() if isinstance(now, torch.Tensor) else torch.stack([n.float() for n in now]))
         if not torch.equal(was.cpu(), now.cpu()):
             return "the replay's gradients differ from the step's (another RNG, a nondeterministic op?)"
         rows = dict(zip(map(id, self._param_rows()[0]), self._param_rows()[1]))
