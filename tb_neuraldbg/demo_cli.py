@@ -186,8 +186,11 @@ def _report(logdir: str, results: list, out: TextIO) -> None:
 
 
 def _wait_for_ctrl_c() -> None:
+    # Short sleeps: the kernel may deliver SIGINT to any thread (TensorBoard
+    # serves from several), and then Python only raises KeyboardInterrupt
+    # when the main thread next runs; one long sleep left Ctrl-C unanswered.
     while True:
-        time.sleep(3600)
+        time.sleep(0.2)
 
 
 def _serve(logdir: str, out: TextIO, wait=_wait_for_ctrl_c) -> int:

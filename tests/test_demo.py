@@ -210,6 +210,27 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
     assert rest.rstrip().endswith("TensorBoard stopped.")
 
 
+def test_ctrl_c_received_by_another_thread_still_stops_the_wait():
+    """The kernel may hand SIGINT to any of the server's threads; Python then
+    raises KeyboardInterrupt only when the main thread next runs. The wait
+    must wake up for it (one long sleep hung until the test's timeout)."""
+    code = (
+        "import signal, threading, time\n"
+        "from tb_neuraldbg import demo_cli\n"
+        "def poke():\n"
+        "    time.sleep(0.3)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGINT)\n"
+        "threading.Thread(target=poke).start()\n"
+        "try:\n"
+        "    demo_cli._wait_for_ctrl_c()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopped"
+
+
 def test_crashing_and_unsupported_scenarios_are_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
     import types
 
