@@ -761,6 +761,30 @@ def test_output_gradient_of_a_healthy_model_is_finite_everywhere():
         assert (row[modules, M["gout_nonfinite"]] == 0).all()
 
 
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_a_clean_full_step_of_replay_reads_no_output_gradient_and_implies_none(mode, monkeypatch):
+    """nonfinite="replay": a non-finite output gradient would reach a
+    parameter's gradient (then the step is replayed, reading every output
+    gradient) or nothing that trains, so full steps read none; where the
+    step's evidence is clean the flag is 0 for each module whose output
+    required grad, NaN where it did not (a first module without parameters
+    on a batch without grad), as every_step's measured flags say."""
+    read = []
+    real = Instrument._measure_gout
+    monkeypatch.setattr(Instrument, "_measure_gout", lambda self, row, g: read.append(row) or real(self, row, g))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ReLU(), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    rec, _ = train(model, batches((4, 6), 3), steps=12, recorder_kwargs={"stats_every": 5, "nonfinite": mode})
+    assert bool(read) == (mode == "every_step")
+    names = rec.names
+    for i in (0, 5, 10):  # full steps
+        row = rec.row(i)
+        assert np.isnan(row[names.index("0"), M["gout_nonfinite"]])
+        assert (row[[names.index(n) for n in ("1", "2", "3")], M["gout_nonfinite"]] == 0).all()
+        for pseudo in ("<input>", "<loss>", "<optimizer>"):
+            assert np.isnan(row[names.index(pseudo), M["gout_nonfinite"]])
+
+
 def test_output_gradient_hook_does_not_outlive_the_step():
     model = _bad_backward_model()
     rec = Recorder(model, torch.optim.SGD(model.parameters(), lr=0.0), nn.CrossEntropyLoss())
@@ -773,6 +797,7 @@ def test_output_gradient_hook_does_not_outlive_the_step():
     with pytest.warns(RuntimeWarning, match="step 1 has non-finite values but cannot be replayed"):
         rec.inst.optimizer.step()
     assert rec.inst.mode == "every_step"
+    # (Nor is a flag implied: the step's evidence is not clean.)
     assert np.isnan(rec.row(-1)[1:5, M["gout_nonfinite"]]).all()
     # A parameter returned as a module's output gets no hook (a leaf keeps it).
     class ReturnsWeight(nn.Module):

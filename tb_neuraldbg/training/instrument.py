@@ -290,6 +290,9 @@ class Instrument:
         self._input_done = False
         self._root_input = False
         self._threads: int | None = None  # torch.get_num_threads(), read at the step's input
+        # The batch requires grad, or was not seen: its own gradient may
+        # take a non-finite value that no parameter's gradient shows.
+        self._batch_grad = True
         # (weakref to the last measured output, its row, its _version then)
         self._prev_out: tuple[Any, int, int | None] | None = None
         self._grad_col: Collector | None = None
@@ -604,6 +607,7 @@ class Instrument:
     def _measure_input(self, args, kwargs) -> None:
         if self.config.save_batches:
             self.batches.keep(self.step, args, kwargs)
+        self._batch_grad = any(map(_REQUIRES_GRAD, iter_tensors((args, kwargs))))
         x = self._batch_tensor(args, kwargs)
         if x is None:
             return
@@ -758,6 +762,16 @@ class Instrument:
             if switch:
                 torch.set_num_threads(threads)
         if y is not None and y.requires_grad and not y.is_leaf:
+            if self.mode == "replay" and not (self._replaying or self._batch_grad):
+                # With a batch that does not require grad, a non-finite
+                # output gradient reaches a parameter's gradient (in the
+                # step's norms: then the step is replayed, with every output
+                # gradient read). So a full step reads none (a third of such
+                # a step of the 1,000-module model: a read and a call from
+                # autograd per module) and its flag is 0 where the step's
+                # evidence is clean (stats.assemble).
+                self._col.const(row, Key.GOUT_CLEAN, 1)
+                return
             # A leaf (a parameter returned as is) would keep the hook beyond
             # the step; a non-leaf's hook dies with its graph. On the node
             # that made ``y``, not on ``y`` (Tensor.register_hook costs 40 us

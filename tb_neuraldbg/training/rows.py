@@ -14,8 +14,9 @@ value there (a module with integer inputs has no ``in_nonfinite``, a first
 module before any parameter no ``gout_nonfinite``). When the evidence is not
 finite and the step was not replayed (it could not be), those columns stay
 NaN: not known. A value the rule cannot see: a NaN that reaches neither the
-loss nor a parameter (only the batch's own gradient); full steps measure
-it.
+loss nor a parameter (only the batch's own gradient), which cannot
+change training. (A clean full step's output-gradient flags are implied
+the same way, in :func:`stats.assemble`.)
 
 The decision uses the row's own values only, so it is the same for every
 run of the same data, however far the worker lags behind training.

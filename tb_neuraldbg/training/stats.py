@@ -167,7 +167,10 @@ class Key:
     OPT_LR = 32
     OPT_WD = 33
     OPT_MOMENTUM = 34
-    COUNT = 35
+    # Not measured: the output gradient's flag is 0 when the step's evidence
+    # is clean (nonfinite="replay": see Instrument._measure_module).
+    GOUT_CLEAN = 35
+    COUNT = 36
 
 
 # --------------------------------------------------------------------------
@@ -422,6 +425,7 @@ def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None
 # --------------------------------------------------------------------------
 
 _M = metadata.METRIC_INDEX
+_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
 # Keys with several slots per row (summed), the others have one.
 _MULTI = np.zeros(Key.COUNT, dtype=bool)
 _MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.GRAD_CARRIED, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE,
@@ -570,6 +574,12 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         row[:, _M["lr"]] = pick(Key.OPT_LR)
         row[:, _M["weight_decay"]] = pick(Key.OPT_WD)
         row[:, _M["momentum"]] = pick(Key.OPT_MOMENTUM)
+        # Output gradients not read: none is non-finite when nothing else
+        # is (a non-finite one reaches a parameter's gradient or the loss:
+        # every row's evidence, pseudo-rows included, measured at this step).
+        implied = slots.present(Key.GOUT_CLEAN) & np.isnan(row[:, _M["gout_nonfinite"]])
+        if implied.any() and not (row[:, _EVIDENCE] > 0).any():  # (NaN > 0 is False)
+            row[implied, _M["gout_nonfinite"]] = 0.0
     return row.astype(np.float32)
 
 
