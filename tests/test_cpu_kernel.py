@@ -180,6 +180,46 @@ def test_a_finite_gradient_too_large_to_square_in_float_has_a_finite_norm():
 
 
 @needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_many_values_are_read_by_two_cores_with_the_same_norms(threads, monkeypatch):
+    # The half-way value falls inside a tensor (read as two, joined after),
+    # or between two; NaN, inf and a square beyond float32 on either side.
+    g = torch.Generator().manual_seed(4)
+    monkeypatch.setattr(K, "NORMS_SPLIT_ELEMENTS", 1000)
+    calls = []
+    real = K._norms_on_two_cores
+    monkeypatch.setattr(K, "_norms_on_two_cores", lambda *a: calls.append(1) or real(*a))
+    saved = torch.get_num_threads()
+    cases = [
+        [torch.randn(1501, generator=g)],
+        [torch.randn(700, generator=g), torch.randn(300, generator=g), torch.randn(1000, generator=g)],
+        [torch.randn(3, generator=g), torch.full((2000,), 1e20), torch.tensor([math.nan, 1.0])],
+        [torch.randn(999, generator=g), torch.tensor([math.inf]), torch.randn(2500, generator=g) * 1e-22],
+    ]
+    try:
+        torch.set_num_threads(threads)
+        for ts in cases:
+            got = K.norms(ts).double()
+            want = torch.stack([torch.linalg.vector_norm(t.double()) for t in ts])
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)
+    finally:
+        torch.set_num_threads(saved)
+    assert len(calls) == (len(cases) if threads > 1 else 0)  # (one core: one thread)
+
+
+@needs_kernel
+def test_a_gradient_too_small_to_square_in_float_has_its_norm_not_zero():
+    # Vanishing, not absent: squares below float32's range add up in double.
+    tiny = torch.full((5000,), 1e-25)
+    mixed = torch.cat([torch.full((4096,), 1e-30), torch.full((10,), 3.0)])
+    got = K.norms([tiny, mixed, torch.zeros(4097), torch.tensor([1e-20, 0.0])]).double()
+    assert got[0].item() == pytest.approx(1e-25 * math.sqrt(5000), rel=1e-6)
+    assert got[1].item() == pytest.approx(3.0 * math.sqrt(10), rel=1e-6)
+    assert got[2].item() == 0.0
+    assert got[3].item() == pytest.approx(1e-20, rel=1e-6)
+
+
+@needs_kernel
 def test_the_kernels_sum_is_torchs_and_keeps_nan_and_inf():
     g = torch.Generator().manual_seed(3)
     for n in (1, 4095, 4096, 4097, 70_000):

@@ -8,7 +8,8 @@
  * full step's cost. See cpu_kernel.py, which compiles this file at first use
  * and falls back to torch's ops where it cannot.
  *
- * Plain C99 with no headers but the C library's: no Python or torch headers,
+ * Plain C99 with no headers but the C library's (and POSIX threads, for
+ * one two-core read): no Python or torch headers,
  * so it compiles in under a second. The loops are written for the compiler
  * to vectorise (`omp simd` over arrays of independent lanes: no
  * -ffast-math, so NaN and inf keep their meaning); on x86-64 an AVX2 copy
@@ -21,6 +22,8 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -252,44 +255,68 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
     return 0;
 }
 
-/* The sum of `EXPR` (of each value `v`) over `n` floats in WIDE lanes of
- * type `T` within a block and in double across blocks: NaN and inf
- * propagate. */
-#define WIDE_SUM(T, EXPR) \
+/* The sum of `EXPR` (of each value `v`) over the `m` floats of one block at
+ * `p`, in WIDE lanes of type `T`: NaN and inf propagate. */
+#define WIDE_BLOCK(T, EXPR) \
+    { \
+        T acc[WIDE]; \
+        for (int j = 0; j < WIDE; j++) acc[j] = 0; \
+        int64_t i = 0; \
+        for (; i + WIDE <= m; i += WIDE) { \
+            _Pragma("omp simd") \
+            for (int j = 0; j < WIDE; j++) { \
+                T v = p[i + j]; \
+                acc[j] += EXPR; \
+            } \
+        } \
+        for (int j = 0; i + j < m; j++) { \
+            T v = p[i + j]; \
+            acc[j] += EXPR; \
+        } \
+        double b = 0.0; \
+        for (int j = 0; j < WIDE; j++) b += acc[j]; \
+        return b; \
+    }
+
+/* The squares of a block add up in float lanes: from memory a third faster
+ * than double lanes (the conversions), and exact enough. A block whose float
+ * sum is not a normal number well above float32's smallest is added again in
+ * double: a square that overflowed (a finite gradient of 1.8e19 or more:
+ * exploding, not non-finite) or that underflowed (values of 1e-19 or less:
+ * a vanishing gradient must not read as exactly 0), or a NaN or an inf (the
+ * double sum is non-finite too). */
+#define SUMSQ_FLOOR 1e-28f
+
+/* Blocks of `x` summed by `BLOCK_FN` (then, for a block that `REDO` says
+ * needs it, by `AGAIN`), in double across blocks. */
+#define BLOCKED(BLOCK_FN, REDO, AGAIN) \
     { \
         double t = 0.0; \
         for (int64_t i0 = 0; i0 < n; i0 += BLOCK) { \
             int64_t m = n - i0 < BLOCK ? n - i0 : BLOCK; \
-            const float *p = x + i0; \
-            T acc[WIDE]; \
-            for (int j = 0; j < WIDE; j++) acc[j] = 0; \
-            int64_t i = 0; \
-            for (; i + WIDE <= m; i += WIDE) { \
-                _Pragma("omp simd") \
-                for (int j = 0; j < WIDE; j++) { \
-                    T v = p[i + j]; \
-                    acc[j] += EXPR; \
-                } \
-            } \
-            for (int j = 0; i + j < m; j++) { \
-                T v = p[i + j]; \
-                acc[j] += EXPR; \
-            } \
-            double b = 0.0; \
-            for (int j = 0; j < WIDE; j++) b += acc[j]; \
+            double b = BLOCK_FN(x + i0, m); \
+            if (REDO) b = AGAIN(x + i0, m); \
             t += b; \
         } \
         return t; \
     }
+#define SQUARES_LOST !(b >= SUMSQ_FLOOR && b <= FLT_MAX)
 
 typedef double (*sum_fn)(const float *restrict, int64_t);
 
-static double sum_base(const float *restrict x, int64_t n) WIDE_SUM(float, v)
-static double sumsq_base(const float *restrict x, int64_t n) WIDE_SUM(double, v * v)
+static double block_sum_base(const float *restrict p, int64_t m) WIDE_BLOCK(float, v)
+static double block_sqf_base(const float *restrict p, int64_t m) WIDE_BLOCK(float, v * v)
+static double block_sqd_base(const float *restrict p, int64_t m) WIDE_BLOCK(double, v * v)
+static double sum_base(const float *restrict x, int64_t n) BLOCKED(block_sum_base, 0, block_sum_base)
+static double sumsq_base(const float *restrict x, int64_t n) BLOCKED(block_sqf_base, SQUARES_LOST, block_sqd_base)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) static double sum_avx2(const float *restrict x, int64_t n) WIDE_SUM(float, v)
-__attribute__((target("avx2,fma"))) static double sumsq_avx2(const float *restrict x, int64_t n) WIDE_SUM(double, v * v)
+#define AVX2 __attribute__((target("avx2,fma")))
+AVX2 static double block_sum_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(float, v)
+AVX2 static double block_sqf_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(float, v * v)
+AVX2 static double block_sqd_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(double, v * v)
+AVX2 static double sum_avx2(const float *restrict x, int64_t n) BLOCKED(block_sum_avx2, 0, block_sum_avx2)
+AVX2 static double sumsq_avx2(const float *restrict x, int64_t n) BLOCKED(block_sqf_avx2, SQUARES_LOST, block_sqd_avx2)
 #endif
 
 static sum_fn choose_sum(int squares) {
@@ -301,15 +328,50 @@ static sum_fn choose_sum(int squares) {
 
 /* L2 norms of `count` float32 arrays (`ptrs[i]`, `lens[i]` values each) into
  * out[i]: the norms of many small gradients in one call, where torch's
- * _foreach_norm costs about 3 us of dispatch a tensor on the CPU. The
- * squares add up in double lanes: a finite gradient has a finite norm
- * (float lanes, as torch's float32 norm, overflow from 1.8e19 a value and
- * would make an exploding gradient read as a non-finite one). */
+ * _foreach_norm costs about 3 us of dispatch a tensor on the CPU. A finite
+ * gradient has a finite norm (float squares, as torch's float32 norm takes
+ * them, overflow from 1.8e19 a value and would make an exploding gradient
+ * read as a non-finite one: such a block is added again in double). */
 int nd_norms_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
     static sum_fn sumsq = 0;
     if (!sumsq) sumsq = choose_sum(1);
     for (int64_t t = 0; t < count; t++) out[t] = sqrt(sumsq((const float *)(uintptr_t)ptrs[t], lens[t]));
     return 0;
+}
+
+typedef struct {
+    const uint64_t *ptrs;
+    const int64_t *lens;
+    int64_t count;
+    double *out;
+} norms_job;
+
+static void *norms_thread(void *arg) {
+    const norms_job *j = (const norms_job *)arg;
+    nd_norms_f32(j->ptrs, j->lens, j->count, j->out);
+    return 0;
+}
+
+/* nd_norms_f32 read by two cores: arrays [0, cut) on the calling thread,
+ * [cut, count) on a thread started for the call (with every signal blocked:
+ * they stay the caller's) and joined before returning. A read of tens of
+ * megabytes (an MLP's gradients) is bound by one core's memory bandwidth;
+ * the call costs a thread's start, tens of microseconds. Returns 1 when no
+ * thread could be started (everything computed here), else 0. */
+int nd_norms2_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, double *out) {
+    if (cut <= 0 || cut >= count) return nd_norms_f32(ptrs, lens, count, out);
+    nd_norms_f32(ptrs, lens, 0, out); /* (chooses the sum before the thread reads it) */
+    norms_job theirs = {ptrs + cut, lens + cut, count - cut, out + cut};
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_t th;
+    int blocked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
+    int started = pthread_create(&th, 0, norms_thread, &theirs) == 0;
+    if (blocked) pthread_sigmask(SIG_SETMASK, &old, 0);
+    nd_norms_f32(ptrs, lens, cut, out);
+    if (started) pthread_join(th, 0);
+    else nd_norms_f32(theirs.ptrs, theirs.lens, theirs.count, theirs.out);
+    return started ? 0 : 1;
 }
 
 /* The sum of n float32 values: the non-finite flag of an output gradient,
