@@ -31,8 +31,9 @@ bare loop's in the same block; printed: the median over blocks and the range
 (min-max), for wall time and for the process's CPU time (every thread, the
 writer's worker included), which other processes on a shared machine
 disturb less. ``writer's threads``: CPU time per step of the writer's
-worker and of TensorBoard's event-file writer thread (records serialised and
-checksummed), and the worker's parts (assemble the row, the diagnosis
+worker, of TensorBoard's event-file writer thread (records serialised and
+checksummed) and of the CPU kernel's second core (the gradient norms read
+by two cores), and the worker's parts (assemble the row, the diagnosis
 engine, the summaries' protobuf and writes). ``--own N``: N single steps
 that time the writer's own CPU, its hooks on the training thread and its
 threads, and ``clip_grad_norm_`` the same way in a third loop (the floor the
@@ -392,9 +393,10 @@ class Runner:
         self._worker0 = self._worker_cpu()
 
     def _worker_cpu(self):
-        """CPU seconds so far of the writer's threads: its worker and
+        """CPU seconds so far of the writer's threads: its worker,
         TensorBoard's event-file writer (which serialises and checksums the
-        records: pure Python without google-crc32c's C code)."""
+        records: pure Python without google-crc32c's C code) and the CPU
+        kernel's second core (the process's: this runner's steps run alone)."""
         if self.writer is None or self.writer._worker is None or self.writer._worker.thread is None:
             return 0.0
         threads = [self.writer._worker.thread]
@@ -402,7 +404,7 @@ class Runner:
             threads.append(self.writer._get_file_writer().inner.event_writer._async_writer._worker)
         except AttributeError:
             pass
-        total = 0.0
+        total = cpu_kernel.helper_seconds()
         for t in threads:
             if t is not None and t.ident is not None and t.is_alive():
                 total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
@@ -540,7 +542,8 @@ def main(argv=None) -> int:
         for m, (w, c) in r["ratios"].items():
             print(f"  {m:<12} {_fmt(w):>22} {_fmt(c):>22}" + (f" {peak[m]:>10.2f}" if peak else ""))
         for m, ms in r["worker_ms"].items():
-            print(f"  writer's threads ({m}: its worker, the event-file writer): {ms:.2f} ms CPU per step")
+            print(f"  writer's threads ({m}: its worker, the event-file writer, the kernel's second core):"
+                  f" {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
         for m in (m for m in modes if m in WATCH and args.own):
             o = own_cost(name, args.own, device, args.amp, m)

@@ -45,7 +45,9 @@ from operator import attrgetter, is_
 import numpy as np
 import torch
 
-__all__ = ["ENV", "MAX_ELEMENTS", "available", "histogram", "moments", "norms", "set_enabled", "takes", "total"]
+__all__ = [
+    "ENV", "MAX_ELEMENTS", "available", "helper_seconds", "histogram", "moments", "norms", "set_enabled", "takes", "total",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +59,15 @@ ENV = "TB_NEURALDBG_CPU_KERNEL"
 MAX_ELEMENTS = 1 << 24
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moments.c")
-_FLAGS = (["-O3", "-fopenmp-simd", "-pthread"], ["-O2", "-pthread"])  # the second: a compiler without OpenMP's simd pragma
+# The second: a compiler without OpenMP's simd pragma.
+_FLAGS = (["-O3", "-fopenmp-simd", "-pthread"], ["-O2", "-pthread"])
 
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
 _hist = None  # the histogram function, loaded with it
 _norms = None  # the many-norms function, loaded with it
 _norms2 = None  # the same, read by two cores, loaded with it
+_helper_seconds = None  # the second cores' CPU time so far, loaded with it
 _sum = None  # the sum function, loaded with it
 _enabled = True
 
@@ -216,6 +220,13 @@ def norms(tensors: list) -> torch.Tensor | None:
         return torch.from_numpy(out.astype(np.float32))
 
 
+def helper_seconds() -> float:
+    """CPU seconds the kernel's second threads (:func:`norms` on two cores)
+    have used in this process so far: the writer's own, as its threads'
+    (benchmarks add it to theirs); 0.0 without the kernel."""
+    return float(_helper_seconds()) if _fn and _helper_seconds else 0.0
+
+
 def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:
     """The norms of float32 arrays (addresses, lengths) by ``nd_norms2_f32``,
     cut at the half of the values: the array that holds the half-way value is
@@ -243,7 +254,7 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _hist, _norms, _norms2, _sum
+    global _fn, _hist, _norms, _norms2, _sum, _helper_seconds
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -251,7 +262,7 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, _hist, _norms, _norms2, _sum = _build_and_check()
+                    fn, _hist, _norms, _norms2, _sum, _helper_seconds = _build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                     fn = None
@@ -303,8 +314,11 @@ def _build_and_check():
     total = lib.nd_sum_f32
     total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     total.restype = ctypes.c_double
+    helper = lib.nd_helper_seconds
+    helper.argtypes = []
+    helper.restype = ctypes.c_double
     _check(fn, hist, many, many2, total)
-    return fn, hist, many, many2, total
+    return fn, hist, many, many2, total, helper
 
 
 def _compile(cc: str, path: str) -> None:
@@ -367,7 +381,8 @@ def _check(fn, hist, many, many2, total) -> None:
     if not np.allclose(got, want, rtol=1e-6, atol=0):
         raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
     got[:] = np.nan
-    if many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, got.ctypes.data) != 0 or not np.allclose(got, want, rtol=1e-6, atol=0):
+    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, got.ctypes.data) == 0
+    if not (cut_ok and np.allclose(got, want, rtol=1e-6, atol=0)):
         raise RuntimeError(f"the kernel's two-core norms check failed: {got.tolist()} against {want}")
     summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
     if not (math.isclose(summed, float(x.sum(dtype=np.float64)), rel_tol=1e-6) and math.isnan(poisoned)):

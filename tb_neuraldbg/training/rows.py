@@ -34,7 +34,6 @@ __all__ = ["RowAssembler"]
 
 _M = metadata.METRIC_INDEX
 _FLAGS = [_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]]
-_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
 
 
 class RowAssembler:
@@ -58,7 +57,7 @@ class RowAssembler:
             known = ~np.isnan(row[:, _FLAGS])
             seen = known.any(axis=1)
             self.applies[seen] = known[seen]
-        elif len(ran) and not (row[:, _EVIDENCE] > 0).any():  # NaN > 0 is False
+        elif len(ran) and not (row[:, S.NONFINITE_EVIDENCE] > 0).any():  # NaN > 0 is False
             ran = ran[ran < num_rows]
             row[np.ix_(ran, _FLAGS)] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
         return row

@@ -425,7 +425,8 @@ def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None
 # --------------------------------------------------------------------------
 
 _M = metadata.METRIC_INDEX
-_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
+#: The columns whose non-finite counts are a step's evidence (a clean step has none > 0).
+NONFINITE_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
 # Keys with several slots per row (summed), the others have one.
 _MULTI = np.zeros(Key.COUNT, dtype=bool)
 _MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.GRAD_CARRIED, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE,
@@ -578,7 +579,7 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
         implied = slots.present(Key.GOUT_CLEAN) & np.isnan(row[:, _M["gout_nonfinite"]])
-        if implied.any() and not (row[:, _EVIDENCE] > 0).any():  # (NaN > 0 is False)
+        if implied.any() and not (row[:, NONFINITE_EVIDENCE] > 0).any():  # (NaN > 0 is False)
             row[implied, _M["gout_nonfinite"]] = 0.0
     return row.astype(np.float32)
 
