@@ -370,23 +370,61 @@ def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
     assert rows.tolist() == [3, 3, 4] and math.isnan(np.concatenate(host)[-1])
 
 
+@needs_kernel
+def test_the_steps_check_reads_float32_cpu_values_in_the_kernel(monkeypatch):
+    """Gradient norms and a loss, as a cheap step checks them: in the
+    kernel's read, no torch op (whose code has gone cold since the last
+    step); a float32 value near its maximum is finite (though a float sum
+    of two is not); other dtypes take torch's ops."""
+    norms = torch.full((5000,), 3e38)
+    col = Collector()
+    col.add_stacked(norms, np.arange(5000), S.Key.GRAD_NORM)
+    monkeypatch.setattr(torch, "cat", None)  # (fails if called)
+    monkeypatch.setattr(torch, "isfinite", None)
+    assert K.finite(norms) is True and all_finite([col], [torch.tensor(2.5)])
+    for bad in (math.nan, math.inf, -math.inf):
+        for at in (0, 4097, 4999):
+            poisoned = norms.clone()
+            poisoned[at] = bad
+            assert K.finite(poisoned) is False
+            other = Collector()
+            other.add_stacked(poisoned, np.arange(5000), S.Key.GRAD_NORM)
+            assert not all_finite([other])
+        assert not all_finite([col], [torch.tensor(bad)])
+    monkeypatch.undo()
+    wide = torch.tensor([1.0, math.nan], dtype=torch.float64)
+    assert K.finite(wide) is None and not all_finite([col], [wide])
+    assert all_finite([col], [wide[:1]])
+
+
+def run_python(code: str, env: dict, timeout: float = 120) -> str:
+    """What ``code`` prints, run by a fresh Python with ``env`` added."""
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def failing_compiler(tmp_path, name: str) -> str:
+    """The path of a compiler named ``name`` that fails every build."""
+    fake = tmp_path / name
+    fake.write_text(f"#!/bin/sh\necho '{name}: error: no such compiler' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
 def _run_env(env: dict) -> str:
     code = (
         "import torch\n"
         "from tb_neuraldbg.training import cpu_kernel as K\n"
         "print(K.available(), K.moments(torch.ones(4)) is None)\n"
     )
-    full = {**os.environ, **env}
-    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
+    return run_python(code, env)
 
 
 def test_without_a_working_compiler_or_when_turned_off_torchs_ops_are_used(tmp_path):
-    fake = tmp_path / "cc"
-    fake.write_text("#!/bin/sh\necho 'cc: error: no such compiler' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    assert _run_env({"CC": str(fake), "XDG_CACHE_HOME": str(tmp_path / "cache")}) == "False True"
+    fake = failing_compiler(tmp_path, "cc")
+    assert _run_env({"CC": fake, "XDG_CACHE_HOME": str(tmp_path / "cache")}) == "False True"
     assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-built left behind
     assert _run_env({K.ENV: "0", "XDG_CACHE_HOME": str(tmp_path / "cache2")}) == "False True"
 

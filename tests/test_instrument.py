@@ -827,7 +827,7 @@ def test_sum_reduced_cross_entropy_gives_no_num_classes():
     assert rec2.inst.num_classes == 4
 
 
-def test_parameters_frozen_after_watch_are_not_missing_gradients():
+def test_parameters_frozen_after_watch_are_not_missing_gradients(gradients_read_in):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     rec = Recorder(model, opt, nn.CrossEntropyLoss())

@@ -157,6 +157,7 @@ def test_wheel_ships_the_bundle_the_demo_and_the_entry_points(wheel):
         assert f"tb_neuraldbg/_demo/{scenario}.py" in names
     assert "tb_neuraldbg/demo_cli.py" in names
     assert "tb_neuraldbg/training/moments.c" in names  # the fused CPU statistics' source, built at first use
+    assert "tb_neuraldbg/training/grads.cpp" in names  # the gradient reader's source, built the same way
     assert "neuraldbg = tb_neuraldbg.server.plugin:NeuralDbgLoader" in entry_text
     assert "neuraldbg = tb_neuraldbg.cli:main" in entry_text
     assert not any(n.startswith(("demo/", "frontend/", "tests/")) for n in names)

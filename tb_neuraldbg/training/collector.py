@@ -17,6 +17,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from . import cpu_kernel
+
 __all__ = ["StepPacket", "Collector", "all_finite", "host_finite"]
 
 
@@ -280,7 +282,27 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
                 put(t, False)
     for t in tensors:
         put(t, t.dim() == 0)
+    # CPU float32 values in the fused kernel's read: no torch op, whose code
+    # has gone cold since the last step (a cat and an isfinite of a
+    # 1,000-module model's 1,502 gradient norms: 0.3-0.7 ms in situ, against
+    # a few microseconds warm).
+    cpu = by_dev.get(torch.device("cpu"), {}).get(torch.float32)
+    if cpu is not None:
+        ss, rr = cpu
+        for group in (ss, rr):
+            left = []
+            for t in group:
+                ok = cpu_kernel.finite(t)
+                if ok is False:
+                    return False
+                if ok is None:
+                    left.append(t)
+            group[:] = left
+        if not ss and not rr:
+            del by_dev[torch.device("cpu")][torch.float32]
     for groups in by_dev.values():
+        if not groups:
+            continue
         flags = []
         for ss, rr in groups.values():
             parts = ([torch.stack(ss)] if ss else []) + [r.reshape(-1) for r in rr]

@@ -10,7 +10,8 @@ the layer wrote them: 135-190 us against 670-710 us wall for torch's ops),
 a histogram step's bins in two passes (310 against 1,250 us there), and the
 norms of a step's many small gradients in one call (1,502 gradients of the
 benchmark's 1,000-module model: 2.7 against 5.0 ms for ``_foreach_norm``),
-and the sum that is an output gradient's non-finite flag (:func:`total`).
+the sum that is an output gradient's non-finite flag (:func:`total`), and
+whether the values a step checks are all finite (:func:`finite`).
 
 It is compiled at first use with the machine's C compiler (``$CC``, else
 ``cc``) into a per-user cache, as Triton builds its launcher and Inductor
@@ -18,7 +19,7 @@ its CPU kernels, in under a second and once per machine; loaded through
 ctypes (which releases the GIL during the call), and checked against
 known answers before it is used. Where there is no compiler, the build or
 the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`,
-:func:`histogram`, :func:`norms` and :func:`total` return None and the
+:func:`histogram`, :func:`norms`, :func:`total` and :func:`finite` return None and the
 callers use torch's ops (``stats.moments``, ``stats.histogram``,
 ``torch._foreach_norm``, a float64 ``sum``): the two agree but for the
 rounding of sums (the kernel adds in float lanes within a block and in
@@ -46,7 +47,8 @@ import numpy as np
 import torch
 
 __all__ = [
-    "ENV", "MAX_ELEMENTS", "available", "helper_seconds", "histogram", "moments", "norms", "set_enabled", "takes", "total",
+    "ENV", "MAX_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "moments", "norms", "norms_at", "set_enabled",
+    "takes", "total",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ _norms = None  # the many-norms function, loaded with it
 _norms2 = None  # the same, read by two cores, loaded with it
 _helper_seconds = None  # the second cores' CPU time so far, loaded with it
 _sum = None  # the sum function, loaded with it
+_finite = None  # the all-finite function, loaded with it
 _enabled = True
 
 
@@ -131,6 +134,14 @@ def total(x: torch.Tensor) -> float | None:
     if not takes(x):
         return None
     return _sum(x.data_ptr(), x.numel())
+
+
+def finite(x: torch.Tensor) -> bool | None:
+    """Whether every value of ``x`` is finite, in one read without a torch
+    op; None when :func:`takes` does not take ``x``."""
+    if not takes(x):
+        return None
+    return _finite(x.data_ptr(), x.numel()) == 1
 
 
 def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
@@ -205,17 +216,37 @@ def norms(tensors: list) -> torch.Tensor | None:
     ):
         return None
     lens = np.fromiter(map(torch.Tensor.numel, tensors), dtype=np.int64, count=len(tensors))
-    total = int(lens.sum())
-    if total > MAX_ELEMENTS:
-        return None
-    if total > NORMS_MEAN_ELEMENTS * len(tensors) and torch.get_num_threads() > NORMS_FEW_THREADS:
+    if not _norms_take(lens):
         return None
     ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
+    return _norms_of(ptrs, lens)
+
+
+def norms_at(ptrs: np.ndarray, lens: np.ndarray) -> torch.Tensor | None:
+    """:func:`norms` of float32 CPU arrays given by their addresses
+    (uint64) and sizes (int64), which the caller keeps alive during the
+    call (``grad_reader``); None where :func:`norms` would not take them."""
+    if not _enabled or not len(lens):
+        return None
+    if not (_norms if _norms is not None else (_load() and _norms)) or not _norms_take(lens):
+        return None
+    return _norms_of(np.ascontiguousarray(ptrs, dtype=np.uint64), np.ascontiguousarray(lens, dtype=np.int64))
+
+
+def _norms_take(lens: np.ndarray) -> bool:
+    total = int(lens.sum())
+    if total > MAX_ELEMENTS:
+        return False
+    return total <= NORMS_MEAN_ELEMENTS * len(lens) or torch.get_num_threads() <= NORMS_FEW_THREADS
+
+
+def _norms_of(ptrs: np.ndarray, lens: np.ndarray) -> torch.Tensor:
+    total = int(lens.sum())
     if total >= NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
         out = _norms_on_two_cores(ptrs, lens, total)
     else:
-        out = np.empty(len(tensors))
-        fn(ptrs.ctypes.data, lens.ctypes.data, len(tensors), out.ctypes.data)
+        out = np.empty(len(lens))
+        _norms(ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
     with np.errstate(over="ignore"):  # a norm above float32's range is inf, as torch's; no warning in training
         return torch.from_numpy(out.astype(np.float32))
 
@@ -254,7 +285,7 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _hist, _norms, _norms2, _sum, _helper_seconds
+    global _fn, _hist, _norms, _norms2, _sum, _finite, _helper_seconds
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -262,7 +293,7 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, _hist, _norms, _norms2, _sum, _helper_seconds = _build_and_check()
+                    fn, _hist, _norms, _norms2, _sum, _finite, _helper_seconds = _build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                     fn = None
@@ -314,11 +345,14 @@ def _build_and_check():
     total = lib.nd_sum_f32
     total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     total.restype = ctypes.c_double
+    finite = lib.nd_finite_f32
+    finite.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    finite.restype = ctypes.c_int
     helper = lib.nd_helper_seconds
     helper.argtypes = []
     helper.restype = ctypes.c_double
-    _check(fn, hist, many, many2, total)
-    return fn, hist, many, many2, total, helper
+    _check(fn, hist, many, many2, total, finite)
+    return fn, hist, many, many2, total, finite, helper
 
 
 def _compile(cc: str, path: str) -> None:
@@ -342,7 +376,7 @@ def _compile(cc: str, path: str) -> None:
             os.unlink(tmp)
 
 
-def _check(fn, hist, many, many2, total) -> None:
+def _check(fn, hist, many, many2, total, finite) -> None:
     """Known answers, on sizes that cross a vector and a block boundary: a
     compiler that miscompiles the loops must not give wrong statistics."""
     rows, units = 3, 4099
@@ -387,3 +421,9 @@ def _check(fn, hist, many, many2, total) -> None:
     summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
     if not (math.isclose(summed, float(x.sum(dtype=np.float64)), rel_tol=1e-6) and math.isnan(poisoned)):
         raise RuntimeError("the kernel's sum check failed")
+    big = np.full(5000, 3e38, dtype=np.float32)  # finite, though their sum is not
+    if finite(big.ctypes.data, big.size) != 1 or any(finite(y[i:].ctypes.data, 1) for i in (1, 2, 4)):
+        raise RuntimeError("the kernel's finite check failed")
+    big[4097] = np.nan
+    if finite(big.ctypes.data, big.size) != 0 or finite(y.ctypes.data, 1) != 1:
+        raise RuntimeError("the kernel's finite check failed")

@@ -41,6 +41,7 @@ from torch import nn
 from ..format import metadata
 from . import distributed
 from . import cpu_kernel as K
+from . import grad_reader
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import CHUNK, Collector, StepPacket
@@ -274,6 +275,8 @@ class Instrument:
         self.warned_unstepped = False
         self._reset_iteration()
         self._find_devices()
+        if any(p.device.type == "cpu" for p in self.root.parameters()):
+            grad_reader.start()  # (built in the background: Python reads the gradients until then)
 
         self._install()
 
@@ -510,7 +513,8 @@ class Instrument:
             arr = np.asarray(rows, dtype=np.int64)
             flat = self._flat_params = (params, rows, arr, np.unique(arr))
         params = flat[0]
-        if all(map(_REQUIRES_GRAD, params)):
+        every = grad_reader.all_require_grad(params)  # (in C++: 30 against 300 us for 1,500 parameters)
+        if every or (every is None and all(map(_REQUIRES_GRAD, params))):
             layout = flat
         else:
             keep = [i for i, p in enumerate(params) if p.requires_grad]
@@ -1078,27 +1082,51 @@ class Instrument:
         self._grad_norms = None
         if not params:
             return col
-        # Once per step for every parameter: list work, no per-row Python.
-        grads = [p.grad for p in params]
-        if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
-            none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
+        # Contiguous float32 CPU gradients: their addresses and sizes in one
+        # C++ call, the norms from those (grad_reader: 0.3 against 2-3 ms
+        # for the 1,502 of a 1,000-module model).
+        read = grad_reader.read(params) if self.grad_norms is S.stacked_norms and not self.exact else None
+        if read is not None:
+            grads = None
+            none = read.status != grad_reader.OK
+            if not none.any():
+                none = None
+        else:
+            # Once per step for every parameter: list work, no per-row Python.
+            grads = [p.grad for p in params]
+            if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
+                none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
+            else:
+                none = None
+        if none is not None:
             missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
         else:
-            none, missing = None, np.zeros(len(present))
+            missing = np.zeros(len(present))
         col.const_many(present, Key.GRAD_MISSING, missing)
         self._missing_rows = present[missing > 0] if none is not None else present[:0]
         if none is not None:
-            keep = np.flatnonzero(~none).tolist()
-            gparams, grows, grads = [params[i] for i in keep], [rows[i] for i in keep], [grads[i] for i in keep]
+            keep = np.flatnonzero(~none)
+            gparams, grows = [params[i] for i in keep.tolist()], [rows[i] for i in keep.tolist()]
+            if grads is not None:
+                grads = [grads[i] for i in keep.tolist()]
         else:
-            gparams, grows = params, row_arr
-        if not grads:
+            keep, gparams, grows = None, params, row_arr
+        if not gparams:
             return col
+        divisor = self.scaler._scale.detach() if self._grads_scaled() else None
+        if read is not None:
+            at = (read.ptrs, read.lens) if keep is None else (read.ptrs[keep], read.lens[keep])
+            stacked = K.norms_at(*at)  # (read.holder keeps the gradients alive until here)
+            del read
+            if stacked is not None:
+                col.add_stacked(stacked, grows, Key.GRAD_NORM, divisor=divisor)
+                self._grad_norms = (gparams, stacked)
+                return col
+            grads = [p.grad for p in gparams]  # (too large for the kernel: torch's norms)
         # A gradient that requires grad (create_graph=True) is measured detached.
         if any(map(_REQUIRES_GRAD, grads)):
             grads = [g.detach() if g.requires_grad else g for g in grads]
-        # Divided on the device by the scale (unscaled norms, no sync).
-        divisor = self.scaler._scale.detach() if self._grads_scaled() else None
+        # (divisor: divided on the device by the scale: unscaled norms, no sync)
         norms = self.grad_norms(grads)
         try:
             # One tensor kept (not thousands of 0-d ones, which would outlive

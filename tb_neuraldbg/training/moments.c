@@ -396,3 +396,15 @@ double nd_sum_f32(const float *x, int64_t n) {
     if (!sum) sum = choose_sum(0);
     return sum(x, n);
 }
+
+/* 1 when every one of n float32 values is finite (its exponent is not all
+ * ones), else 0: the step's check of what it computed anyway, without a
+ * torch op (a cat, an isfinite, an all: 0.1-0.7 ms in situ, where their code
+ * has gone cold since the last step, against microseconds here). */
+int nd_finite_f32(const float *x, int64_t n) {
+    const uint32_t *b = (const uint32_t *)x;
+    uint32_t bad = 0;
+#pragma omp simd reduction(| : bad)
+    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((b[i] & 0x7f800000u) == 0x7f800000u);
+    return bad ? 0 : 1;
+}

@@ -1,0 +1,201 @@
+"""The C++ gradient reader (training/grad_reader.py, grads.cpp): the same
+addresses, sizes, identities and versions as Python reads, the same rows
+from a watched run, and Python's reading wherever it is not there."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tb_neuraldbg.training import cpu_kernel as K
+from tb_neuraldbg.training import grad_reader
+from tb_neuraldbg.training import stats as S
+from tb_neuraldbg.training.optimizer_facts import StepFacts
+from tests.test_cpu_kernel import failing_compiler, run_python
+from tests.test_instrument import Recorder, batches, mlp
+
+
+@pytest.fixture(scope="module")
+def reader():
+    if not grad_reader.wait(600):
+        pytest.skip("the C++ gradient reader cannot be built here (no compiler or no torch headers)")
+    return grad_reader
+
+
+def _param(shape, grad=None):
+    p = nn.Parameter(torch.zeros(shape, dtype=torch.float32 if grad is None else grad.dtype))
+    p.grad = grad
+    return p
+
+
+def test_the_reader_reads_what_python_reads(reader):
+    ok = [_param((3, 4), torch.randn(3, 4)), _param(5), _param(7, torch.randn(7)), _param(0, torch.zeros(0))]
+    r = reader.read(ok)
+    assert r.status.tolist() == [reader.OK, reader.NONE, reader.OK, reader.OK]
+    for p, ptr, n, st in zip(ok, r.ptrs, r.lens, r.status):
+        if st == reader.OK:
+            assert (int(ptr), int(n)) == (p.grad.data_ptr(), p.grad.numel())
+    norms = K.norms_at(r.ptrs[r.status == reader.OK], r.lens[r.status == reader.OK])
+    assert torch.equal(norms, S.stacked_norms([p.grad for p in ok if p.grad is not None]))
+    # Any gradient it does not take sends the whole step to Python.
+    needs_graph = torch.randn(4, requires_grad=True) * 2.0  # (create_graph=True leaves such gradients)
+    for odd in (torch.ones(4, 3).t(), torch.ones(4, dtype=torch.float64), needs_graph, torch.ones(4).to_sparse()):
+        p = _param(tuple(odd.shape), odd.detach() if odd.is_sparse else odd)
+        if odd.requires_grad:
+            p.grad = odd  # (the setter keeps requires_grad)
+            assert p.grad.requires_grad
+        assert reader.read(ok + [p]) is None, odd
+
+
+def test_a_reading_holds_the_gradients_until_it_is_dropped(reader):
+    p = _param(8, torch.randn(8))
+    g = p.grad
+    before = g._use_count()
+    r = reader.read([p])
+    assert g._use_count() == before + 1  # still alive if the training drops p.grad now
+    p.grad = None
+    assert g._use_count() == before
+    del r
+    assert g._use_count() == before - 1
+
+
+def test_marks_tell_the_same_gradient_and_its_version(reader):
+    a, b, c = _param(3, torch.zeros(3)), _param(3), _param(2, torch.ones(2))
+    ids, versions = reader.marks([a, b, c])
+    assert ids[0] and ids[2] and ids[0] != ids[2] and ids[1] == 0 and versions[1] == -1
+    again = reader.marks([a, b, c])
+    assert np.array_equal(again[0], ids) and np.array_equal(again[1], versions)
+    a.grad.add_(1.0)  # modified in place: a new version
+    c.grad = torch.ones(2)  # another tensor
+    ids2, versions2 = reader.marks([a, b, c])
+    assert ids2[0] == ids[0] and versions2[0] == versions[0] + 1 and ids2[2] != ids[2]
+
+
+def test_a_frozen_parameter_is_seen_by_the_reader(reader):
+    ps = [_param(2), _param(3)]
+    assert reader.all_require_grad(ps) is True
+    ps[1].requires_grad_(False)
+    assert reader.all_require_grad(ps) is False
+
+
+def test_marks_taken_in_python_are_checked_in_python_once_the_reader_is_loaded(reader, monkeypatch):
+    """The reader loads in the background, maybe between a step's commit
+    and the next backward: a leftover gradient is still found."""
+
+    class Col:
+        def __init__(self):
+            self.rows = []
+            self.c_arrays = []
+
+        def add_many(self, values, rows, key):
+            self.rows += rows
+
+    p = _param(3, torch.ones(3))
+    facts = StepFacts(None)
+    monkeypatch.setattr(grad_reader, "_module", None)
+    facts.commit(Col(), [p], [1])
+    monkeypatch.undo()
+    assert grad_reader._module is not None
+    col = Col()
+    facts.before_backward(col, [p], [1])
+    assert col.rows == [1]  # never zeroed: carried
+    facts.commit(Col(), [p], [1])  # marks by the reader now
+    p.grad.zero_()  # zero_grad(set_to_none=False): the same tensor, a new version
+    col = Col()
+    facts.before_backward(col, [p], [1])
+    assert col.rows == []
+    facts.commit(Col(), [p], [1])
+    p.grad = None
+    p.grad = torch.ones(3)  # a new gradient
+    col = Col()
+    facts.before_backward(col, [p], [1], fresh=p)
+    assert col.rows == []
+
+
+def _run(model_fn, steps=6, poison_at=None, freeze_at=None, **cfg):
+    torch.manual_seed(0)
+    model = model_fn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, stats_every=2, **cfg)
+    make = batches((16, 12), 4)
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = make()
+        if step == freeze_at:
+            model[2].requires_grad_(False)
+        out = model(x)
+        if step == poison_at:
+            out = out * torch.tensor(float("nan"))
+        crit(out, y).backward()
+        opt.step()
+    rec.inst.remove()
+    return np.stack([rec.row(i) for i in range(steps)])
+
+
+class _Unused(nn.Module):
+    """An MLP with a layer that gets no gradient (its output is unused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp()
+        self.spare = nn.Linear(12, 3)
+
+    def __getitem__(self, i):
+        return self.body[i]
+
+    def forward(self, x):
+        self.spare(x)
+        return self.body(x)
+
+
+@pytest.mark.parametrize(
+    "model_fn, kw",
+    [(mlp, {}), (mlp, {"poison_at": 3}), (mlp, {"freeze_at": 2}), (_Unused, {}),
+     (mlp, {"nonfinite": "every_step"})],
+    ids=["healthy", "nan-gradients", "frozen-row", "unused-layer", "every-step"],
+)
+def test_a_watched_run_has_the_same_rows_with_the_reader_and_in_python(reader, model_fn, kw, monkeypatch):
+    cfg = {k: v for k, v in kw.items() if k == "nonfinite"}
+    run = {k: v for k, v in kw.items() if k != "nonfinite"}
+    with_reader = _run(model_fn, **run, **cfg)
+    monkeypatch.setattr(grad_reader, "_module", None)
+    in_python = _run(model_fn, **run, **cfg)
+    assert with_reader.shape == in_python.shape
+    same = (with_reader == in_python) | (np.isnan(with_reader) & np.isnan(in_python))
+    assert same.all(), np.argwhere(~same)[:5]
+    if run.get("poison_at") is not None:
+        assert not np.isfinite(with_reader[run["poison_at"]]).all()
+
+
+def test_the_reader_is_used_by_a_watched_step(reader, monkeypatch):
+    calls = []
+    real = grad_reader.read
+    monkeypatch.setattr(grad_reader, "read", lambda params: calls.append(len(params)) or real(params))
+    rows = _run(mlp, steps=2)
+    assert calls == [6, 6] and np.isfinite(rows).any()
+
+
+def _reader_in(env: dict) -> str:
+    return run_python("from tb_neuraldbg.training import grad_reader\nprint(grad_reader.wait(600))\n", env, 900)
+
+
+def test_without_a_cxx_compiler_python_reads_the_gradients(tmp_path):
+    fake = failing_compiler(tmp_path, "c++")
+    assert _reader_in({"CXX": fake, "XDG_CACHE_HOME": str(tmp_path / "cache")}) == "False"
+    assert not list((tmp_path / "cache").rglob("grads-*"))  # nothing half-built left behind
+    assert _reader_in({K.ENV: "0", "XDG_CACHE_HOME": str(tmp_path / "cache2")}) == "False"
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and not os.environ.get("CXX"), reason="no C++ compiler")
+def test_the_reader_is_built_once_into_the_private_cache(tmp_path, reader):
+    cache = tmp_path / "cache"
+    assert _reader_in({"XDG_CACHE_HOME": str(cache)}) == "True"
+    built = list(cache.rglob("grads-*"))
+    assert len(built) == 1 and (built[0].parent.stat().st_mode & 0o077) == 0
+    mtime = built[0].stat().st_mtime_ns
+    assert _reader_in({"XDG_CACHE_HOME": str(cache)}) == "True"  # loaded, not rebuilt
+    assert built[0].stat().st_mtime_ns == mtime
