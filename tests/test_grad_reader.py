@@ -62,6 +62,25 @@ def test_a_reading_holds_the_gradients_until_it_is_dropped(reader):
     assert g._use_count() == before - 1
 
 
+def test_the_weights_norms_are_read_by_the_reader(reader, monkeypatch):
+    model = mlp()
+    weights = list(model.parameters())
+    want = S.stacked_norms(weights)
+    r = reader.read_data(weights)
+    assert r.status.tolist() == [reader.OK] * len(weights)
+    assert [int(p) for p in r.ptrs] == [w.data_ptr() for w in weights]
+    monkeypatch.setattr(K, "norms", lambda tensors: pytest.fail("read in Python"))
+    assert torch.equal(S.stacked_norms(weights), want)
+    assert torch.allclose(want, torch.stack(S.foreach_norm(weights)), rtol=1e-6)
+    assert reader.read_data(weights + [torch.ones(2, dtype=torch.float64)]) is None
+    assert reader.read_data(weights + [torch.ones(3, 2).t()]) is None
+    assert reader.read_data(weights + [torch.ones(3).as_subclass(_Subclass)]) is None
+
+
+class _Subclass(torch.Tensor):
+    """A tensor subclass: its data may mean something else."""
+
+
 def test_marks_tell_the_same_gradient_and_its_version(reader):
     a, b, c = _param(3, torch.zeros(3)), _param(3), _param(2, torch.ones(2))
     ids, versions = reader.marks([a, b, c])

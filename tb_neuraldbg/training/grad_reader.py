@@ -36,7 +36,7 @@ import torch
 
 from . import cpu_kernel
 
-__all__ = ["Read", "all_require_grad", "marks", "read", "start", "wait"]
+__all__ = ["Read", "all_require_grad", "marks", "read", "read_data", "start", "wait"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _STDS = ("c++20", "c++17")
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _module = None  # the loaded extension, once built and checked
-_buffers: dict[int, tuple] = {}
+_local = threading.local()  # each thread's arrays, by length (reused from step to step)
 
 # Status codes of grads.cpp.
 OK, NONE, OTHER = 0, 1, 2
@@ -56,7 +56,7 @@ class Read:
     """One reading of the gradients of ``params``: ``ptrs``, ``lens`` and
     ``status`` (arrays of len(params): :data:`OK`, :data:`NONE`); keeps the
     gradients alive while it is held (``holder``). Its arrays are reused by
-    the next reading of as many parameters: use them before."""
+    the thread's next reading of as many tensors: use them before."""
 
     __slots__ = ("ptrs", "lens", "status", "holder")
 
@@ -94,13 +94,29 @@ def read(params: list) -> Read | None:
     mod = _module
     if mod is None or not cpu_kernel._enabled:
         return None
+    return _read(mod.read, params)
+
+
+def read_data(tensors: list) -> Read | None:
+    """:func:`read` of the tensors' own values (status :data:`OK` for each),
+    or None, also when one is not a contiguous float32 CPU tensor."""
+    mod = _module
+    if mod is None or not cpu_kernel._enabled:
+        return None
+    return _read(mod.read_data, tensors)
+
+
+def _read(fn, params: list) -> Read | None:
     n = len(params)
-    bufs = _buffers.get(n)
+    buffers = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = {}
+    bufs = buffers.get(n)
     if bufs is None:
-        bufs = _buffers[n] = (np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int8))
+        bufs = buffers[n] = (np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int8))
     ptrs, lens, status = bufs
     try:
-        other, holder = mod.read(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
+        other, holder = fn(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
     except (RuntimeError, TypeError):
         return None
     return Read(ptrs, lens, status, holder) if other == 0 else None
@@ -228,6 +244,9 @@ def _check(mod) -> None:
     if not (ids[0] and ids[2] and ids[0] != ids[2] and ids[1] == 0 and versions[1] == -1
             and versions[0] == before[0] + 1 and versions[2] == before[2]):
         raise RuntimeError(f"the gradient reader's marks check failed: {ids.tolist()}, {versions.tolist()}")
+    other, holder = mod.read_data([plain, strided.grad], ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
+    if other != 1 or status[:2].tolist() != [OK, OTHER] or int(ptrs[0]) != plain.data_ptr() or int(lens[0]) != 15:
+        raise RuntimeError(f"the gradient reader's data check failed: {status[:2].tolist()}")
     frozen = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
     if mod.all_require_grad([plain, wide]) is not True or mod.all_require_grad([plain, frozen]) is not False:
         raise RuntimeError("the gradient reader's requires_grad check failed")

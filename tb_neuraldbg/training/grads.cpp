@@ -17,6 +17,10 @@
 //   reference to each) until it is dropped, so that the addresses stay
 //   valid while they are read even if another thread drops a gradient.
 //
+// read_data(tensors, ptrs, lens, status) -> (other, holder): the same of
+//   the tensors' own values (the weights' norms); a tensor that requires
+//   grad is read too.
+//
 // marks(params, ids, versions) -> None
 //   ids, versions: addresses of uint64 and int64 arrays of len(params)
 //   values: each gradient's identity (its TensorImpl's address; 0: no
@@ -45,7 +49,15 @@ void free_holder(PyObject* capsule) {
   delete static_cast<std::vector<at::Tensor>*>(PyCapsule_GetPointer(capsule, kHolder));
 }
 
-PyObject* read(PyObject*, PyObject* args) {
+// Whether the kernel reads ``t`` as it is: contiguous float32 values in
+// CPU memory of its own (not a subclass, a nested or a storage-less one).
+bool plain_float32(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && t.scalar_type() == c10::kFloat && t.device().is_cpu() && !t.is_nested() &&
+         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_contiguous();
+}
+
+// read() and read_data(): of_grad, the tensors' gradients, else the tensors.
+PyObject* read_any(PyObject* args, bool of_grad) {
   PyObject* params;
   unsigned long long ptrs_at, lens_at, status_at;
   if (!PyArg_ParseTuple(args, "O!KKK", &PyList_Type, &params, &ptrs_at, &lens_at, &status_at)) {
@@ -63,19 +75,21 @@ PyObject* read(PyObject*, PyObject* args) {
       ptrs[i] = 0;
       lens[i] = 0;
       PyObject* obj = PyList_GET_ITEM(params, i);
-      if (!THPVariable_Check(obj)) {
+      // A tensor read for its own values is a Tensor or a Parameter, not a
+      // subclass (which may mean something else by its data); a parameter
+      // of any class may have a plain gradient.
+      if (of_grad ? !THPVariable_Check(obj) : !THPVariable_CheckExact(obj)) {
         status[i] = 2;
         other++;
         continue;
       }
-      const at::Tensor& g = THPVariable_Unpack(obj).grad();
+      const at::Tensor& t = THPVariable_Unpack(obj);
+      const at::Tensor& g = of_grad ? t.grad() : t;
       if (!g.defined()) {
         status[i] = 1;
         continue;
       }
-      if (g.layout() != c10::kStrided || g.scalar_type() != c10::kFloat || !g.device().is_cpu() ||
-          g.is_nested() || g.unsafeGetTensorImpl()->is_python_dispatch() || !g.has_storage() ||
-          g.requires_grad() || !g.is_contiguous()) {
+      if (!plain_float32(g) || (of_grad && g.requires_grad())) {
         status[i] = 2;
         other++;
         continue;
@@ -101,6 +115,10 @@ PyObject* read(PyObject*, PyObject* args) {
   }
   return Py_BuildValue("(lN)", other, holder);
 }
+
+PyObject* read(PyObject*, PyObject* args) { return read_any(args, true); }
+
+PyObject* read_data(PyObject*, PyObject* args) { return read_any(args, false); }
 
 PyObject* marks(PyObject*, PyObject* args) {
   PyObject* params;
@@ -161,6 +179,7 @@ PyObject* all_require_grad(PyObject*, PyObject* args) {
 PyMethodDef kMethods[] = {
     {"all_require_grad", all_require_grad, METH_VARARGS, "Whether every tensor of the list requires grad."},
     {"read", read, METH_VARARGS, "The gradients' addresses, sizes and status (see grads.cpp)."},
+    {"read_data", read_data, METH_VARARGS, "The tensors' own addresses, sizes and status (see grads.cpp)."},
     {"marks", marks, METH_VARARGS, "Each gradient's identity and version counter (see grads.cpp)."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -188,14 +188,21 @@ def autocast_context(state: tuple) -> contextlib.ExitStack:
     return stack
 
 
+_CLONE_STATE = hasattr(torch.Generator, "clone_state")  # (torch >= 2.4)
+
+
 def rng_state(cuda_devices) -> tuple:
-    """(CPU generator state, {CUDA device index: state})."""
-    return torch.get_rng_state(), {i: torch.cuda.get_rng_state(i) for i in cuda_devices}
+    """(CPU generator state, {CUDA device index: state}). The CPU state as a
+    clone of the generator where torch has one: taken at every step, and
+    ``get_rng_state``'s tensor op costs 0.1-0.2 ms there in situ (its code
+    gone cold since the last step) against a few microseconds."""
+    cpu = torch.default_generator.clone_state() if _CLONE_STATE else torch.get_rng_state()
+    return cpu, {i: torch.cuda.get_rng_state(i) for i in cuda_devices}
 
 
 def set_rng_state(state: tuple) -> None:
     cpu, cuda = state
-    torch.set_rng_state(cpu)
+    torch.set_rng_state(cpu.get_state() if isinstance(cpu, torch.Generator) else cpu)
     for i, s in cuda.items():
         torch.cuda.set_rng_state(s, i)
 

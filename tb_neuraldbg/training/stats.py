@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..format import metadata
-from . import cpu_kernel
+from . import cpu_kernel, grad_reader
 
 __all__ = [
     "Key",
@@ -406,6 +406,11 @@ def stacked_norms(tensors: Sequence[torch.Tensor]) -> torch.Tensor | list[torch.
     model's 1,500 gradients cost 4 ms and 1 ms more to stack), else
     :func:`foreach_norm`'s list of 0-d tensors. The hooks' parameter and
     gradient norms (``Instrument.norms``), which take either."""
+    read = grad_reader.read_data(tensors) if type(tensors) is list else None
+    if read is not None:  # (addresses and sizes in one C++ call: 0.3 against 1.5 ms for 1,500 weights)
+        fast = cpu_kernel.norms_at(read.ptrs, read.lens)
+        if fast is not None:
+            return fast
     fast = cpu_kernel.norms(tensors)
     return fast if fast is not None else foreach_norm(tensors)
 
