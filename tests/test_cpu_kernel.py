@@ -371,6 +371,18 @@ def test_a_host_statistic_that_is_not_finite_fails_the_steps_check():
 
 
 @needs_kernel
+@pytest.mark.parametrize("shape", [(1,), (7,), (256, 33), (64, 1024), (3, 5000)])
+def test_a_histogram_bounded_by_the_moments_just_read_is_the_two_pass_one(shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 3
+    two_pass = K.histogram(x.reshape(-1), S.HIST_BINS)
+    one_pass = K.histogram_known(x, S.HIST_BINS, K.moments(x))
+    assert torch.equal(one_pass[: S.HIST_BINS + 3], two_pass[: S.HIST_BINS + 3])  # counts, 0, min, max
+    assert one_pass[S.HIST_BINS + 3 :].tolist() == pytest.approx(two_pass[S.HIST_BINS + 3 :].tolist(), rel=1e-5)
+    x.view(-1)[-1] = math.nan  # the moments count it: torch's general path takes such a tensor
+    assert K.histogram_known(x, S.HIST_BINS, K.moments(x)) is None
+
+
+@needs_kernel
 def test_the_steps_check_reads_float32_cpu_values_in_the_kernel(monkeypatch):
     """Gradient norms and a loss, as a cheap step checks them: in the
     kernel's read, no torch op (whose code has gone cold since the last
@@ -455,7 +467,9 @@ def _rows(model_fn, shape, classes, integer=None, steps=6, poison_at=None, **cfg
             x[0].fill_(float("nan"))
         crit(model(x), y).backward()
         opt.step()
-    return rec.names, np.stack([rec.row(i) for i in range(steps)])
+    rows = np.stack([rec.row(i) for i in range(steps)])
+    hists = np.concatenate([p.host_values()[p.keys == S.Key.HIST] for p in rec.packets])  # steps 0-1 and 4
+    return rec.names, rows, hists
 
 
 @needs_kernel
@@ -467,17 +481,20 @@ def _rows(model_fn, shape, classes, integer=None, steps=6, poison_at=None, **cfg
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
 ):
-    taken = []
-    real = K.moments
+    taken, bounded = [], []
+    real, real_hist = K.moments, K.histogram_known
     monkeypatch.setattr(K, "moments", lambda x, units=0: taken.append(units) or real(x, units))
+    monkeypatch.setattr(K, "histogram_known", lambda *a: bounded.append(1) or real_hist(*a))
     poison = 3 if integer is None else None  # a NaN batch: the replay (or every-step counts) must see it the same
-    names, fused = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
+    names, fused, fused_hists = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
     assert taken and any(taken)  # the kernel measured, dead units included
+    assert bounded  # histograms binned within the moments' bounds
     K.set_enabled(False)
     try:
-        names2, plain = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
+        names2, plain, plain_hists = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
     finally:
         K.set_enabled(True)
     assert names == names2
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(fused_hists, plain_hists, rtol=1e-5, atol=1e-5, equal_nan=True)

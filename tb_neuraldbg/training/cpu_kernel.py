@@ -47,8 +47,8 @@ import numpy as np
 import torch
 
 __all__ = [
-    "ENV", "MAX_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "moments", "norms", "norms_at", "set_enabled",
-    "takes", "total",
+    "ENV", "MAX_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "histogram_known", "moments",
+    "norms", "norms_at", "set_enabled", "takes", "total",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ _FLAGS = (["-O3", "-fopenmp-simd", "-pthread"], ["-O2", "-pthread"])
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
 _hist = None  # the histogram function, loaded with it
+_hist_known = None  # its binning pass alone, loaded with it
 _norms = None  # the many-norms function, loaded with it
 _norms2 = None  # the same, read by two cores, loaded with it
 _helper_seconds = None  # the second cores' CPU time so far, loaded with it
@@ -134,6 +135,21 @@ def total(x: torch.Tensor) -> float | None:
     if not takes(x):
         return None
     return _sum(x.data_ptr(), x.numel())
+
+
+def histogram_known(x: torch.Tensor, bins: int, moments: list[float]) -> torch.Tensor | None:
+    """:func:`histogram` of a contiguous float32 CPU tensor whose
+    :func:`moments` were just read (``moments``: that list): its min and max
+    bound the bins, its sum and norm give the last two values, so only the
+    binning pass reads ``x``. None when a value is not finite or the kernel
+    does not take ``x``."""
+    if moments[5] != 0 or not takes(x) or _hist_known is None:
+        return None
+    known = (ctypes.c_double * 4)(moments[0], moments[1], moments[2], moments[3] * moments[3])
+    out = np.empty(bins + 5)
+    if _hist_known(x.data_ptr(), x.numel(), bins, known, out.ctypes.data) != 0:
+        return None
+    return torch.from_numpy(out.astype(np.float32))
 
 
 def finite(x: torch.Tensor) -> bool | None:
@@ -285,7 +301,7 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _hist, _norms, _norms2, _sum, _finite, _helper_seconds
+    global _fn, _hist, _hist_known, _norms, _norms2, _sum, _finite, _helper_seconds
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -293,7 +309,7 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, _hist, _norms, _norms2, _sum, _finite, _helper_seconds = _build_and_check()
+                    fn, (_hist, _hist_known), _norms, _norms2, _sum, _finite, _helper_seconds = _build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                     fn = None
@@ -336,6 +352,9 @@ def _build_and_check():
     hist = lib.nd_hist_f32
     hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     hist.restype = ctypes.c_int
+    hist_known = lib.nd_hist_known_f32
+    hist_known.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    hist_known.restype = ctypes.c_int
     many = lib.nd_norms_f32
     many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     many.restype = ctypes.c_int
@@ -351,8 +370,8 @@ def _build_and_check():
     helper = lib.nd_helper_seconds
     helper.argtypes = []
     helper.restype = ctypes.c_double
-    _check(fn, hist, many, many2, total, finite)
-    return fn, hist, many, many2, total, finite, helper
+    _check(fn, hist, many, many2, total, finite, hist_known)
+    return fn, (hist, hist_known), many, many2, total, finite, helper
 
 
 def _compile(cc: str, path: str) -> None:
@@ -376,7 +395,7 @@ def _compile(cc: str, path: str) -> None:
             os.unlink(tmp)
 
 
-def _check(fn, hist, many, many2, total, finite) -> None:
+def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     """Known answers, on sizes that cross a vector and a block boundary: a
     compiler that miscompiles the loops must not give wrong statistics."""
     rows, units = 3, 4099
@@ -406,6 +425,12 @@ def _check(fn, hist, many, many2, total, finite) -> None:
         raise RuntimeError(f"the kernel's histogram check failed: {h.tolist()}")
     if hist(y.ctypes.data, y.size, 1, 4, h.ctypes.data) != 1:
         raise RuntimeError("the kernel's histogram took a non-finite value")
+    known = np.array([0.0, 4.0, 14.0, 46.0])  # z's min, max, sum, sum of squares
+    h2 = np.empty(6 + 5)
+    hist(z.ctypes.data, z.size, 1, 6, h2.ctypes.data)
+    h3 = np.empty(6 + 5)
+    if hist_known(z.ctypes.data, z.size, 6, known.ctypes.data, h3.ctypes.data) != 0 or h3.tolist() != h2.tolist():
+        raise RuntimeError(f"the kernel's histogram of known bounds failed its check: {h3.tolist()}")
     arrays = [x[0], x[1], z]
     ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
     lens = np.array([a.size for a in arrays], dtype=np.int64)

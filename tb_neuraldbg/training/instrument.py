@@ -880,6 +880,7 @@ class Instrument:
         torch's ops (on the CPU, where the kernel reads most, only then)."""
         col = self._col
         exact = self.exact
+        moments = None  # the kernel's, when it read them
         if not y.is_cpu:
             y = y.detach()
         col.const(row, Key.OUT_N, y.numel())
@@ -893,6 +894,7 @@ class Instrument:
         else:
             dead = behaviour.dead and y.dim() >= 2
             host = K.moments(y, y.numel() // y.shape[0] if dead else 0)
+            moments = host
             if host is not None:  # one pass for all of them (cpu_kernel)
                 if dead:
                     col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:])
@@ -914,7 +916,11 @@ class Instrument:
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:
-            col.add_run(S.histogram(y), row, Key.HIST)  # (detached there)
+            run = None
+            if moments is not None and y.numel() <= S.HIST_MAX_VALUES:
+                # Bounded by the moments just read: one pass, not two.
+                run = K.histogram_known(y, S.HIST_BINS, moments)
+            col.add_run(run if run is not None else S.histogram(y), row, Key.HIST)  # (detached there)
 
     def _make_gout_hook(self, row: int, index: int) -> "_GoutHook":
         """A pre-hook for the autograd node that made a module's output (its

@@ -177,6 +177,8 @@ int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, dou
  * truncated), so both give the same counts. Returns 1 without touching
  * `out` when a value is not finite (torch's general path handles those),
  * -1 for arguments it does not take. */
+static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out);
+
 int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double *out) {
     if (n <= 0 || stride <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
     float lo = INFINITY, hi = -INFINITY;
@@ -214,6 +216,16 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
         q += bq;
     }
     if (bad) return 1;
+    bin_values(x, n, stride, bins, lo, hi, out);
+    out[bins + 3] = s;
+    out[bins + 4] = q;
+    return 0;
+}
+
+/* The bins of n finite float32 values (every `stride`-th) whose min and max
+ * are `lo` and `hi`, into out[0:bins]; out[bins] = 0 (no non-finite value),
+ * out[bins + 1], out[bins + 2] = lo, hi. */
+static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out) {
     double width = (double)hi - (double)lo;
     if (width < 1e-30) width = 1e-30;
     float scale = (float)((double)bins / width), top = (float)(bins - 1);
@@ -251,8 +263,16 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
     out[bins] = 0.0;
     out[bins + 1] = lo;
     out[bins + 2] = hi;
-    out[bins + 3] = s;
-    out[bins + 4] = q;
+}
+
+/* nd_hist_f32 of n contiguous finite values whose min, max, sum and sum of
+ * squares a full step's moments have just read (`known`: those four): the
+ * binning pass only. -1 for arguments it does not take. */
+int nd_hist_known_f32(const float *x, int64_t n, int64_t bins, const double *known, double *out) {
+    if (n <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
+    bin_values(x, n, 1, bins, (float)known[0], (float)known[1], out);
+    out[bins + 3] = known[2];
+    out[bins + 4] = known[3];
     return 0;
 }
 
