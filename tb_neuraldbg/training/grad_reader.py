@@ -220,15 +220,17 @@ def _compile(cxx: str, include: str, lib: str, path: str) -> None:
 
 
 def _check(mod) -> None:
-    """Known answers: each status, and addresses and sizes as torch gives them."""
-    plain = torch.nn.Parameter(torch.zeros(3, 5))
-    plain.grad = torch.arange(15, dtype=torch.float32).reshape(3, 5)
-    missing = torch.nn.Parameter(torch.zeros(2))
-    wide = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))
-    wide.grad = torch.ones(4, dtype=torch.float64)
-    strided = torch.nn.Parameter(torch.zeros(4, 3))
-    strided.grad = torch.ones(3, 4).t()
-    params = [plain, missing, strided, torch.zeros(1), wide]
+    """Known answers: each status, and addresses and sizes as torch gives them
+    (on the CPU whatever the process's default device)."""
+    cpu = torch.device("cpu")
+    plain = torch.nn.Parameter(torch.zeros(3, 5, device=cpu))
+    plain.grad = torch.arange(15, dtype=torch.float32, device=cpu).reshape(3, 5)
+    missing = torch.nn.Parameter(torch.zeros(2, device=cpu))
+    wide = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64, device=cpu))
+    wide.grad = torch.ones(4, dtype=torch.float64, device=cpu)
+    strided = torch.nn.Parameter(torch.zeros(4, 3, device=cpu))
+    strided.grad = torch.ones(3, 4, device=cpu).t()
+    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide]
     ptrs, lens, status = np.empty(5, np.uint64), np.empty(5, np.int64), np.empty(5, np.int8)
     other, holder = mod.read(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
     want = [OK, NONE, OTHER, NONE, OTHER]
@@ -247,6 +249,6 @@ def _check(mod) -> None:
     other, holder = mod.read_data([plain, strided.grad], ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
     if other != 1 or status[:2].tolist() != [OK, OTHER] or int(ptrs[0]) != plain.data_ptr() or int(lens[0]) != 15:
         raise RuntimeError(f"the gradient reader's data check failed: {status[:2].tolist()}")
-    frozen = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+    frozen = torch.nn.Parameter(torch.zeros(1, device=cpu), requires_grad=False)
     if mod.all_require_grad([plain, wide]) is not True or mod.all_require_grad([plain, frozen]) is not False:
         raise RuntimeError("the gradient reader's requires_grad check failed")
