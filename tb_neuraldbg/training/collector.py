@@ -267,42 +267,30 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
     costs milliseconds even on the CPU.)"""
     by_dev: dict[torch.device, dict[torch.dtype, tuple[list, list]]] = {}
 
-    def put(t: torch.Tensor, scalar: bool) -> None:
-        if t.is_floating_point():
-            ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
-            (ss if scalar else rr).append(t)
+    def put(t: torch.Tensor, scalar: bool) -> bool:
+        """False when ``t`` is known now to hold a non-finite value."""
+        if not t.is_floating_point():
+            return True
+        # CPU float32 values in the fused kernel's read: no torch op, whose
+        # code has gone cold since the last step (a cat and an isfinite of a
+        # 1,000-module model's 1,502 gradient norms: 0.3-0.7 ms in situ,
+        # against a few microseconds warm).
+        ok = cpu_kernel.finite(t)
+        if ok is not None:
+            return ok
+        ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
+        (ss if scalar else rr).append(t)
+        return True
 
     if any(c.c_nonfinite for c in collectors):
         return False
     for c in collectors:
         for sts, _, _, rts, _, _ in c.by_device.values():
-            for t in sts:
-                put(t, True)
-            for t in rts:
-                put(t, False)
-    for t in tensors:
-        put(t, t.dim() == 0)
-    # CPU float32 values in the fused kernel's read: no torch op, whose code
-    # has gone cold since the last step (a cat and an isfinite of a
-    # 1,000-module model's 1,502 gradient norms: 0.3-0.7 ms in situ, against
-    # a few microseconds warm).
-    cpu = by_dev.get(torch.device("cpu"), {}).get(torch.float32)
-    if cpu is not None:
-        ss, rr = cpu
-        for group in (ss, rr):
-            left = []
-            for t in group:
-                ok = cpu_kernel.finite(t)
-                if ok is False:
-                    return False
-                if ok is None:
-                    left.append(t)
-            group[:] = left
-        if not ss and not rr:
-            del by_dev[torch.device("cpu")][torch.float32]
+            if not (all(put(t, True) for t in sts) and all(put(t, False) for t in rts)):
+                return False
+    if not all(put(t, t.dim() == 0) for t in tensors):
+        return False
     for groups in by_dev.values():
-        if not groups:
-            continue
         flags = []
         for ss, rr in groups.values():
             parts = ([torch.stack(ss)] if ss else []) + [r.reshape(-1) for r in rr]

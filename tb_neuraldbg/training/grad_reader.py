@@ -91,22 +91,19 @@ def read(params: list) -> Read | None:
     is not loaded (yet), or a gradient is not a contiguous float32 CPU
     tensor (another dtype or device, a subclass, one that requires grad):
     read those in Python."""
-    mod = _module
-    if mod is None or not cpu_kernel._enabled:
-        return None
-    return _read(mod.read, params)
+    return _read("read", params)
 
 
 def read_data(tensors: list) -> Read | None:
     """:func:`read` of the tensors' own values (status :data:`OK` for each),
     or None, also when one is not a contiguous float32 CPU tensor."""
+    return _read("read_data", tensors)
+
+
+def _read(name: str, params: list) -> Read | None:
     mod = _module
     if mod is None or not cpu_kernel._enabled:
         return None
-    return _read(mod.read_data, tensors)
-
-
-def _read(fn, params: list) -> Read | None:
     n = len(params)
     buffers = getattr(_local, "buffers", None)
     if buffers is None:
@@ -116,7 +113,7 @@ def _read(fn, params: list) -> Read | None:
         bufs = buffers[n] = (np.empty(n, np.uint64), np.empty(n, np.int64), np.empty(n, np.int8))
     ptrs, lens, status = bufs
     try:
-        other, holder = fn(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
+        other, holder = getattr(mod, name)(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
     except (RuntimeError, TypeError):
         return None
     return Read(ptrs, lens, status, holder) if other == 0 else None

@@ -880,7 +880,7 @@ class Instrument:
         torch's ops (on the CPU, where the kernel reads most, only then)."""
         col = self._col
         exact = self.exact
-        moments = None  # the kernel's, when it read them
+        host = None  # the kernel's moments, when it read them
         if not y.is_cpu:
             y = y.detach()
         col.const(row, Key.OUT_N, y.numel())
@@ -894,7 +894,6 @@ class Instrument:
         else:
             dead = behaviour.dead and y.dim() >= 2
             host = K.moments(y, y.numel() // y.shape[0] if dead else 0)
-            moments = host
             if host is not None:  # one pass for all of them (cpu_kernel)
                 if dead:
                     col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:])
@@ -917,9 +916,9 @@ class Instrument:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:
             run = None
-            if moments is not None and y.numel() <= S.HIST_MAX_VALUES:
+            if host is not None and y.numel() <= S.HIST_MAX_VALUES:
                 # Bounded by the moments just read: one pass, not two.
-                run = K.histogram_known(y, S.HIST_BINS, moments)
+                run = K.histogram_known(y, S.HIST_BINS, host)
             col.add_run(run if run is not None else S.histogram(y), row, Key.HIST)  # (detached there)
 
     def _make_gout_hook(self, row: int, index: int) -> "_GoutHook":
@@ -1121,9 +1120,10 @@ class Instrument:
         self._missing_rows = present[missing > 0] if none is not None else present[:0]
         if none is not None:
             keep = np.flatnonzero(~none)
-            gparams, grows = [params[i] for i in keep.tolist()], [rows[i] for i in keep.tolist()]
+            idx = keep.tolist()
+            gparams, grows = [params[i] for i in idx], [rows[i] for i in idx]
             if grads is not None:
-                grads = [grads[i] for i in keep.tolist()]
+                grads = [grads[i] for i in idx]
         else:
             keep, gparams, grows = None, params, row_arr
         if not gparams:

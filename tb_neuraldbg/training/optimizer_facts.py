@@ -132,28 +132,29 @@ class StepFacts:
         if marks is None:
             return
         was, ids, versions = marks
+        cpp = isinstance(ids, np.ndarray)  # (marks of grad_reader, else of Python)
         if was is not params and (len(was) != len(params) or any(a is not b for a, b in zip(was, params))):
             # Another set of parameters (one frozen or added since): by identity.
             at = {id(p): i for i, p in enumerate(was)}
             pick = [at.get(id(p)) for p in params]
-            ids = [int(ids[i]) if i is not None else 0 for i in pick]
-            versions = [versions[i] if i is not None else None for i in pick]
-            if isinstance(marks[1], np.ndarray):
-                ids = np.asarray(ids, dtype=np.uint64)
-                versions = np.asarray([-1 if v is None else int(v) for v in versions], dtype=np.int64)
+            no_version = -1 if cpp else None
+            ids = [ids[i] if i is not None else 0 for i in pick]
+            versions = [versions[i] if i is not None else no_version for i in pick]
+            if cpp:
+                ids, versions = np.asarray(ids, dtype=np.uint64), np.asarray(versions, dtype=np.int64)
         left, left_rows = [], []
         # A gradient that is still the very tensor the last step left, not
         # modified since (None, after zero_grad(), never matches: its mark
         # is 0). This runs at every step, for each of the 1,500 parameters
         # of a 1,000-module model: read in C++ where the marks were.
-        now = grad_reader.marks(params) if isinstance(ids, np.ndarray) else None
-        if now is not None:
-            same = (now[0] == ids) & (ids != 0) & (now[1] == versions)
+        if cpp:
+            now = grad_reader.marks(params)
+            same = np.zeros(0, bool) if now is None else (now[0] == ids) & (ids != 0) & (now[1] == versions)
             for i in np.flatnonzero(same).tolist():
                 if params[i] is not fresh:
                     left.append(params[i].grad.detach())
                     left_rows.append(rows[i])
-        elif not isinstance(ids, np.ndarray):
+        else:
             # In one pass of C-level iteration.
             grads = list(map(_GRAD, params))
             for i in compress(count(), map(eq, map(id, grads), ids)):

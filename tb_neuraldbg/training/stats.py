@@ -408,10 +408,9 @@ def stacked_norms(tensors: Sequence[torch.Tensor]) -> torch.Tensor | list[torch.
     gradient norms (``Instrument.norms``), which take either."""
     read = grad_reader.read_data(tensors) if type(tensors) is list else None
     if read is not None:  # (addresses and sizes in one C++ call: 0.3 against 1.5 ms for 1,500 weights)
-        fast = cpu_kernel.norms_at(read.ptrs, read.lens)
-        if fast is not None:
-            return fast
-    fast = cpu_kernel.norms(tensors)
+        fast = cpu_kernel.norms_at(read.ptrs, read.lens)  # (None: cpu_kernel.norms would refuse them too)
+    else:
+        fast = cpu_kernel.norms(tensors)
     return fast if fast is not None else foreach_norm(tensors)
 
 
