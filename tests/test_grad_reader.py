@@ -198,6 +198,109 @@ def test_the_reader_is_used_by_a_watched_step(reader, monkeypatch):
     assert calls == [6, 6] and np.isfinite(rows).any()
 
 
+# -- a module's input and output read in one call (measure_fn) ---------------
+
+
+def _moments_in_order(x, x_batched, y, y_dead, exact):
+    """measure_fn()'s values, built from cpu_kernel.moments as documented."""
+    vals = []
+    if x is not None:
+        units = x.numel() // x.shape[0] if x_batched else 0
+        m = K.moments(x, units)
+        vals += [x.numel()] + ([units] if x_batched else []) + [m[2], m[4]]
+        vals += ([m[6]] if x_batched else []) + ([m[5]] if exact else [])
+    units = y.numel() // y.shape[0] if y_dead else 0
+    m = K.moments(y, units)
+    vals += [y.numel()] + ([units] if y_dead else []) + m[:5] + ([m[6]] if y_dead else []) + ([m[5]] if exact else [])
+    return vals
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(u == v or (u != u and v != v) for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize("x_batched, y_dead, exact", [(False, False, False), (True, True, True), (True, False, True),
+                                                      (False, True, False)])
+def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_batched, y_dead, exact):
+    measure = reader.measure_fn()
+    assert measure is not None
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 5, 6, generator=g).relu()
+    x[:, 2] = 0.0  # dead units of the input
+    y = torch.randn(8, 30, generator=g)
+    y[3, 7] = float("nan")
+    y[5, 1] = float("inf")
+    for xx in (x, None):
+        got = measure(xx, x_batched and xx is not None, y, y_dead, exact)
+        assert _same(list(got), _moments_in_order(xx, x_batched and xx is not None, y, y_dead, exact)), got
+    from tb_neuraldbg.training.instrument import _FAST_KEYS
+    assert len(measure(x, x_batched, y, y_dead, exact)) == len(_FAST_KEYS[True, x_batched, y_dead, exact])
+    assert len(measure(None, False, y, y_dead, exact)) == len(_FAST_KEYS[False, False, y_dead, exact])
+
+
+def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
+    measure = reader.measure_fn()
+    y = torch.randn(4, 3)
+
+    class Sub(torch.Tensor):
+        pass
+
+    refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 4).t(), y.as_subclass(Sub),
+               torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.bfloat16)]
+    for t in refused:
+        assert measure(t, False, y, False, False) is None
+        assert measure(None, False, t, False, False) is None
+    assert measure(None, False, torch.ones(1, 1), False, False) is None  # one value: no spread
+    assert measure(y[:, :1].reshape(4), False, y, False, False) is None  # (a view 3 values apart)
+    assert measure(y[:, :1].contiguous().reshape(4), False, y, False, False) is not None
+    K.set_enabled(False)
+    try:
+        assert reader.measure_fn() is None
+    finally:
+        K.set_enabled(True)
+
+
+class _Mixed(nn.Module):
+    """What the one-call path takes and what it leaves to the Python path in
+    one model: a LayerNorm, GELU, an in-place ReLU, a Tanh (saturation), a
+    conv on 4-d activations, an output of one value per sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(12)
+        self.up = nn.Linear(12, 16)
+        self.act = nn.GELU()
+        self.conv = nn.Conv2d(1, 2, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.tanh = nn.Tanh()
+        self.one = nn.Linear(32, 1)
+        self.head = nn.Linear(33, 4)
+
+    def __getitem__(self, i):
+        return self.up
+
+    def forward(self, x):
+        h = self.act(self.up(self.norm(x)))
+        c = self.relu(self.conv(h.view(-1, 1, 4, 4))).flatten(1)
+        t = self.tanh(c)
+        return self.head(torch.cat([t, self.one(t)], 1))
+
+
+@pytest.mark.parametrize("model_fn, kw", [(mlp, {}), (_Mixed, {}), (_Mixed, {"poison_at": 3}),
+                                          (_Mixed, {"hist_every": 2}), (_Mixed, {"nonfinite": "every_step"})],
+                         ids=["mlp", "mixed", "mixed-nan", "mixed-histograms", "mixed-every-step"])
+def test_the_one_call_measure_gives_the_rows_of_the_python_path(reader, model_fn, kw, monkeypatch):
+    calls = []
+    real = reader._measure
+    monkeypatch.setattr(reader, "_measure", lambda *a: calls.append(a[2].shape) or real(*a))
+    one_call = _run(model_fn, **kw)
+    assert calls  # (used)
+    monkeypatch.setattr(reader, "_measure", None)
+    before = _run(model_fn, **kw)
+    same = (one_call == before) | (np.isnan(one_call) & np.isnan(before))
+    assert same.all(), np.argwhere(~same)[:5]
+
+
 def _reader_in(env: dict) -> str:
     return run_python("from tb_neuraldbg.training import grad_reader\nprint(grad_reader.wait(600))\n", env, 900)
 

@@ -378,6 +378,50 @@ def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
     assert np.array_equal(keys, rows % Key.COUNT)
 
 
+@pytest.mark.parametrize("odd", [None, torch.bfloat16], ids=["numpy", "bfloat16-through-torch"])
+def test_collector_finish_copies_cpu_runs_of_any_dtype_with_their_rows(odd):
+    from tb_neuraldbg.training.collector import Collector
+
+    col = Collector()
+    runs = [torch.tensor([1.5, 2.5]), torch.tensor([3], dtype=torch.int32),
+            torch.tensor([4.25, 5.0], dtype=torch.float64), torch.tensor([6.0], requires_grad=True),
+            torch.tensor([2.0 ** 24 + 1], dtype=torch.int64)]  # (exact in float64, not in float32)
+    if odd is not None:
+        runs.append(torch.tensor([7.0], dtype=odd))
+    row = 0
+    for t in runs:
+        col.add_stacked(t, list(range(row, row + t.numel())), Key.VALUE)
+        row += t.numel()
+    col.const(row, Key.VALUE, 8.0)
+    host, rows, keys = col.finish()
+    values = np.concatenate(host)
+    want = np.concatenate([t.detach().double().numpy() for t in runs] + [np.array([8.0])])
+    order = np.argsort(rows)
+    assert np.array_equal(rows[order], np.arange(row + 1)) and (keys == Key.VALUE).all()
+    assert np.array_equal(values[order], want)
+    runs[0].fill_(-1.0)  # a copy, not a view of the collected tensors
+    assert np.array_equal(np.concatenate(host)[order], want)
+
+
+def test_a_few_cpu_scalars_are_stacked_as_they_were_when_added():
+    from tb_neuraldbg.training.collector import FEW, Collector
+
+    col = Collector()
+    w = torch.tensor(2.0, requires_grad=True)
+    added = [w * 3, torch.tensor(7, dtype=torch.int32), torch.tensor(0.5, dtype=torch.bfloat16),
+             torch.tensor(True), torch.tensor(1.25, dtype=torch.float16)]
+    for i, t in enumerate(added):
+        col.add(t, i, Key.VALUE)
+    assert len(added) <= FEW
+    col.compact()
+    kept = torch.tensor(4.0)
+    col.add(kept, len(added), Key.VALUE)
+    host, rows, keys = col.finish()
+    kept.fill_(-1.0)  # changed after the step's end: the step keeps its value
+    values = np.concatenate(host)[np.argsort(rows)]
+    assert values.tolist() == [6.0, 7.0, 0.5, 1.0, 1.25, 4.0]
+
+
 def test_grouping_in_cpp_matches_the_python_grouping(monkeypatch):
     ts = [torch.randn(3), torch.randn(2, dtype=torch.float64), torch.randn(4), torch.randn(1, dtype=torch.float64)]
     fast = S._by_device_and_dtype(ts)

@@ -18,6 +18,7 @@ Python's answers before it is used.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -36,7 +37,7 @@ import torch
 
 from . import cpu_kernel
 
-__all__ = ["Read", "all_require_grad", "marks", "read", "read_data", "start", "wait"]
+__all__ = ["Read", "all_require_grad", "marks", "measure_fn", "read", "read_data", "start", "wait"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ _STDS = ("c++20", "c++17")
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _module = None  # the loaded extension, once built and checked
+_measure = None  # its measure(), once the fused kernel is set in it and checked
 _local = threading.local()  # each thread's arrays, by length (reused from step to step)
 
 # Status codes of grads.cpp.
@@ -134,6 +136,15 @@ def marks(params: list) -> tuple[np.ndarray, np.ndarray] | None:
     return ids, versions
 
 
+def measure_fn():
+    """The extension's ``measure(x, x_batched, y, y_dead, exact)`` (see
+    grads.cpp: a module's input and output moments in one call, as a tuple in
+    the order of ``instrument._FAST_KEYS``, or None where the kernel does not
+    take one of them), or None while it is not loaded or the fused kernel is
+    off (``cpu_kernel.set_enabled(False)``)."""
+    return _measure if _module is not None and cpu_kernel._enabled else None
+
+
 def all_require_grad(params: list) -> bool | None:
     """Whether every one of ``params`` requires grad; None while the reader
     is not loaded."""
@@ -150,13 +161,28 @@ def all_require_grad(params: list) -> bool | None:
 
 
 def _load() -> None:
-    global _module
+    global _module, _measure
     try:
         mod = _build_and_check()
     except Exception as e:  # noqa: BLE001 -- never fatal: the gradients are read in Python
         log.info("tb_neuraldbg: the C++ gradient reader is not used (%s); Python reads them", e)
         return
     _module = mod
+    try:
+        _measure = _measure_with_kernel(mod)
+    except Exception as e:  # noqa: BLE001 -- never fatal: the activations are measured through ctypes
+        log.info("tb_neuraldbg: the C++ activation reads are not used (%s)", e)
+
+
+def _measure_with_kernel(mod):
+    """``mod.measure`` with the fused kernel's moments function set in it,
+    checked against :func:`cpu_kernel.moments`; None without the kernel."""
+    if not cpu_kernel.available():
+        return None
+    address = ctypes.cast(cpu_kernel._fn, ctypes.c_void_p).value
+    mod.set_moments(address, cpu_kernel.MAX_ELEMENTS)
+    _check_measure(mod.measure)
+    return mod.measure
 
 
 def _torch_paths() -> tuple[str, str]:
@@ -249,3 +275,32 @@ def _check(mod) -> None:
     frozen = torch.nn.Parameter(torch.zeros(1, device=cpu), requires_grad=False)
     if mod.all_require_grad([plain, wide]) is not True or mod.all_require_grad([plain, frozen]) is not False:
         raise RuntimeError("the gradient reader's requires_grad check failed")
+
+
+class _Subclass(torch.Tensor):
+    """A tensor subclass, which the activation reads leave to Python."""
+
+
+def _check_measure(measure) -> None:
+    """Known answers of ``measure``: :func:`cpu_kernel.moments`' values in
+    the documented order, and None for what it does not take."""
+    cpu = torch.device("cpu")
+    x = torch.tensor([[1.0, 0.0, -2.0], [0.0, 0.0, 3.0]], device=cpu)
+    y = torch.tensor([[0.5, float("nan")], [0.0, -4.0]], device=cpu)
+    mx, my = cpu_kernel.moments(x, 3), cpu_kernel.moments(y, 2)
+    want = [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]
+    got = measure(x, True, y, True, True)
+    same = got is not None and len(got) == len(want) and all(
+        a == b or (a != a and b != b) for a, b in zip(got, want))
+    if not same:
+        raise RuntimeError(f"the activation reads' check failed: {got} against {want}")
+    want = [4.0, *my[:5]]
+    got = measure(None, False, y, False, False)
+    if got is None or len(got) != len(want) or not all(a == b or (a != a and b != b) for a, b in zip(got, want)):
+        raise RuntimeError(f"the activation reads' check failed: {got} against {want}")
+    refused = [
+        (x.double(), y), (x, y.t()), (x.as_subclass(_Subclass), y), (x[:0], y), (x, y[:1, :1]),
+    ]
+    for a, b in refused:
+        if measure(a, False, b, False, False) is not None:
+            raise RuntimeError("the activation reads' check failed: a tensor the kernel does not take was read")

@@ -30,6 +30,25 @@
 // all_require_grad(params) -> bool: whether every one requires grad (a
 //   parameter frozen since the last step is looked for at every step).
 //
+// set_moments(address, max_elements) -> None: the fused kernel's
+//   nd_moments_f32 (moments.c, loaded by cpu_kernel.py), which measure calls.
+//
+// measure(x, x_batched, y, y_dead, exact) -> tuple of floats, or None
+//   A module's first input ``x`` (or None) and output ``y`` in one call, for
+//   a full step's forward hook (instrument.py): in Python, the checks, two
+//   ctypes calls and their buffers cost more than the kernel's read of a
+//   small activation. The values, in the order of instrument._FAST_KEYS:
+//   x's size, [its units a sample], sum, non-zeros, [dead units], [non-
+//   finite]; then y's size, [units], min, max, sum, L2 norm, non-zeros,
+//   [dead units], [non-finite] (the bracketed ones when x_batched, y_dead,
+//   exact: a batched tensor is [size(0), units]). None when the kernel does
+//   not take one of them (not a torch.Tensor or Parameter of contiguous
+//   float32 CPU values, a subclass, empty, too large, an output of one
+//   value) or is not set: the caller measures it as before.
+//   Holds the GIL: a read of a small activation takes microseconds, and
+//   releasing it lets the worker thread in, whom the training thread would
+//   then wait for.
+//
 // Never raises a C++ exception into Python: any error of PyTorch's becomes
 // a RuntimeError, and the caller reads in Python.
 
@@ -176,7 +195,110 @@ PyObject* all_require_grad(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
+// nd_moments_f32 of moments.c: (values, n, units, alive scratch, out[7]).
+using MomentsFn = int (*)(const float*, int64_t, int64_t, int32_t*, double*);
+MomentsFn moments_fn = nullptr;
+int64_t max_elements = 0;
+
+PyObject* set_moments(PyObject*, PyObject* args) {
+  unsigned long long address;
+  long long most;
+  if (!PyArg_ParseTuple(args, "KL", &address, &most)) {
+    return nullptr;
+  }
+  moments_fn = reinterpret_cast<MomentsFn>(address);
+  max_elements = most;
+  Py_RETURN_NONE;
+}
+
+// The kernel's moments of one tensor into out[7], its units a sample into
+// *units (0 unless batched); false when the kernel does not take it.
+bool tensor_moments(PyObject* obj, bool batched, int64_t least, double* out, int64_t* units) {
+  if (!THPVariable_CheckExact(obj)) {
+    return false;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!plain_float32(t)) {
+    return false;
+  }
+  const int64_t n = t.numel();
+  if (n < least || n > max_elements) {
+    return false;
+  }
+  *units = 0;
+  if (batched) {
+    if (t.dim() < 2) {
+      return false;
+    }
+    *units = n / t.size(0);
+  }
+  thread_local std::vector<int32_t> alive;
+  if (static_cast<size_t>(*units) > alive.size()) {
+    alive.resize(static_cast<size_t>(*units));
+  }
+  return moments_fn(static_cast<const float*>(t.const_data_ptr()), n, *units, *units ? alive.data() : nullptr, out) == 0;
+}
+
+PyObject* measure(PyObject*, PyObject* args) {
+  PyObject *x, *y;
+  int x_batched, y_dead, exact;
+  if (!PyArg_ParseTuple(args, "OpOpp", &x, &x_batched, &y, &y_dead, &exact)) {
+    return nullptr;
+  }
+  if (moments_fn == nullptr) {
+    Py_RETURN_NONE;
+  }
+  double xm[7], ym[7];
+  int64_t xu = 0, yu = 0;
+  double vals[20];
+  int k = 0;
+  try {
+    const bool has_x = x != Py_None;
+    if (has_x && !tensor_moments(x, x_batched, 1, xm, &xu)) {
+      Py_RETURN_NONE;
+    }
+    // (an output of one value has no spread: instrument.py measures it alone)
+    if (!tensor_moments(y, y_dead, 2, ym, &yu)) {
+      Py_RETURN_NONE;
+    }
+    if (has_x) {
+      vals[k++] = static_cast<double>(THPVariable_Unpack(x).numel());
+      if (x_batched) vals[k++] = static_cast<double>(xu);
+      vals[k++] = xm[2];
+      vals[k++] = xm[4];
+      if (x_batched) vals[k++] = xm[6];
+      if (exact) vals[k++] = xm[5];
+    }
+    vals[k++] = static_cast<double>(THPVariable_Unpack(y).numel());
+    if (y_dead) vals[k++] = static_cast<double>(yu);
+    for (int j = 0; j < 5; j++) vals[k++] = ym[j];
+    if (y_dead) vals[k++] = ym[6];
+    if (exact) vals[k++] = ym[5];
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "measuring the activations failed");
+    return nullptr;
+  }
+  PyObject* out = PyTuple_New(k);
+  if (out == nullptr) {
+    return nullptr;
+  }
+  for (int j = 0; j < k; j++) {
+    PyObject* v = PyFloat_FromDouble(vals[j]);
+    if (v == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, j, v);
+  }
+  return out;
+}
+
 PyMethodDef kMethods[] = {
+    {"set_moments", set_moments, METH_VARARGS, "The fused kernel's moments function (see grads.cpp)."},
+    {"measure", measure, METH_VARARGS, "A module's input and output moments in one call (see grads.cpp)."},
     {"all_require_grad", all_require_grad, METH_VARARGS, "Whether every tensor of the list requires grad."},
     {"read", read, METH_VARARGS, "The gradients' addresses, sizes and status (see grads.cpp)."},
     {"read_data", read_data, METH_VARARGS, "The tensors' own addresses, sizes and status (see grads.cpp)."},

@@ -76,6 +76,23 @@ _MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
 _IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
 _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
 _GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
+
+
+def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool) -> tuple[int, ...]:
+    """The keys of grad_reader.measure_fn()'s values, in its order."""
+    keys = ()
+    if has_x:
+        keys = (Key.IN_N,) + ((Key.IN_UNITS,) if x_batched else ()) + _IN_KEYS
+        keys += ((Key.IN_DEAD,) if x_batched else ()) + ((Key.IN_NF,) if exact else ())
+    keys += (Key.OUT_N,) + ((Key.OUT_UNITS,) if y_dead else ()) + _MOMENT_KEYS
+    return keys + ((Key.OUT_DEAD,) if y_dead else ()) + ((Key.OUT_NF,) if exact else ())
+
+
+# by (x given, x batched, y's dead units counted, exact)
+_FAST_KEYS = {
+    (h, b, d, e): _fast_keys(h, b, d, e)
+    for h in (False, True) for b in (False, True) for d in (False, True) for e in (False, True) if h or not b
+}
 # The batch's: every step, and its zero count on full-statistics steps.
 _BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
 
@@ -217,6 +234,7 @@ class Instrument:
         self._ref: weakref.ref | None = None  # to itself, shared by the output-gradient hooks
         self._sched_step: int | None = None  # see _schedule
         self._sched_stats = self._sched_hist = False
+        self._fast_measure = None  # grad_reader.measure_fn(), looked for once a step (see _schedule)
         # A cheap step of nonfinite="replay": the module hooks only note
         # that their module ran (see _schedule).
         self._light = False
@@ -734,6 +752,48 @@ class Instrument:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
         if self._sched_step != self.step:
             self._schedule()
+        fast = self._fast_measure
+        if (
+            fast is not None and y is not None and self._sched_stats and not (self._sched_hist or nf_only)
+            and behaviour.saturation is None
+        ):
+            # Both in one C++ call (grad_reader.measure_fn): no torch op, so
+            # no switch of torch's threads; the values straight in the
+            # collector's key order. (On a 1,000-module model's full step,
+            # the checks, ctypes calls and collector calls that this saves
+            # cost more than the kernel's reads of its small activations.)
+            xb = x is not None and x.dim() >= 2
+            yd = behaviour.dead and y.dim() >= 2
+            vals = fast(x, xb, y, yd, self.exact)
+            if vals is not None:
+                self._col.measured(row, _FAST_KEYS[x is not None, xb, yd, self.exact], vals)
+            else:
+                self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
+        else:
+            self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
+        if y is not None and y.requires_grad and not y.is_leaf:
+            if self.mode == "replay" and not (self._replaying or self._batch_grad):
+                # With a batch that does not require grad, a non-finite
+                # output gradient reaches a parameter's gradient (in the
+                # step's norms: then the step is replayed, with every output
+                # gradient read). So a full step reads none (a third of such
+                # a step of the 1,000-module model: a read and a call from
+                # autograd per module) and its flag is 0 where the step's
+                # evidence is clean (stats.assemble).
+                self._col.const(row, Key.GOUT_CLEAN, 1)
+                return
+            # A leaf (a parameter returned as is) would keep the hook beyond
+            # the step; a non-leaf's hook dies with its graph. On the node
+            # that made ``y``, not on ``y`` (Tensor.register_hook costs 40 us
+            # in place, a node's pre-hook 3 us): the same gradient, the one
+            # a tensor hook registered now would get (an in-place op on ``y``
+            # later makes a new node; this one still gets the gradient w.r.t.
+            # the value measured here).
+            y.grad_fn.register_prehook(self._make_gout_hook(row, y.output_nr))
+
+    def _measure_values(self, row, module, behaviour: Behaviour, x, y, same_as_prev: bool, nf_only: bool) -> None:
+        """A module's first input ``x`` and output ``y`` (either may be None)
+        through the kernel's Python calls or torch's ops."""
         # One intra-op thread for small CPU tensors (stats.one_thread_pays),
         # switched inline: this runs for every module at every step.
         threads = self._threads
@@ -768,25 +828,6 @@ class Instrument:
         finally:
             if switch:
                 torch.set_num_threads(threads)
-        if y is not None and y.requires_grad and not y.is_leaf:
-            if self.mode == "replay" and not (self._replaying or self._batch_grad):
-                # With a batch that does not require grad, a non-finite
-                # output gradient reaches a parameter's gradient (in the
-                # step's norms: then the step is replayed, with every output
-                # gradient read). So a full step reads none (a third of such
-                # a step of the 1,000-module model: a read and a call from
-                # autograd per module) and its flag is 0 where the step's
-                # evidence is clean (stats.assemble).
-                self._col.const(row, Key.GOUT_CLEAN, 1)
-                return
-            # A leaf (a parameter returned as is) would keep the hook beyond
-            # the step; a non-leaf's hook dies with its graph. On the node
-            # that made ``y``, not on ``y`` (Tensor.register_hook costs 40 us
-            # in place, a node's pre-hook 3 us): the same gradient, the one
-            # a tensor hook registered now would get (an in-place op on ``y``
-            # later makes a new node; this one still gets the gradient w.r.t.
-            # the value measured here).
-            y.grad_fn.register_prehook(self._make_gout_hook(row, y.output_nr))
 
     def _schedule(self) -> None:
         """This step's schedule, computed once per step (not per hook): at
@@ -796,6 +837,7 @@ class Instrument:
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
         self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
+        self._fast_measure = grad_reader.measure_fn()  # (None until the extension is loaded)
         self._sync_module_hooks()
 
     def _sync_module_hooks(self) -> None:
