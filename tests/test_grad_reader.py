@@ -233,6 +233,9 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
     for xx in (x, None):
         got = measure(xx, x_batched and xx is not None, y, y_dead, exact)
         assert _same(list(got), _moments_in_order(xx, x_batched and xx is not None, y, y_dead, exact)), got
+    large = torch.randn(4, 1 << 16, generator=g)  # (read without the GIL held: grads.cpp's kReleaseGil)
+    got = measure(x, x_batched, large, y_dead, exact)
+    assert _same(list(got), _moments_in_order(x, x_batched, large, y_dead, exact)), got
     from tb_neuraldbg.training.instrument import _FAST_KEYS
     assert len(measure(x, x_batched, y, y_dead, exact)) == len(_FAST_KEYS[True, x_batched, y_dead, exact])
     assert len(measure(None, False, y, y_dead, exact)) == len(_FAST_KEYS[False, False, y_dead, exact])

@@ -45,9 +45,9 @@
 //   not take one of them (not a torch.Tensor or Parameter of contiguous
 //   float32 CPU values, a subclass, empty, too large, an output of one
 //   value) or is not set: the caller measures it as before.
-//   Holds the GIL: a read of a small activation takes microseconds, and
-//   releasing it lets the worker thread in, whom the training thread would
-//   then wait for.
+//   Holds the GIL while it reads a small activation (microseconds: letting
+//   it go would let the worker thread in, whom the training thread would
+//   then wait for); lets it go for a large one (kReleaseGil).
 //
 // Never raises a C++ exception into Python: any error of PyTorch's becomes
 // a RuntimeError, and the caller reads in Python.
@@ -211,6 +211,11 @@ PyObject* set_moments(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// From this many values (1 MB, some 50-100 us of reading) the GIL is let go
+// during the read, as ctypes does: other Python threads (the worker, a data
+// loader's) are not held up by a large activation.
+constexpr int64_t kReleaseGil = int64_t{1} << 18;
+
 // The kernel's moments of one tensor into out[7], its units a sample into
 // *units (0 unless batched); false when the kernel does not take it.
 bool tensor_moments(PyObject* obj, bool batched, int64_t least, double* out, int64_t* units) {
@@ -236,7 +241,16 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, double* out, int
   if (static_cast<size_t>(*units) > alive.size()) {
     alive.resize(static_cast<size_t>(*units));
   }
-  return moments_fn(static_cast<const float*>(t.const_data_ptr()), n, *units, *units ? alive.data() : nullptr, out) == 0;
+  const auto* values = static_cast<const float*>(t.const_data_ptr());
+  int32_t* scratch = *units ? alive.data() : nullptr;
+  int rc;
+  if (n >= kReleaseGil) {
+    Py_BEGIN_ALLOW_THREADS rc = moments_fn(values, n, *units, scratch, out);
+    Py_END_ALLOW_THREADS
+  } else {
+    rc = moments_fn(values, n, *units, scratch, out);
+  }
+  return rc == 0;
 }
 
 PyObject* measure(PyObject*, PyObject* args) {
