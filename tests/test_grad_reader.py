@@ -263,6 +263,27 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
         K.set_enabled(True)
 
 
+def test_a_measure_that_fails_its_check_is_not_used(reader, monkeypatch):
+    real = reader._measure
+    off_by_one = lambda *a: None if real(*a) is None else tuple(v + 1.0 for v in real(*a))  # noqa: E731
+    with pytest.raises(RuntimeError, match="check failed"):
+        grad_reader._check_measure(off_by_one)
+    reads_anything = lambda *a: real(*a) or (0.0,) * 8  # noqa: E731
+    with pytest.raises(RuntimeError, match="does not take"):
+        grad_reader._check_measure(reads_anything)
+    grad_reader._check_measure(real)  # (the real one passes)
+
+    def failing(measure):
+        raise RuntimeError("check failed")
+
+    monkeypatch.setattr(grad_reader, "_check_measure", failing)
+    monkeypatch.setattr(grad_reader, "_module", None)
+    monkeypatch.setattr(grad_reader, "_measure", None)
+    grad_reader._load()
+    assert grad_reader._module is not None  # the gradients are still read in C++
+    assert grad_reader.measure_fn() is None  # the activations through ctypes
+
+
 class _Mixed(nn.Module):
     """What the one-call path takes and what it leaves to the Python path in
     one model: a LayerNorm, GELU, an in-place ReLU, a Tanh (saturation), a
