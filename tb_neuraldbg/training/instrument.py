@@ -235,6 +235,9 @@ class Instrument:
         self._sched_step: int | None = None  # see _schedule
         self._sched_stats = self._sched_hist = False
         self._fast_measure = None  # grad_reader.measure_fn(), looked for once a step (see _schedule)
+        # False reads a full step's modules through ctypes, as before the
+        # one-call reads (benchmarks/full_step_ab.py measures the difference).
+        self.one_call_reads = True
         # A cheap step of nonfinite="replay": the module hooks only note
         # that their module ran (see _schedule).
         self._light = False
@@ -837,7 +840,8 @@ class Instrument:
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
         self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
-        self._fast_measure = grad_reader.measure_fn()  # (None until the extension is loaded)
+        # (None until the extension is loaded)
+        self._fast_measure = grad_reader.measure_fn() if self.one_call_reads else None
         self._sync_module_hooks()
 
     def _sync_module_hooks(self) -> None:
