@@ -328,6 +328,18 @@ def test_takes_says_what_moments_takes(make):
 
 
 @needs_kernel
+def test_a_negative_view_is_left_to_torch():
+    """``torch._neg_view`` keeps the opposites of its values in memory: the
+    kernel, which reads the memory, must not read it."""
+    x = torch.arange(1.0, 7.0).reshape(2, 3)
+    neg = torch._neg_view(x)
+    assert neg.is_neg() and neg.is_contiguous()
+    assert not K.takes(neg) and K.moments(neg) is None and K.histogram(neg.reshape(-1), 4) is None
+    got = S.moments(neg)  # (torch's ops: the values as torch gives them)
+    assert float(got[2]) == -21.0
+
+
+@needs_kernel
 @pytest.mark.parametrize("kernel", [True, False])
 def test_the_batch_the_kernel_measures_is_measured_without_switching_torchs_threads(kernel, monkeypatch):
     """torch's threads are switched to one only for torch's own small

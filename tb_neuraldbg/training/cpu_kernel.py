@@ -97,7 +97,10 @@ def takes(x: torch.Tensor) -> bool:
         return False
     if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided:
         return False
-    return 0 < x.numel() <= MAX_ELEMENTS and x.is_contiguous() and bool(_fn if _fn is not None else _load())
+    return (
+        0 < x.numel() <= MAX_ELEMENTS and x.is_contiguous() and not x.is_neg()  # (a negative view: opposites in memory)
+        and bool(_fn if _fn is not None else _load())
+    )
 
 
 def moments(x: torch.Tensor, units: int = 0) -> list[float] | None:
@@ -168,7 +171,7 @@ def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
     general path handles those)."""
     if not _enabled or type(x) is not torch.Tensor:
         return None
-    if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided or x.dim() != 1:
+    if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided or x.dim() != 1 or x.is_neg():
         return None
     n = x.numel()
     if n == 0 or n > MAX_ELEMENTS or x.stride(0) <= 0:

@@ -70,10 +70,11 @@ void free_holder(PyObject* capsule) {
 }
 
 // Whether the kernel reads ``t`` as it is: contiguous float32 values in
-// CPU memory of its own (not a subclass, a nested or a storage-less one).
+// CPU memory of its own (not a subclass, a nested or a storage-less one, nor
+// a negative view, whose memory holds the values' opposites).
 bool plain_float32(const at::Tensor& t) {
   return t.layout() == c10::kStrided && t.scalar_type() == c10::kFloat && t.device().is_cpu() && !t.is_nested() &&
-         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_contiguous();
+         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_contiguous() && !t.is_neg();
 }
 
 // read() and read_data(): of_grad, the tensors' gradients, else the tensors.
