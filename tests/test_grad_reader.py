@@ -4,6 +4,7 @@ from a watched run, and Python's reading wherever it is not there."""
 
 import os
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from torch import nn
 from tb_neuraldbg.training import cpu_kernel as K
 from tb_neuraldbg.training import grad_reader
 from tb_neuraldbg.training import stats as S
+from tb_neuraldbg.training.instrument import _FAST_KEYS
 from tb_neuraldbg.training.optimizer_facts import StepFacts
 from tests.test_cpu_kernel import failing_compiler, run_python
 from tests.test_instrument import Recorder, batches, mlp
@@ -236,7 +238,6 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
     large = torch.randn(4, 1 << 16, generator=g)  # (read without the GIL held: grads.cpp's kReleaseGil)
     got = measure(x, x_batched, large, y_dead, exact)
     assert _same(list(got), _moments_in_order(x, x_batched, large, y_dead, exact)), got
-    from tb_neuraldbg.training.instrument import _FAST_KEYS
     assert len(measure(x, x_batched, y, y_dead, exact)) == len(_FAST_KEYS[True, x_batched, y_dead, exact])
     assert len(measure(None, False, y, y_dead, exact)) == len(_FAST_KEYS[False, False, y_dead, exact])
 
@@ -330,8 +331,6 @@ def test_a_measure_that_raises_sends_the_module_the_old_way(reader, monkeypatch)
         raise RuntimeError("a question PyTorch refuses for an exotic tensor")
 
     monkeypatch.setattr(reader, "_measure", raising)
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (no part of the monitoring switched off)
         rows = _run(_Mixed)
