@@ -453,15 +453,21 @@ def test_without_a_working_compiler_or_when_turned_off_torchs_ops_are_used(tmp_p
     assert _run_env({K.ENV: "0", "XDG_CACHE_HOME": str(tmp_path / "cache2")}) == "False True"
 
 
-@needs_kernel
-def test_the_library_is_built_once_into_a_private_directory(tmp_path):
-    cache = tmp_path / "cache"
-    assert _run_env({"XDG_CACHE_HOME": str(cache)}) == "True False"
-    built = list(cache.rglob("moments-*.so"))
+def assert_built_once(load, cache, pattern: str, loaded: str) -> None:
+    """``load(env)`` (a fresh process's answer, ``loaded`` once built)
+    builds one library matching ``pattern`` into a private directory of
+    ``cache``, and a second process loads it without building it again."""
+    assert load({"XDG_CACHE_HOME": str(cache)}) == loaded
+    built = list(cache.rglob(pattern))
     assert len(built) == 1 and (built[0].parent.stat().st_mode & 0o077) == 0
     mtime = built[0].stat().st_mtime_ns
-    assert _run_env({"XDG_CACHE_HOME": str(cache)}) == "True False"  # loaded, not rebuilt
+    assert load({"XDG_CACHE_HOME": str(cache)}) == loaded  # loaded, not rebuilt
     assert built[0].stat().st_mtime_ns == mtime
+
+
+@needs_kernel
+def test_the_library_is_built_once_into_a_private_directory(tmp_path):
+    assert_built_once(_run_env, tmp_path / "cache", "moments-*.so", "True False")
 
 
 def _rows(model_fn, shape, classes, integer=None, steps=6, poison_at=None, **cfg):

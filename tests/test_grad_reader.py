@@ -16,7 +16,7 @@ from tb_neuraldbg.training import grad_reader
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.instrument import _FAST_KEYS
 from tb_neuraldbg.training.optimizer_facts import StepFacts
-from tests.test_cpu_kernel import failing_compiler, run_python
+from tests.test_cpu_kernel import assert_built_once, failing_compiler, run_python
 from tests.test_instrument import Recorder, batches, mlp
 
 
@@ -353,10 +353,4 @@ def test_without_a_cxx_compiler_python_reads_the_gradients(tmp_path):
 
 @pytest.mark.skipif(shutil.which("c++") is None and not os.environ.get("CXX"), reason="no C++ compiler")
 def test_the_reader_is_built_once_into_the_private_cache(tmp_path, reader):
-    cache = tmp_path / "cache"
-    assert _reader_in({"XDG_CACHE_HOME": str(cache)}) == "True"
-    built = list(cache.rglob("grads-*"))
-    assert len(built) == 1 and (built[0].parent.stat().st_mode & 0o077) == 0
-    mtime = built[0].stat().st_mtime_ns
-    assert _reader_in({"XDG_CACHE_HOME": str(cache)}) == "True"  # loaded, not rebuilt
-    assert built[0].stat().st_mtime_ns == mtime
+    assert_built_once(_reader_in, tmp_path / "cache", "grads-*", "True")

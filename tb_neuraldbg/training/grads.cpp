@@ -69,6 +69,19 @@ void free_holder(PyObject* capsule) {
   delete static_cast<std::vector<at::Tensor>*>(PyCapsule_GetPointer(capsule, kHolder));
 }
 
+// Inside a catch block: the C++ exception being handled as a Python
+// RuntimeError (its message, else ``otherwise``); returns nullptr.
+PyObject* raise_current(const char* otherwise) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, otherwise);
+  }
+  return nullptr;
+}
+
 // Whether the kernel reads ``t`` as it is: contiguous float32 values in
 // CPU memory of its own (not a subclass, a nested or a storage-less one, nor
 // a negative view, whose memory holds the values' opposites).
@@ -120,14 +133,9 @@ PyObject* read_any(PyObject* args, bool of_grad) {
       lens[i] = g.numel();
       status[i] = 0;
     }
-  } catch (const std::exception& e) {
-    delete held;
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
   } catch (...) {
     delete held;
-    PyErr_SetString(PyExc_RuntimeError, "reading the gradients failed");
-    return nullptr;
+    return raise_current("reading the gradients failed");
   }
   PyObject* holder = PyCapsule_New(held, kHolder, free_holder);
   if (holder == nullptr) {
@@ -168,12 +176,8 @@ PyObject* marks(PyObject*, PyObject* args) {
         versions[i] = static_cast<int64_t>(g._version());
       }
     }
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
   } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "reading the gradients failed");
-    return nullptr;
+    return raise_current("reading the gradients failed");
   }
   Py_RETURN_NONE;
 }
@@ -290,12 +294,8 @@ PyObject* measure(PyObject*, PyObject* args) {
     for (int j = 0; j < 5; j++) vals[k++] = ym[j];
     if (y_dead) vals[k++] = ym[6];
     if (exact) vals[k++] = ym[5];
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
   } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "measuring the activations failed");
-    return nullptr;
+    return raise_current("measuring the activations failed");
   }
   PyObject* out = PyTuple_New(k);
   if (out == nullptr) {
