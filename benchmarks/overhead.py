@@ -552,7 +552,8 @@ def main(argv=None) -> int:
                   f" bare loop's training thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
             own, floor = o["hooks_ms"] + o["worker_ms"], o["clip_ms"]
             print(f"    clip_grad_norm_ alone, timed the same way: {floor:.2f} ms (1 + {floor / o['bare_ms']:.3f});"
-                  f" the writer above that floor: {own - floor:.2f} ms (+{100 * (own - floor) / o['bare_ms']:.1f} %)")
+                  f" the writer {'above' if own >= floor else 'below'} that floor: {own - floor:+.2f} ms"
+                  f" ({100 * (own - floor) / o['bare_ms']:+.1f} %)")
             extra = o["watched_mean_ms"] - o["bare_mean_ms"]
             print(f"    the training thread's whole step, mean: {o['watched_mean_ms']:.1f} ms against the bare"
                   f" loop's {o['bare_mean_ms']:.1f} ms: {extra:+.2f} ms ({100 * extra / o['bare_mean_ms']:+.1f} %,"
