@@ -136,7 +136,9 @@ def test_marks_taken_in_python_are_checked_in_python_once_the_reader_is_loaded(r
     assert col.rows == []
 
 
-def _run(model_fn, steps=6, poison_at=None, freeze_at=None, **cfg):
+def _run(model_fn, steps=6, poison_at=None, freeze_at=None, histograms=None, **cfg):
+    """A watched run's rows; ``histograms`` (a list) gets each step's
+    histogram values and their rows, in the packet's order."""
     torch.manual_seed(0)
     model = model_fn()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -154,6 +156,9 @@ def _run(model_fn, steps=6, poison_at=None, freeze_at=None, **cfg):
         crit(out, y).backward()
         opt.step()
     rec.inst.remove()
+    for p in rec.packets if histograms is not None else ():
+        m = p.keys == S.Key.HIST
+        histograms.append((p.rows[m], p.host_values()[m]))
     return np.stack([rec.row(i) for i in range(steps)])
 
 
@@ -312,18 +317,28 @@ class _Mixed(nn.Module):
 
 
 @pytest.mark.parametrize("model_fn, kw", [(mlp, {}), (_Mixed, {}), (_Mixed, {"poison_at": 3}),
-                                          (_Mixed, {"hist_every": 2}), (_Mixed, {"nonfinite": "every_step"})],
-                         ids=["mlp", "mixed", "mixed-nan", "mixed-histograms", "mixed-every-step"])
+                                          (_Mixed, {"hist_every": 2}), (_Mixed, {"hist_every": 1, "poison_at": 2}),
+                                          (_Mixed, {"nonfinite": "every_step"})],
+                         ids=["mlp", "mixed", "mixed-nan", "mixed-histograms", "mixed-histograms-nan",
+                              "mixed-every-step"])
 def test_the_one_call_measure_gives_the_rows_of_the_python_path(reader, model_fn, kw, monkeypatch):
     calls = []
     real = reader._measure
     monkeypatch.setattr(reader, "_measure", lambda *a: calls.append(a[2].shape) or real(*a))
-    one_call = _run(model_fn, **kw)
+    hists = []
+    one_call = _run(model_fn, histograms=hists, **kw)
     assert calls  # (used)
     monkeypatch.setattr(reader, "_measure", None)
-    before = _run(model_fn, **kw)
+    hists_before = []
+    before = _run(model_fn, histograms=hists_before, **kw)
     same = (one_call == before) | (np.isnan(one_call) & np.isnan(before))
     assert same.all(), np.argwhere(~same)[:5]
+    # the same histograms (bins, min, max, sum, sum of squares) of the same rows
+    assert len(hists) == len(hists_before)
+    for (rows, vals), (rows0, vals0) in zip(hists, hists_before):
+        assert np.array_equal(rows, rows0)
+        assert np.array_equal(vals, vals0, equal_nan=True)
+    assert any(len(v) for _, v in hists)  # (the first step is a histogram step)
 
 
 def test_a_measure_that_raises_sends_the_module_the_old_way(reader, monkeypatch):

@@ -28,6 +28,7 @@ than spread over more objects (each extra layer is a Python call per hook).
 from __future__ import annotations
 
 import logging
+import math
 from itertools import repeat
 from operator import attrgetter, is_
 import warnings
@@ -93,6 +94,8 @@ _FAST_KEYS = {
     (h, b, d, e): _fast_keys(h, b, d, e)
     for h in (False, True) for b in (False, True) for d in (False, True) for e in (False, True) if h or not b
 }
+# where y's min, max, sum and norm start among those values (a histogram's bounds)
+_FAST_Y_MOMENTS = {k: keys.index(Key.OUT_MIN) for k, keys in _FAST_KEYS.items()}
 # The batch's: every step, and its zero count on full-statistics steps.
 _BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
 
@@ -756,10 +759,7 @@ class Instrument:
         if self._sched_step != self.step:
             self._schedule()
         fast = self._fast_measure
-        if (
-            fast is not None and y is not None and self._sched_stats and not (self._sched_hist or nf_only)
-            and behaviour.saturation is None
-        ):
+        if fast is not None and y is not None and self._sched_stats and not nf_only and behaviour.saturation is None:
             # Both in one C++ call (grad_reader.measure_fn): no torch op, so
             # no switch of torch's threads; the values straight in the
             # collector's key order. (On a 1,000-module model's full step,
@@ -772,7 +772,16 @@ class Instrument:
             except RuntimeError:  # (PyTorch refused a question about an exotic tensor: the old way asks again)
                 vals = None
             if vals is not None:
-                self._col.measured(row, _FAST_KEYS[x is not None, xb, yd, self.exact], vals)
+                form = (x is not None, xb, yd, self.exact)
+                self._col.measured(row, _FAST_KEYS[form], vals)
+                if self._sched_hist:
+                    i = _FAST_Y_MOMENTS[form]
+                    mn, mx, total, norm = vals[i : i + 4]
+                    # (min and max finite, a sum that is not NaN: no NaN or inf
+                    # among the values, as the kernel's count would say)
+                    clean = math.isfinite(mn) and math.isfinite(mx) and total == total
+                    known = (mn, mx, total, norm, 0.0, 0.0) if clean else None
+                    self._add_histogram(row, y, known, pays=(x, y))
             else:
                 self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
         else:
@@ -964,11 +973,28 @@ class Instrument:
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:
-            run = None
-            if host is not None and y.numel() <= S.HIST_MAX_VALUES:
-                # Bounded by the moments just read: one pass, not two.
-                run = K.histogram_known(y, S.HIST_BINS, host)
-            col.add_run(run if run is not None else S.histogram(y), row, Key.HIST)  # (detached there)
+            self._add_histogram(row, y, host)
+
+    def _add_histogram(self, row: int, y: torch.Tensor, known, pays=None) -> None:
+        """A histogram step's bins of a module's output ``y``: bounded by the
+        moments just read (``known``: :func:`cpu_kernel.moments`' values of
+        ``y``, or None), one pass, not two; else torch's ops, on one thread
+        where :func:`stats.one_thread_pays` says so for the tensors ``pays``
+        (None: the caller has switched torch's threads already)."""
+        run = None
+        if known is not None and y.numel() <= S.HIST_MAX_VALUES:
+            run = K.histogram_known(y, S.HIST_BINS, known)
+        if run is None:
+            threads = self._threads
+            switch = pays is not None and threads is not None and threads > 1 and S.one_thread_pays(*pays)
+            if switch:
+                torch.set_num_threads(1)
+            try:
+                run = S.histogram(y)  # (detached there)
+            finally:
+                if switch:
+                    torch.set_num_threads(threads)
+        self._col.add_run(run, row, Key.HIST)
 
     def _make_gout_hook(self, row: int, index: int) -> "_GoutHook":
         """A pre-hook for the autograd node that made a module's output (its
