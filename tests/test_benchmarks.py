@@ -1,0 +1,46 @@
+"""What a GPU session runs must not fail there for a Python error: its time
+is minutes (benchmarks/gpu_check.sh). Part 3, overhead.py on a GPT under
+bf16 autocast with the script's own modes, runs here on a tiny GPT on the
+CPU."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tests.test_cpu_kernel import run_python
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def _gpu_check_overhead_args() -> list[str]:
+    """The arguments gpu_check.sh gives overhead.py (its command line, the
+    backslash-continued lines joined)."""
+    with open(os.path.join(ROOT, "benchmarks", "gpu_check.sh")) as f:
+        script = f.read().replace("\\\n", " ")
+    (line,) = [l for l in script.splitlines() if "benchmarks/overhead.py" in l and not l.lstrip().startswith("#")]
+    args = line.split("benchmarks/overhead.py", 1)[1].split("2>&1")[0].split()
+    assert "--models" in args and args[args.index("--models") + 1] == "gpt"
+    return args
+
+
+def test_gpu_checks_overhead_run_works_on_a_tiny_gpt_on_the_cpu():
+    args = _gpu_check_overhead_args()
+    modes = args[args.index("--modes") + 1].split(",")
+    # the script's arguments, on the CPU, with a short schedule
+    for flag, value in (("--device", "cpu"), ("--blocks", "1"), ("--steps", "2")):
+        args[args.index(flag) + 1] = value
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
+import overhead as O
+O.MODELS["gpt"] = lambda: (O.GPT(vocab=2000, d=32, layers=2, heads=4, seq=32), (2, 32), 2000)
+sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
+"""
+    out = run_python(code, {"PYTHONPATH": ROOT}, timeout=300)
+    assert "amp bf16" in out
+    for mode in modes:
+        if mode != "bare":
+            assert re.search(rf"^  {mode}\s+\d", out, re.M), (mode, out)
+    for mode in ("watched", "watched_hand"):
+        assert f"own CPU time per step ({mode}, 2 steps" in out, out
