@@ -1,12 +1,14 @@
 """What a GPU session runs must not fail there for a Python error: its time
-is minutes (benchmarks/gpu_check.sh). Part 3, overhead.py on a GPT under
-bf16 autocast with the script's own modes, runs here on a tiny GPT on the
-CPU."""
+is minutes (benchmarks/gpu_check.sh). Part 2, the synchronisations' loops
+(benchmarks/gpu_syncs.py), and part 3, overhead.py on a GPT under bf16
+autocast with the script's own arguments, run here on the CPU."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 from tests.test_cpu_kernel import run_python
 
@@ -44,3 +46,15 @@ sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
             assert re.search(rf"^  {mode}\s+\d", out, re.M), (mode, out)
     for mode in ("watched", "watched_hand"):
         assert f"own CPU time per step ({mode}, 2 steps" in out, out
+
+
+def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
+    script = os.path.join(ROOT, "benchmarks", "gpu_syncs.py")
+    with open(os.path.join(ROOT, "benchmarks", "gpu_check.sh")) as f:
+        assert "benchmarks/gpu_syncs.py --device cuda" in f.read()
+    r = subprocess.run([sys.executable, script, "--device", "cpu"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("  ok   no replay without a non-finite value") == 2, r.stdout
+    assert "ok   a NaN batch under a GradScaler is replayed, once" in r.stdout
+    assert "FAIL" not in r.stdout
