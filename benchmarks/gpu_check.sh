@@ -13,7 +13,8 @@
 #      found-inf read decides); a planted NaN is replayed once;
 #   3. benchmarks/overhead.py on a GPT-2-medium-sized model (355M parameters,
 #      seq 1024, batch 8, bf16 autocast): the ratio to the bare loop (target
-#      1.02x), with the A/A control and clip_grad_norm_, and the peak memory;
+#      1.02x), with the A/A control and clip_grad_norm_, in blocks and with the
+#      modes alternated step by step, and the peak memory;
 #      hooks_kept is the writer with its module hooks on at cheap steps too
 #      (what cheap steps without them save where the GPU waits for Python).
 #
@@ -51,7 +52,7 @@ timeout 180 $PY benchmarks/gpu_syncs.py --device cuda 2>&1 | tee "$OUT_DIR/syncs
 
 part "3. overhead on a 355M-parameter GPT, bf16 autocast (target 1.02x)"
 timeout 360 $PY benchmarks/overhead.py --device cuda --amp bf16 --models gpt --blocks 8 --steps 5 \
-    --modes bare,bare2,clip,watched,watched_hand,hooks_kept 2>&1 | tee "$OUT_DIR/overhead_gpt.txt" || failed+=("GPT overhead")
+    --modes bare,bare2,clip,watched,watched_hand,hooks_kept --alternate 20 2>&1 | tee "$OUT_DIR/overhead_gpt.txt" || failed+=("GPT overhead")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then

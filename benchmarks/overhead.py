@@ -37,12 +37,18 @@ by two cores), and the worker's parts (assemble the row, the diagnosis
 engine, the summaries' protobuf and writes). ``--own N``: N single steps
 that time the writer's own CPU, its hooks on the training thread and its
 threads, and ``clip_grad_norm_`` the same way in a third loop (the floor the
-issue sets: one read of the gradients), with the writer's cost above it. On
-CUDA, ``peak``: the most memory a step allocated above what was allocated
-before it (activations, gradients, the writer's own).
+issue sets: one read of the gradients), with the writer's cost above it.
+``--alternate N``: N rounds in which every mode trains one step in turn (a
+writer per watched mode for the whole pass, its worker caught up after each
+step): neighbouring steps see the same machine, so the drift that makes
+block ratios noisy cancels out; printed, the ratio of the sums of steps and
+the median (min-max) over chunks of 10 rounds. On CUDA, ``peak``: the most
+memory a step allocated above what was allocated before it (activations,
+gradients, the writer's own).
 
 Usage:
     python benchmarks/overhead.py                          # the three CPU models
+    python benchmarks/overhead.py --alternate 100 --own 100  # the README's table
     python benchmarks/overhead.py --models big --steps 10
     python benchmarks/overhead.py --models mlp --modes bare,bare2,watched,every_step
     python benchmarks/overhead.py --device cuda --amp bf16 --models gpt
@@ -460,6 +466,17 @@ class Runner:
             self.writer.close()
             self.writer = None
 
+    def one_step(self):
+        """(wall, process CPU) seconds of one step, the writer's worker caught
+        up with it before the clock stops (its share counts in the step)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.steps(1)
+        if self.writer is not None:
+            self.writer._worker.sync(60)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, time.process_time() - c0
+
 
 def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -> dict:
     torch.manual_seed(0)
@@ -499,6 +516,42 @@ def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -
     return out
 
 
+def alternated(name, modes, rounds, warm, device, amp, chunk=10) -> dict:
+    """Every mode one step in turn, ``rounds`` times (the order rotating
+    from round to round), each watched mode with one writer that times its
+    steps 1000, 1001, ... (its first ``warm`` untimed). Neighbouring steps
+    see the same machine, so the drift that makes block ratios noisy cancels
+    out. Returns, per mode, (wall, CPU) ratios to the bare loop over chunks
+    of ``chunk`` rounds (a sum of steps over a sum of steps: each chunk of
+    10 holds one full-statistics step) and over the whole pass."""
+    torch.manual_seed(0)
+    with device:
+        model, shape, classes = MODELS[name]()
+    runners = {m: Runner(m, copy.deepcopy(model) if i else model, shape, classes, device, amp)
+               for i, m in enumerate(modes)}
+    times = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix=f"alternated_{name}_") as tmp:
+        for m, r in runners.items():
+            r.steps(2)  # the allocator, caches, lazy initialisation
+            r.begin_block(os.path.join(tmp, m), 1000 - warm, warm)
+        for i in range(rounds):
+            for m in modes[i % len(modes):] + modes[: i % len(modes)]:
+                times[m].append(runners[m].one_step())
+        for r in runners.values():
+            r.end_block()
+    out = {}
+    for m in modes:
+        if m == "bare":
+            continue
+        ratios = []
+        for k in (0, 1):  # wall, CPU
+            mine, bare = [t[k] for t in times[m]], [t[k] for t in times["bare"]]
+            chunks = [sum(mine[j : j + chunk]) / sum(bare[j : j + chunk]) for j in range(0, rounds, chunk)]
+            ratios.append((sum(mine) / sum(bare), chunks))
+        out[m] = ratios
+    return out
+
+
 def _fmt(series):
     med = statistics.median(series)
     return f"{med:.3f} ({min(series):.2f}-{max(series):.2f})"
@@ -516,6 +569,8 @@ def main(argv=None) -> int:
     p.add_argument("--amp", choices=("none", "bf16"), default="none")
     p.add_argument("--own", type=int, default=20, metavar="STEPS",
                    help="steps of the pass that times the instrumentation itself (0: none)")
+    p.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
+                   help="rounds of a pass that alternates the modes step by step (0: none; 100 covers the schedule)")
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if "bare" not in modes:
@@ -545,6 +600,11 @@ def main(argv=None) -> int:
             print(f"  writer's threads ({m}: its worker, the event-file writer, the kernel's second core):"
                   f" {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
+        if args.alternate:
+            print(f"  alternated step by step ({args.alternate} rounds of one step a mode from step 1000, the writer's"
+                  f" worker caught up after each step): ratio of the sums, and median (min-max) over chunks of 10")
+            for m, ((w, wc), (c, cc)) in alternated(name, modes, args.alternate, args.warm, device, args.amp).items():
+                print(f"  {m:<12} wall {w:.3f} {_fmt(wc):>22}   cpu {c:.3f} {_fmt(cc):>22}")
         for m in (m for m in modes if m in WATCH and args.own):
             o = own_cost(name, args.own, device, args.amp, m)
             print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"

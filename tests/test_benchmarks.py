@@ -46,6 +46,10 @@ sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
             assert re.search(rf"^  {mode}\s+\d", out, re.M), (mode, out)
     for mode in ("watched", "watched_hand"):
         assert f"own CPU time per step ({mode}, 2 steps" in out, out
+    if "--alternate" in args:
+        for mode in modes:
+            if mode != "bare":
+                assert re.search(rf"^  {mode}\s+wall \d", out, re.M), (mode, out)
 
 
 def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
