@@ -71,9 +71,9 @@ def _synchronize(dev):
 
 def run(dev, mode, scaler, debug, poison_at=None):
     """(sync warnings during the timed steps, the instrument or None)"""
+    model = _make(dev)  # (seeded: every run gets the same model and batch)
     x = torch.randn(64, 256, device=dev)
     y = torch.randint(0, 10, (64,), device=dev)
-    model = _make(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     crit = nn.CrossEntropyLoss()
     sc = torch.amp.GradScaler(dev.type) if scaler else None
