@@ -478,14 +478,22 @@ class Runner:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
-def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -> dict:
+def _runners(name, modes, device, amp) -> tuple[nn.Module, dict]:
+    """The model, and a runner for each mode training an identical copy
+    of it, each past its first two steps (the allocator, caches, lazy
+    initialisation)."""
     torch.manual_seed(0)
     with device:  # initialised where it trains (a 355M model initialises slowly on a CPU)
         model, shape, classes = MODELS[name]()
     runners = {m: Runner(m, copy.deepcopy(model) if i else model, shape, classes, device, amp)
                for i, m in enumerate(modes)}
-    for r in runners.values():  # the allocator, caches, lazy initialisation
+    for r in runners.values():
         r.steps(2)
+    return model, runners
+
+
+def measure(name, modes, blocks, steps, warm, device, amp, parts: WorkerParts) -> dict:
+    model, runners = _runners(name, modes, device, amp)
     wall = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
     parts.reset()
@@ -524,15 +532,10 @@ def alternated(name, modes, rounds, warm, device, amp, chunk=10) -> dict:
     out. Returns, per mode, (wall, CPU) ratios to the bare loop over chunks
     of ``chunk`` rounds (a sum of steps over a sum of steps: each chunk of
     10 holds one full-statistics step) and over the whole pass."""
-    torch.manual_seed(0)
-    with device:
-        model, shape, classes = MODELS[name]()
-    runners = {m: Runner(m, copy.deepcopy(model) if i else model, shape, classes, device, amp)
-               for i, m in enumerate(modes)}
+    _, runners = _runners(name, modes, device, amp)
     times = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix=f"alternated_{name}_") as tmp:
         for m, r in runners.items():
-            r.steps(2)  # the allocator, caches, lazy initialisation
             r.begin_block(os.path.join(tmp, m), 1000 - warm, warm)
         for i in range(rounds):
             for m in modes[i % len(modes):] + modes[: i % len(modes)]:

@@ -758,7 +758,7 @@ class Instrument:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
         if self._sched_step != self.step:
             self._schedule()
-        fast = self._fast_measure
+        fast, vals = self._fast_measure, None
         if fast is not None and y is not None and self._sched_stats and not nf_only and behaviour.saturation is None:
             # Both in one C++ call (grad_reader.measure_fn): no torch op, so
             # no switch of torch's threads; the values straight in the
@@ -770,22 +770,20 @@ class Instrument:
             try:
                 vals = fast(x, xb, y, yd, self.exact)
             except RuntimeError:  # (PyTorch refused a question about an exotic tensor: the old way asks again)
-                vals = None
-            if vals is not None:
-                form = (x is not None, xb, yd, self.exact)
-                self._col.measured(row, _FAST_KEYS[form], vals)
-                if self._sched_hist:
-                    i = _FAST_Y_MOMENTS[form]
-                    mn, mx, total, norm = vals[i : i + 4]
-                    # (min and max finite, a sum that is not NaN: no NaN or inf
-                    # among the values, as the kernel's count would say)
-                    clean = math.isfinite(mn) and math.isfinite(mx) and total == total
-                    known = (mn, mx, total, norm, 0.0, 0.0) if clean else None
-                    self._add_histogram(row, y, known, pays=(x, y))
-            else:
-                self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
-        else:
+                pass
+        if vals is None:
             self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
+        else:
+            form = (x is not None, xb, yd, self.exact)
+            self._col.measured(row, _FAST_KEYS[form], vals)
+            if self._sched_hist:
+                i = _FAST_Y_MOMENTS[form]
+                mn, mx, total, norm = vals[i : i + 4]
+                # (min and max finite, a sum that is not NaN: no NaN or inf
+                # among the values, as the kernel's count would say)
+                clean = math.isfinite(mn) and math.isfinite(mx) and total == total
+                known = (mn, mx, total, norm, 0.0, 0.0) if clean else None
+                self._add_histogram(row, y, known, pays=(x, y))
         if y is not None and y.requires_grad and not y.is_leaf:
             if self.mode == "replay" and not (self._replaying or self._batch_grad):
                 # With a batch that does not require grad, a non-finite
@@ -975,25 +973,19 @@ class Instrument:
         if self._sched_hist:
             self._add_histogram(row, y, host)
 
-    def _add_histogram(self, row: int, y: torch.Tensor, known, pays=None) -> None:
+    def _add_histogram(self, row: int, y: torch.Tensor, known, pays=()) -> None:
         """A histogram step's bins of a module's output ``y``: bounded by the
         moments just read (``known``: :func:`cpu_kernel.moments`' values of
         ``y``, or None), one pass, not two; else torch's ops, on one thread
         where :func:`stats.one_thread_pays` says so for the tensors ``pays``
-        (None: the caller has switched torch's threads already)."""
+        (none where the caller has switched torch's threads already)."""
         run = None
         if known is not None and y.numel() <= S.HIST_MAX_VALUES:
             run = K.histogram_known(y, S.HIST_BINS, known)
         if run is None:
-            threads = self._threads
-            switch = pays is not None and threads is not None and threads > 1 and S.one_thread_pays(*pays)
-            if switch:
-                torch.set_num_threads(1)
-            try:
+            # (``or 1``: no switch before the step's input has read the setting, as _measure_values)
+            with S.one_thread(*pays, threads=self._threads or 1):
                 run = S.histogram(y)  # (detached there)
-            finally:
-                if switch:
-                    torch.set_num_threads(threads)
         self._col.add_run(run, row, Key.HIST)
 
     def _make_gout_hook(self, row: int, index: int) -> "_GoutHook":
