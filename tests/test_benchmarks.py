@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from tests.test_cpu_kernel import run_python
+from tests.test_cpu_kernel import needs_kernel, run_python
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -62,3 +62,17 @@ def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
     assert r.stdout.count("  ok   no replay without a non-finite value") == 2, r.stdout
     assert "ok   a NaN batch under a GradScaler is replayed, once" in r.stdout
     assert "FAIL" not in r.stdout
+
+
+@needs_kernel
+def test_reads_in_parts_benchmark_runs_under_both_policies():
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "reads_in_parts.py"), "--rounds", "2"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    blocks = r.stdout.split("OMP_WAIT_POLICY=")[1:]
+    assert [b.split(",")[0] for b in blocks] == ["(unset: OpenMP default)", "PASSIVE"]
+    for block in blocks:
+        ratios = re.findall(r"in parts +\d+ us \((\d+\.\d+)x\), A/A (\d+\.\d+)x", block)
+        assert len(ratios) == 4 and all(float(a) > 0 and float(b) > 0 for a, b in ratios)

@@ -15,7 +15,7 @@ from torch import nn
 
 from tb_neuraldbg import metadata
 from tb_neuraldbg.training import cpu_kernel as K
-from tb_neuraldbg.training import grad_reader
+from tb_neuraldbg.training import grad_reader, kernel_build
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.collector import Collector, all_finite
 from tests.test_instrument import CNN, FunctionalMLP, LSTMNet, Recorder, batches, mlp
@@ -209,6 +209,72 @@ def test_many_values_are_read_by_two_cores_with_the_same_norms(threads, monkeypa
     assert len(calls) == (len(cases) if threads > 1 else 0)  # (one core: one thread)
     # The second core's CPU time is counted (benchmarks add it to the writer's threads).
     assert (K.helper_seconds() > before) == (threads > 1)
+
+
+needs_torchs_openmp = pytest.mark.skipif(
+    "OpenMP" not in torch.__config__.parallel_info(), reason="torch without OpenMP: reads stay on one core"
+)
+
+
+@needs_kernel
+@needs_torchs_openmp
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_large_read_in_parts_gives_what_one_read_gives(threads):
+    # Parts of whole rows (batched) or whole blocks: a unit alive only in the
+    # last row, dead units, a NaN or an inf in the last part, a read that is
+    # not a whole number of blocks.
+    assert K.reads_in_parts()  # this project's machines: torch's OpenMP is the kernel's
+    rows, units = 12, K.PART_ELEMENTS // 4 + 3  # three parts' worth and a bit
+    x = torch.randn(rows, units, generator=torch.Generator().manual_seed(5))  # (no unit dead by chance)
+    x[:, [0, 7, units - 1]] = 0.0
+    x[rows - 1, 0] = 2.0
+    cases = [(x, units), (x.view(-1), 0), (x.view(-1)[: x.numel() - 5], 0)]
+    for bad in (math.nan, math.inf):
+        y = x.clone()
+        y[rows - 1, units - 2] = bad
+        cases += [(y, units), (y.view(-1), 0)]
+    saved = torch.get_num_threads()
+    before = K.helper_seconds()
+    try:
+        torch.set_num_threads(threads)
+        for t, u in cases:
+            parts = K.moments(t, u)
+            K.set_reads_in_parts(False)
+            try:
+                one = K.moments(t, u)
+            finally:
+                K.set_reads_in_parts(True)
+            want = torch_moments(t, u)
+            assert parts[0:2] == one[0:2] == want[0:2] or all(map(math.isnan, parts[0:2] + one[0:2]))
+            assert parts[4:] == one[4:] == want[4:]  # non-zeros, non-finite, dead units
+            assert parts[2:4] == pytest.approx(one[2:4], rel=1e-12, nan_ok=True)  # (the sums, added in another order)
+            if u:
+                assert parts[6] == 2  # units 7 and units - 1: unit 0 lives in the last row only
+    finally:
+        torch.set_num_threads(saved)
+    # Torch's other threads' CPU time is counted (benchmarks add it to the writer's threads).
+    assert (K.helper_seconds() > before) == (threads > 1)
+
+
+@needs_kernel
+def test_reads_stay_on_one_core_where_the_kernels_openmp_is_not_torchs():
+    class Entry:  # a library bound to another runtime's omp_get_max_threads, or to none
+        argtypes = restype = None
+
+        def __init__(self, address):
+            self.address = address
+
+        def __call__(self):
+            return self.address
+
+    class Library:
+        def __init__(self, address):
+            self.nd_openmp_entry = Entry(address)
+
+    assert not kernel_build._shares_torchs_openmp(Library(None))  # built without OpenMP
+    assert not kernel_build._shares_torchs_openmp(Library(12345))
+    if "OpenMP" in torch.__config__.parallel_info():
+        assert K.reads_in_parts()  # the real library: torch's runtime (its soname's loaded copy)
 
 
 @needs_kernel

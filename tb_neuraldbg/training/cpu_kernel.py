@@ -13,11 +13,15 @@ benchmark's 1,000-module model: 2.7 against 5.0 ms for ``_foreach_norm``),
 the sum that is an output gradient's non-finite flag (:func:`total`), and
 whether the values a step checks are all finite (:func:`finite`).
 
+Reads of 2 MB or more are cut into parts read by torch's own intra-op
+threads (:data:`PART_ELEMENTS`): a fresh activation or the gradients are
+read at one core's memory bandwidth otherwise.
+
 It is compiled at first use with the machine's C compiler (``$CC``, else
 ``cc``) into a per-user cache, as Triton builds its launcher and Inductor
 its CPU kernels, in under a second and once per machine; loaded through
 ctypes (which releases the GIL during the call), and checked against
-known answers before it is used. Where there is no compiler, the build or
+known answers before it is used (:mod:`kernel_build`). Where there is no compiler, the build or
 the check fails, or ``TB_NEURALDBG_CPU_KERNEL=0`` is set, :func:`moments`,
 :func:`histogram`, :func:`norms`, :func:`total` and :func:`finite` return None and the
 callers use torch's ops (``stats.moments``, ``stats.histogram``,
@@ -29,16 +33,9 @@ double across blocks).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import math
 import os
-import platform
-import shutil
-import stat
-import subprocess
-import sys
-import tempfile
 import threading
 from itertools import repeat
 from operator import attrgetter, is_
@@ -46,9 +43,11 @@ from operator import attrgetter, is_
 import numpy as np
 import torch
 
+from . import kernel_build
+
 __all__ = [
-    "ENV", "MAX_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "histogram_known", "moments",
-    "norms", "norms_at", "set_enabled", "takes", "total",
+    "ENV", "MAX_ELEMENTS", "PART_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "histogram_known",
+    "moments", "norms", "norms_at", "reads_in_parts", "set_enabled", "set_reads_in_parts", "takes", "total",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,13 +55,22 @@ log = logging.getLogger(__name__)
 #: Set to ``0`` to never build nor use the kernel.
 ENV = "TB_NEURALDBG_CPU_KERNEL"
 
-#: Larger tensors go to torch's ops: the kernel runs on one thread, and on
-#: a machine with many cores torch's parallel passes can then be faster.
+#: Larger tensors go to torch's ops: on a machine with many cores torch's
+#: parallel passes can then be faster than the kernel's (one read, in parts
+#: on torch's threads from 2 MB: :data:`PART_ELEMENTS`).
 MAX_ELEMENTS = 1 << 24
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moments.c")
-# The second: a compiler without OpenMP's simd pragma.
-_FLAGS = (["-O3", "-fopenmp-simd", "-pthread"], ["-O2", "-pthread"])
+#: From twice this many values (2 MB), :func:`moments` reads a tensor in
+#: parts of at least this many, one per intra-op thread of torch's (its
+#: OpenMP team, whose threads wait for torch's next op: the library is built
+#: with OpenMP and uses torch's own runtime, checked at load, else it reads
+#: on one core). A fresh 4 MB activation after a conv on the project's
+#: 2-core VM: 289 -> 192 us under OpenMP's default wait policy, 433 -> 214 us
+#: under ``OMP_WAIT_POLICY=PASSIVE``; 1 MB gains nothing. (A thread of the
+#: kernel's own, started for the read, was slower than one core under the
+#: default policy: it shares the second core with torch's spinning thread.)
+#: The value is ``PART_MIN`` in moments.c.
+PART_ELEMENTS = kernel_build.PART_ELEMENTS
 
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
@@ -70,7 +78,10 @@ _hist = None  # the histogram function, loaded with it
 _hist_known = None  # its binning pass alone, loaded with it
 _norms = None  # the many-norms function, loaded with it
 _norms2 = None  # the same, read by two cores, loaded with it
-_helper_seconds = None  # the second cores' CPU time so far, loaded with it
+_helper_seconds = None  # the other threads' CPU time in reads in parts so far, loaded with it
+_shared_openmp = False  # whether its OpenMP runtime is torch's, found when loaded
+_set_parts = None  # its switch of reads in parts, loaded with it
+_in_parts = True  # reads in parts wanted (set_reads_in_parts)
 _sum = None  # the sum function, loaded with it
 _finite = None  # the all-finite function, loaded with it
 _enabled = True
@@ -200,13 +211,16 @@ _LAYOUT, _DTYPE, _IS_CPU = attrgetter("layout"), attrgetter("dtype"), attrgetter
 NORMS_MEAN_ELEMENTS = 1 << 15
 NORMS_FEW_THREADS = 2
 #: From this many values in all (4 MB), and with torch on two intra-op
-#: threads or more (a second core is there, idle between torch's ops), the
-#: norms are read by two cores: the first half of the values here, the
-#: second on a thread of the kernel's own (a tensor may be cut in two). One
-#: core reads ~10 GB/s here; after a backward (2026-12-05, wall / process
-#: CPU): the MLP's 33 MB of gradients 3.3 / 3.3 -> 2.3 / 3.7 ms, the
-#: 1,000-module model's 1,502 5.2 / 5.2 -> 3.4 / 4.2 ms, the Transformer's
-#: 1.7 / 1.7 -> 1.4 / 1.9 ms.
+#: threads or more, the norms are read by two of torch's threads (the
+#: kernel's reads in parts): the first half of the values by the caller,
+#: the second by the next thread of torch's team (a tensor may be cut in
+#: two). One core reads ~10 GB/s here. The MLP's 33 MB of gradients after a
+#: backward (2026-12-05, wall, medians of 40): 2.53 -> 1.62 ms under
+#: OpenMP's default wait policy, 2.54 -> 1.68 ms under ``PASSIVE``. (Read
+#: by a thread of the kernel's own, started for the call, as until then:
+#: 2.34 -> 2.58 ms under the default policy, slower than one core, for
+#: torch's spinning thread held the second core; 2.33 -> 1.57 ms under
+#: ``PASSIVE``, the benchmarks' setting, which had hidden it.)
 NORMS_SPLIT_ELEMENTS = 1 << 20
 
 
@@ -271,10 +285,29 @@ def _norms_of(ptrs: np.ndarray, lens: np.ndarray) -> torch.Tensor:
 
 
 def helper_seconds() -> float:
-    """CPU seconds the kernel's second threads (:func:`norms` on two cores)
-    have used in this process so far: the writer's own, as its threads'
-    (benchmarks add it to theirs); 0.0 without the kernel."""
+    """CPU seconds that threads other than the caller's (torch's intra-op
+    threads) have used in the kernel's reads in parts (:func:`norms` on two
+    cores, :func:`moments` of 2 MB or more) in this process so far: the
+    writer's own, as its threads' (benchmarks add it to theirs); 0.0 without
+    the kernel."""
     return float(_helper_seconds()) if _fn and _helper_seconds else 0.0
+
+
+def reads_in_parts() -> bool:
+    """Whether the kernel cuts large reads into parts on torch's intra-op
+    threads (:data:`PART_ELEMENTS`): built with OpenMP, sharing torch's
+    runtime, and not switched off (loads the kernel)."""
+    return available() and _shared_openmp and _in_parts
+
+
+def set_reads_in_parts(on: bool) -> None:
+    """Cut large reads into parts on torch's threads (the default, where the
+    kernel shares torch's OpenMP runtime) or read on one core (benchmarks and
+    tests compare the two)."""
+    global _in_parts
+    _in_parts = bool(on)
+    if _set_parts is not None:
+        _set_parts(int(_shared_openmp and _in_parts))
 
 
 def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:
@@ -300,11 +333,11 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
     return out
 
 
-# -- building and loading ---------------------------------------------------------
+# -- loading (kernel_build.py builds and checks it) ------------------------------------
 
 
 def _load():
-    global _fn, _hist, _hist_known, _norms, _norms2, _sum, _finite, _helper_seconds
+    global _fn, _hist, _hist_known, _norms, _norms2, _sum, _finite, _helper_seconds, _shared_openmp, _set_parts
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -312,146 +345,14 @@ def _load():
             fn = None
             if os.environ.get(ENV, "1").strip() != "0":
                 try:
-                    fn, (_hist, _hist_known), _norms, _norms2, _sum, _finite, _helper_seconds = _build_and_check()
+                    lib = kernel_build.build_and_check()
                 except Exception as e:  # noqa: BLE001 -- never fatal: torch's ops instead
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
-                    fn = None
+                else:
+                    _hist, _hist_known, _norms, _norms2 = lib.hist, lib.hist_known, lib.norms, lib.norms2
+                    _sum, _finite, _helper_seconds = lib.sum, lib.finite, lib.helper_seconds
+                    _shared_openmp, _set_parts = lib.shared_openmp, lib.set_parts
+                    _set_parts(int(_shared_openmp and _in_parts))
+                    fn = lib.moments
             _fn = fn if fn is not None else False
     return _fn or None
-
-
-def _cache_dir() -> str:
-    """A directory only this user can write to (a library loaded from a
-    directory others can write to would run their code)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for root in (os.path.join(base, "tb_neuraldbg"), os.path.join(tempfile.gettempdir(), f"tb_neuraldbg-{os.getuid()}")):
-        path = os.path.join(root, "kernels")
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-            st = os.stat(path)
-            if st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return path
-        except OSError:
-            continue
-    raise RuntimeError("no private cache directory to build it in")
-
-
-def _build_and_check():
-    if sys.platform == "win32" or not hasattr(os, "getuid"):
-        raise RuntimeError("not built on this platform")
-    with open(_SOURCE, "rb") as f:
-        source = f.read()
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise RuntimeError("no C compiler (cc) found")
-    tag = hashlib.sha256(source + cc.encode() + platform.machine().encode()).hexdigest()[:16]
-    path = os.path.join(_cache_dir(), f"moments-{tag}.so")
-    if not os.path.exists(path):
-        _compile(cc, path)
-    lib = ctypes.CDLL(path)
-    fn = lib.nd_moments_f32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    hist = lib.nd_hist_f32
-    hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    hist.restype = ctypes.c_int
-    hist_known = lib.nd_hist_known_f32
-    hist_known.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-    hist_known.restype = ctypes.c_int
-    many = lib.nd_norms_f32
-    many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    many.restype = ctypes.c_int
-    many2 = lib.nd_norms2_f32
-    many2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    many2.restype = ctypes.c_int
-    total = lib.nd_sum_f32
-    total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    total.restype = ctypes.c_double
-    finite = lib.nd_finite_f32
-    finite.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    finite.restype = ctypes.c_int
-    helper = lib.nd_helper_seconds
-    helper.argtypes = []
-    helper.restype = ctypes.c_double
-    _check(fn, hist, many, many2, total, finite, hist_known)
-    return fn, (hist, hist_known), many, many2, total, finite, helper
-
-
-def _compile(cc: str, path: str) -> None:
-    # Into a temporary name, then renamed: processes building at once (the
-    # ranks of one machine) never load a half-written file.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so")
-    os.close(fd)
-    try:
-        err = ""
-        for flags in _FLAGS:
-            cmd = [cc, *flags, "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lm"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-            if r.returncode == 0:
-                os.replace(tmp, path)
-                return
-            err = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
-            err = err[0]
-        raise RuntimeError(f"{os.path.basename(cc)} failed: {err}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
-    """Known answers, on sizes that cross a vector and a block boundary: a
-    compiler that miscompiles the loops must not give wrong statistics."""
-    rows, units = 3, 4099
-    x = np.zeros((rows, units), dtype=np.float32)
-    x[0, ::2] = np.arange(1, units // 2 + 2, dtype=np.float32)[: len(x[0, ::2])]
-    x[1, 1] = -2.0
-    x[2, units - 1] = 0.5
-    want = [
-        float(x.min()), float(x.max()), float(x.sum(dtype=np.float64)),
-        math.sqrt(float((x.astype(np.float64) ** 2).sum())), float(np.count_nonzero(x)), 0.0,
-        float((~x.any(axis=0)).sum()),
-    ]
-    out = np.empty(7)
-    alive = np.empty(units, dtype=np.int32)
-    if fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data) != 0:
-        raise RuntimeError("the kernel refused its check")
-    if not np.allclose(out, want, rtol=1e-6, atol=0):
-        raise RuntimeError(f"the kernel's check failed: {out.tolist()} against {want}")
-    y = np.array([1.0, np.inf, -np.inf, 0.0, np.nan], dtype=np.float32)
-    if fn(y.ctypes.data, y.size, 0, None, out.ctypes.data) != 0:
-        raise RuntimeError("the kernel refused its check")
-    if not (math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[6] == -1):
-        raise RuntimeError(f"the kernel's non-finite check failed: {out.tolist()}")
-    z = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 4.0], dtype=np.float32)  # every other value: 0, 2, 4
-    h = np.empty(4 + 5)
-    if hist(z.ctypes.data, 3, 2, 4, h.ctypes.data) != 0 or h.tolist() != [1, 0, 1, 1, 0, 0, 4, 6, 20]:
-        raise RuntimeError(f"the kernel's histogram check failed: {h.tolist()}")
-    if hist(y.ctypes.data, y.size, 1, 4, h.ctypes.data) != 1:
-        raise RuntimeError("the kernel's histogram took a non-finite value")
-    known = np.array([0.0, 4.0, 14.0, 46.0])  # z's min, max, sum, sum of squares
-    h2 = np.empty(6 + 5)
-    hist(z.ctypes.data, z.size, 1, 6, h2.ctypes.data)
-    h3 = np.empty(6 + 5)
-    if hist_known(z.ctypes.data, z.size, 6, known.ctypes.data, h3.ctypes.data) != 0 or h3.tolist() != h2.tolist():
-        raise RuntimeError(f"the kernel's histogram of known bounds failed its check: {h3.tolist()}")
-    arrays = [x[0], x[1], z]
-    ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
-    lens = np.array([a.size for a in arrays], dtype=np.int64)
-    got = np.empty(3)
-    many(ptrs.ctypes.data, lens.ctypes.data, 3, got.ctypes.data)
-    want = [math.sqrt(float((a.astype(np.float64) ** 2).sum())) for a in arrays]
-    if not np.allclose(got, want, rtol=1e-6, atol=0):
-        raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
-    got[:] = np.nan
-    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, got.ctypes.data) == 0
-    if not (cut_ok and np.allclose(got, want, rtol=1e-6, atol=0)):
-        raise RuntimeError(f"the kernel's two-core norms check failed: {got.tolist()} against {want}")
-    summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
-    if not (math.isclose(summed, float(x.sum(dtype=np.float64)), rel_tol=1e-6) and math.isnan(poisoned)):
-        raise RuntimeError("the kernel's sum check failed")
-    big = np.full(5000, 3e38, dtype=np.float32)  # finite, though their sum is not
-    if finite(big.ctypes.data, big.size) != 1 or any(finite(y[i:].ctypes.data, 1) for i in (1, 2, 4)):
-        raise RuntimeError("the kernel's finite check failed")
-    big[4097] = np.nan
-    if finite(big.ctypes.data, big.size) != 0 or finite(y.ctypes.data, 1) != 1:
-        raise RuntimeError("the kernel's finite check failed")

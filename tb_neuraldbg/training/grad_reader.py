@@ -38,7 +38,7 @@ import threading
 import numpy as np
 import torch
 
-from . import cpu_kernel
+from . import cpu_kernel, kernel_build
 
 __all__ = ["Read", "all_require_grad", "marks", "measure_fn", "read", "read_data", "start", "wait"]
 
@@ -208,7 +208,7 @@ def _build_and_check():
     facts = "|".join((cxx, torch.__version__, include, sys.version, platform.machine()))
     tag = hashlib.sha256(source + facts.encode()).hexdigest()[:16]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    path = os.path.join(cpu_kernel._cache_dir(), f"grads-{tag}{suffix}")
+    path = os.path.join(kernel_build.cache_dir(), f"grads-{tag}{suffix}")
     if not os.path.exists(path):
         _compile(cxx, include, lib, path)
     spec = importlib.util.spec_from_file_location("_nd_grads", path)
@@ -219,7 +219,7 @@ def _build_and_check():
 
 
 def _compile(cxx: str, include: str, lib: str, path: str) -> None:
-    # Into a temporary name, then renamed (see cpu_kernel._compile); niced:
+    # Into a temporary name, then renamed (see kernel_build._compile); niced:
     # it runs beside the user's first steps.
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so")
     os.close(fd)

@@ -8,9 +8,9 @@
  * full step's cost. See cpu_kernel.py, which compiles this file at first use
  * and falls back to torch's ops where it cannot.
  *
- * Plain C99 with no headers but the C library's (and POSIX threads, for
- * one two-core read): no Python or torch headers,
- * so it compiles in under a second. The loops are written for the compiler
+ * Plain C99 with no headers but the C library's (and OpenMP's, for reads
+ * in parts on torch's intra-op threads: see run_parts): no Python or torch
+ * headers, so it compiles in under a second. The loops are written for the compiler
  * to vectorise (`omp simd` over arrays of independent lanes: no
  * -ffast-math, so NaN and inf keep their meaning); on x86-64 an AVX2 copy
  * is chosen at run time when the CPU has it (the baseline copy is SSE2).
@@ -22,11 +22,14 @@
  */
 #include <float.h>
 #include <math.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define BLOCK 4096
 #define HIST_MAX_BINS 256
@@ -132,6 +135,146 @@ static void count_nonfinite(const float *x, int64_t n, int64_t *nonfinite, int64
     *nans = nan;
 }
 
+/* The values of one read (`units > 0`: rows of `units` values, whose
+ * non-zero places go to `alive`) into `a`, in the blocks every copy of the
+ * read takes: the same blocks whether one core reads them or two. */
+static void read_blocks(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive, acc_t *a) {
+    if (units > 0) {
+        for (int64_t r = 0; r < n; r += units)
+            for (int64_t j = 0; j < units; j += BLOCK)
+                pass(x + r + j, units - j < BLOCK ? units - j : BLOCK, alive + j, a);
+    } else {
+        for (int64_t i = 0; i < n; i += BLOCK) pass(x + i, n - i < BLOCK ? n - i : BLOCK, 0, a);
+    }
+}
+
+/* CPU time that threads other than the caller's spent in the kernel's
+ * reads so far (what benchmarks count as the writer's own, beside its
+ * threads'): nanoseconds, added atomically. */
+static int64_t helper_ns = 0;
+
+#ifdef _OPENMP
+static int64_t thread_cpu_ns(void) {
+    struct timespec t;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? (int64_t)t.tv_sec * 1000000000 + t.tv_nsec : 0;
+}
+#endif
+
+/* A read of megabytes is bound by one core's memory bandwidth (about
+ * 10 GB/s on the project's VM): from PART_MIN values a part (1 MB), it is
+ * cut into parts read by the intra-op threads torch's own ops run on (the
+ * calling thread's OpenMP team: its threads wait, spinning, for the next op;
+ * a thread of the kernel's own would have to share a core with one, and was
+ * slower than one core under OpenMP's default wait policy). 4 MB of a fresh
+ * activation: 400 -> 210 us on two cores. */
+#define PART_MIN (1 << 18)
+#define MAX_PARTS 64
+
+/* 0 when the library's OpenMP is not torch's (cpu_kernel.py checks): one core. */
+static int parts_enabled = 1;
+
+void nd_set_parts_enabled(int on) { __atomic_store_n(&parts_enabled, on, __ATOMIC_RELAXED); }
+
+/* The address of omp_get_max_threads as this library bound it (NULL: built
+ * without OpenMP), for cpu_kernel.py to compare with torch's. */
+void *nd_openmp_entry(void) {
+#ifdef _OPENMP
+    return (void *)&omp_get_max_threads;
+#else
+    return 0;
+#endif
+}
+
+/* How many parts a read of `n` values is cut into: at most one per thread of
+ * the caller's team (torch's intra-op threads), PART_MIN values at least a
+ * part; 1 without OpenMP, inside a parallel region, or when disabled. */
+static int parts_for(int64_t n) {
+#ifdef _OPENMP
+    if (n < 2 * (int64_t)PART_MIN || !__atomic_load_n(&parts_enabled, __ATOMIC_RELAXED) || omp_in_parallel()) return 1;
+    int64_t p = n / PART_MIN, t = omp_get_max_threads();
+    p = p < t ? p : t;
+    return (int)(p < MAX_PARTS ? p : MAX_PARTS);
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
+typedef void (*part_fn)(void *ctx, int part, int parts);
+
+/* fn(ctx, p, parts) for every p in [0, parts): on the team when there are
+ * several (however many threads it turns out to have), else here. */
+static void run_parts(part_fn fn, void *ctx, int parts) {
+#ifdef _OPENMP
+    if (parts > 1) {
+        int64_t ns = 0;
+        /* (no num_threads clause: as torch's own regions, so that its
+         * thread pool is reused as it is; pytorch/pytorch#32008) */
+#pragma omp parallel reduction(+ : ns)
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            int64_t t0 = t ? thread_cpu_ns() : 0;
+            for (int p = t; p < parts; p += nt) fn(ctx, p, parts);
+            if (t) ns += thread_cpu_ns() - t0;
+        }
+        __atomic_fetch_add(&helper_ns, ns, __ATOMIC_RELAXED);
+        return;
+    }
+#endif
+    for (int p = 0; p < parts; p++) fn(ctx, p, parts);
+}
+
+typedef struct {
+    pass_fn pass;
+    const float *x;
+    int64_t n, units;
+    int32_t *alive, *scratch; /* the first part's `alive`, the others' */
+    acc_t acc[MAX_PARTS];
+} moments_job;
+
+/* Part p of the read: whole rows (batched) or whole blocks, so that every
+ * block is the one a single read takes. */
+static void moments_part(void *ctx, int p, int parts) {
+    moments_job *j = (moments_job *)ctx;
+    int64_t piece = j->units > 0 ? j->units : BLOCK, pieces = (j->n + piece - 1) / piece;
+    int64_t lo = pieces * p / parts * piece, hi = p + 1 == parts ? j->n : pieces * (p + 1) / parts * piece;
+    int32_t *alive = j->units > 0 ? (p ? j->scratch + (p - 1) * j->units : j->alive) : 0;
+    if (hi > lo) read_blocks(j->pass, j->x + lo, hi - lo, j->units, alive, &j->acc[p]);
+}
+
+/* The read in parts (each batched part with its own `alive` scratch, OR-ed
+ * into the caller's after), their accumulators added in order. */
+static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive, int parts,
+                          acc_t *a) {
+    moments_job j;
+    j.pass = pass, j.x = x, j.n = n, j.units = units, j.alive = alive, j.scratch = 0;
+    if (units > 0) {
+        int64_t rows = n / units;
+        parts = rows < parts ? (int)rows : parts;
+        if (parts < 2 || !(j.scratch = (int32_t *)calloc((size_t)(parts - 1) * (size_t)units, sizeof(int32_t)))) {
+            read_blocks(pass, x, n, units, alive, a);
+            return;
+        }
+    }
+    for (int p = 0; p < parts; p++) j.acc[p] = *a;
+    run_parts(moments_part, &j, parts);
+    *a = j.acc[0];
+    for (int p = 1; p < parts; p++) {
+        a->lo = j.acc[p].lo < a->lo ? j.acc[p].lo : a->lo;
+        a->hi = j.acc[p].hi > a->hi ? j.acc[p].hi : a->hi;
+        a->sum += j.acc[p].sum;
+        a->sumsq += j.acc[p].sumsq;
+        a->nonzero += j.acc[p].nonzero;
+    }
+    if (j.scratch) {
+        for (int p = 1; p < parts; p++) {
+            const int32_t *theirs = j.scratch + (p - 1) * units;
+            for (int64_t k = 0; k < units; k++) alive[k] |= theirs[k];
+        }
+        free(j.scratch);
+    }
+}
+
 /* out: [min, max, sum, L2 norm, non-zeros, non-finite, dead units].
  * units > 0: x is [n / units, units] (units must divide n) and `alive`
  * holds `units` bytes of scratch; dead units is -1 otherwise. min and max
@@ -142,14 +285,12 @@ int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, dou
     if (!pass) pass = choose();
     if (n <= 0 || (units > 0 && (n % units != 0 || !alive))) return -1;
     acc_t a = {0.0, 0.0, INFINITY, -INFINITY, 0};
-    if (units > 0) {
-        memset(alive, 0, (size_t)units * sizeof(int32_t));
-        for (int64_t r = 0; r < n; r += units)
-            for (int64_t j = 0; j < units; j += BLOCK)
-                pass(x + r + j, units - j < BLOCK ? units - j : BLOCK, alive + j, &a);
-    } else {
-        for (int64_t i = 0; i < n; i += BLOCK) pass(x + i, n - i < BLOCK ? n - i : BLOCK, 0, &a);
-    }
+    if (units > 0) memset(alive, 0, (size_t)units * sizeof(int32_t));
+    int parts = parts_for(n);
+    if (parts > 1)
+        read_in_parts(pass, x, n, units, alive, parts, &a);
+    else
+        read_blocks(pass, x, n, units, alive, &a);
     /* A NaN or an inf makes the sum NaN or infinite (finite values whose
      * sum overflows too: then the count says 0). */
     int64_t nonfinite = 0, nans = 0;
@@ -363,49 +504,38 @@ int nd_norms_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, doubl
 typedef struct {
     const uint64_t *ptrs;
     const int64_t *lens;
-    int64_t count;
+    int64_t count, cut;
     double *out;
-    int64_t cpu_ns; /* the thread's CPU time, when it ends */
 } norms_job;
 
-/* CPU time of every second thread so far (what benchmarks count as the
- * writer's own, beside its threads'): nanoseconds, added atomically. */
-static int64_t helper_ns = 0;
-
-static void *norms_thread(void *arg) {
-    norms_job *j = (norms_job *)arg;
-    nd_norms_f32(j->ptrs, j->lens, j->count, j->out);
-    struct timespec t;
-    j->cpu_ns = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? (int64_t)t.tv_sec * 1000000000 + t.tv_nsec : 0;
-    return 0;
+static void norms_part(void *ctx, int p, int parts) {
+    (void)parts;
+    norms_job *j = (norms_job *)ctx;
+    if (p == 0)
+        nd_norms_f32(j->ptrs, j->lens, j->cut, j->out);
+    else
+        nd_norms_f32(j->ptrs + j->cut, j->lens + j->cut, j->count - j->cut, j->out + j->cut);
 }
 
 double nd_helper_seconds(void) { return (double)__atomic_load_n(&helper_ns, __ATOMIC_RELAXED) * 1e-9; }
 
-/* nd_norms_f32 read by two cores: arrays [0, cut) on the calling thread,
- * [cut, count) on a thread started for the call (with every signal blocked:
- * they stay the caller's) and joined before returning. A read of tens of
- * megabytes (an MLP's gradients) is bound by one core's memory bandwidth;
- * the call costs a thread's start, tens of microseconds. Returns 1 when no
- * thread could be started (everything computed here), else 0. */
+/* nd_norms_f32 in two parts, arrays [0, cut) and [cut, count), read by two
+ * of torch's intra-op threads (see run_parts): a read of tens of megabytes
+ * (an MLP's gradients) is bound by one core's memory bandwidth. Returns 1
+ * when it was all read here (no OpenMP, one thread), else 0. */
 int nd_norms2_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, double *out) {
-    if (cut <= 0 || cut >= count) return nd_norms_f32(ptrs, lens, count, out);
-    nd_norms_f32(ptrs, lens, 0, out); /* (chooses the sum before the thread reads it) */
-    norms_job theirs = {ptrs + cut, lens + cut, count - cut, out + cut, 0};
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_t th;
-    int blocked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
-    int started = pthread_create(&th, 0, norms_thread, &theirs) == 0;
-    if (blocked) pthread_sigmask(SIG_SETMASK, &old, 0);
-    nd_norms_f32(ptrs, lens, cut, out);
-    if (started) {
-        pthread_join(th, 0);
-        __atomic_fetch_add(&helper_ns, theirs.cpu_ns, __ATOMIC_RELAXED);
-    } else {
-        nd_norms_f32(theirs.ptrs, theirs.lens, theirs.count, theirs.out);
-    }
-    return started ? 0 : 1;
+    if (cut <= 0 || cut >= count) return nd_norms_f32(ptrs, lens, count, out), 1;
+    nd_norms_f32(ptrs, lens, 0, out); /* (chooses the sum before the team reads it) */
+    norms_job j = {ptrs, lens, count, cut, out};
+    int parts = 1;
+#ifdef _OPENMP
+    parts = __atomic_load_n(&parts_enabled, __ATOMIC_RELAXED) && !omp_in_parallel() && omp_get_max_threads() > 1 ? 2 : 1;
+#endif
+    if (parts == 2)
+        run_parts(norms_part, &j, 2);
+    else
+        nd_norms_f32(ptrs, lens, count, out);
+    return parts == 2 ? 0 : 1;
 }
 
 /* The sum of n float32 values: the non-finite flag of an output gradient,

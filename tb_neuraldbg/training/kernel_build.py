@@ -1,0 +1,252 @@
+"""Building, loading and checking the CPU kernel (``moments.c``) that
+:mod:`cpu_kernel` calls.
+
+It is compiled at first use with the machine's C compiler (``$CC``, else
+``cc``) into a private per-user cache, loaded through ctypes and checked
+against known answers before it is used: a compiler that miscompiles the
+loops must not give wrong statistics. Built with OpenMP, its large reads
+run in parts on torch's intra-op threads, where its runtime is the one
+torch's ops use (checked here too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import math
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+__all__ = ["PART_ELEMENTS", "Library", "build_and_check", "cache_dir"]
+
+log = logging.getLogger(__name__)
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moments.c")
+# The first links the OpenMP runtime by its soname (libgomp.so.1), which is
+# torch's already loaded copy (checked: _shares_torchs_openmp); the second,
+# a compiler without OpenMP's runtime; the third, without its simd pragma.
+_FLAGS = (["-O3", "-fopenmp"], ["-O3", "-fopenmp-simd"], ["-O2"])
+
+#: The least part of a read in parts (``PART_MIN`` in moments.c; see
+#: cpu_kernel.PART_ELEMENTS).
+PART_ELEMENTS = 1 << 18
+
+
+class Library(NamedTuple):
+    """The loaded kernel's functions (ctypes), and whether its OpenMP
+    runtime is torch's (``set_parts`` turns its reads in parts on and off)."""
+
+    moments: Any
+    hist: Any
+    hist_known: Any
+    norms: Any
+    norms2: Any
+    sum: Any
+    finite: Any
+    helper_seconds: Any
+    set_parts: Any
+    shared_openmp: bool
+
+
+def cache_dir() -> str:
+    """A directory only this user can write to (a library loaded from a
+    directory others can write to would run their code)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for root in (os.path.join(base, "tb_neuraldbg"), os.path.join(tempfile.gettempdir(), f"tb_neuraldbg-{os.getuid()}")):
+        path = os.path.join(root, "kernels")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            st = os.stat(path)
+            if st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return path
+        except OSError:
+            continue
+    raise RuntimeError("no private cache directory to build it in")
+
+
+def build_and_check() -> Library:
+    """Compiles moments.c where the cache has no copy for this source and
+    compiler, loads it, checks it against known answers and finds whether
+    its reads in parts can run on torch's threads; raises where any step
+    fails (the caller then uses torch's ops)."""
+    if sys.platform == "win32" or not hasattr(os, "getuid"):
+        raise RuntimeError("not built on this platform")
+    with open(_SOURCE, "rb") as f:
+        source = f.read()
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise RuntimeError("no C compiler (cc) found")
+    tag = hashlib.sha256(source + cc.encode() + platform.machine().encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(), f"moments-{tag}.so")
+    if not os.path.exists(path):
+        _compile(cc, path)
+    lib = ctypes.CDLL(path)
+    fn = lib.nd_moments_f32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    hist = lib.nd_hist_f32
+    hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    hist.restype = ctypes.c_int
+    hist_known = lib.nd_hist_known_f32
+    hist_known.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    hist_known.restype = ctypes.c_int
+    many = lib.nd_norms_f32
+    many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    many.restype = ctypes.c_int
+    many2 = lib.nd_norms2_f32
+    many2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    many2.restype = ctypes.c_int
+    total = lib.nd_sum_f32
+    total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    total.restype = ctypes.c_double
+    finite = lib.nd_finite_f32
+    finite.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    finite.restype = ctypes.c_int
+    helper = lib.nd_helper_seconds
+    helper.argtypes = []
+    helper.restype = ctypes.c_double
+    in_parts = lib.nd_set_parts_enabled
+    in_parts.argtypes = [ctypes.c_int]
+    in_parts.restype = None
+    shared = _shares_torchs_openmp(lib)
+    in_parts(int(shared))
+    _check(fn, hist, many, many2, total, finite, hist_known)
+    if shared and not _parts_agree(fn, in_parts):
+        log.info("tb_neuraldbg: the CPU kernel's reads in parts failed their check; its reads stay on one core")
+        shared = False
+    in_parts(0)  # (until the caller sets it)
+    return Library(fn, hist, hist_known, many, many2, total, finite, helper, in_parts, shared)
+
+
+def _shares_torchs_openmp(lib) -> bool:
+    """Whether the library was built with OpenMP and bound to the runtime
+    torch's own ops use (the same ``omp_get_max_threads``): then its reads in
+    parts run on torch's intra-op threads. A second runtime (torch built with
+    another one, or none) would start threads of its own: then one core."""
+    entry = lib.nd_openmp_entry
+    entry.argtypes = []
+    entry.restype = ctypes.c_void_p
+    ours = entry()
+    if not ours:
+        return False
+    try:
+        torch_cpu = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        theirs = ctypes.cast(torch_cpu.omp_get_max_threads, ctypes.c_void_p).value
+    except (OSError, AttributeError):  # another layout, or a torch without OpenMP
+        return False
+    if ours != theirs:
+        log.info("tb_neuraldbg: the CPU kernel's OpenMP runtime is not torch's; its reads stay on one core")
+    return ours == theirs
+
+
+def _compile(cc: str, path: str) -> None:
+    # Into a temporary name, then renamed: processes building at once (the
+    # ranks of one machine) never load a half-written file.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so")
+    os.close(fd)
+    try:
+        err = ""
+        for flags in _FLAGS:
+            cmd = [cc, *flags, "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lm"]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            if r.returncode == 0:
+                os.replace(tmp, path)
+                return
+            err = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+            err = err[0]
+        raise RuntimeError(f"{os.path.basename(cc)} failed: {err}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
+    """Known answers, on sizes that cross a vector and a block boundary: a
+    compiler that miscompiles the loops must not give wrong statistics."""
+    rows, units = 3, 4099
+    x = np.zeros((rows, units), dtype=np.float32)
+    x[0, ::2] = np.arange(1, units // 2 + 2, dtype=np.float32)[: len(x[0, ::2])]
+    x[1, 1] = -2.0
+    x[2, units - 1] = 0.5
+    want = [
+        float(x.min()), float(x.max()), float(x.sum(dtype=np.float64)),
+        math.sqrt(float((x.astype(np.float64) ** 2).sum())), float(np.count_nonzero(x)), 0.0,
+        float((~x.any(axis=0)).sum()),
+    ]
+    out = np.empty(7)
+    alive = np.empty(units, dtype=np.int32)
+    if fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data) != 0:
+        raise RuntimeError("the kernel refused its check")
+    if not np.allclose(out, want, rtol=1e-6, atol=0):
+        raise RuntimeError(f"the kernel's check failed: {out.tolist()} against {want}")
+    y = np.array([1.0, np.inf, -np.inf, 0.0, np.nan], dtype=np.float32)
+    if fn(y.ctypes.data, y.size, 0, None, out.ctypes.data) != 0:
+        raise RuntimeError("the kernel refused its check")
+    if not (math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[6] == -1):
+        raise RuntimeError(f"the kernel's non-finite check failed: {out.tolist()}")
+    z = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 4.0], dtype=np.float32)  # every other value: 0, 2, 4
+    h = np.empty(4 + 5)
+    if hist(z.ctypes.data, 3, 2, 4, h.ctypes.data) != 0 or h.tolist() != [1, 0, 1, 1, 0, 0, 4, 6, 20]:
+        raise RuntimeError(f"the kernel's histogram check failed: {h.tolist()}")
+    if hist(y.ctypes.data, y.size, 1, 4, h.ctypes.data) != 1:
+        raise RuntimeError("the kernel's histogram took a non-finite value")
+    known = np.array([0.0, 4.0, 14.0, 46.0])  # z's min, max, sum, sum of squares
+    h2 = np.empty(6 + 5)
+    hist(z.ctypes.data, z.size, 1, 6, h2.ctypes.data)
+    h3 = np.empty(6 + 5)
+    if hist_known(z.ctypes.data, z.size, 6, known.ctypes.data, h3.ctypes.data) != 0 or h3.tolist() != h2.tolist():
+        raise RuntimeError(f"the kernel's histogram of known bounds failed its check: {h3.tolist()}")
+    arrays = [x[0], x[1], z]
+    ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
+    lens = np.array([a.size for a in arrays], dtype=np.int64)
+    got = np.empty(3)
+    many(ptrs.ctypes.data, lens.ctypes.data, 3, got.ctypes.data)
+    want = [math.sqrt(float((a.astype(np.float64) ** 2).sum())) for a in arrays]
+    if not np.allclose(got, want, rtol=1e-6, atol=0):
+        raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
+    got[:] = np.nan
+    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, got.ctypes.data) in (0, 1)  # (1: read on one core)
+    if not (cut_ok and np.allclose(got, want, rtol=1e-6, atol=0)):
+        raise RuntimeError(f"the kernel's two-core norms check failed: {got.tolist()} against {want}")
+    summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
+    if not (math.isclose(summed, float(x.sum(dtype=np.float64)), rel_tol=1e-6) and math.isnan(poisoned)):
+        raise RuntimeError("the kernel's sum check failed")
+    big = np.full(5000, 3e38, dtype=np.float32)  # finite, though their sum is not
+    if finite(big.ctypes.data, big.size) != 1 or any(finite(y[i:].ctypes.data, 1) for i in (1, 2, 4)):
+        raise RuntimeError("the kernel's finite check failed")
+    big[4097] = np.nan
+    if finite(big.ctypes.data, big.size) != 0 or finite(y.ctypes.data, 1) != 1:
+        raise RuntimeError("the kernel's finite check failed")
+
+
+def _parts_agree(fn, in_parts) -> bool:
+    """Whether a read in parts gives what one read gives: a batched tensor
+    of three parts' size whose units are alive in one part each (the others
+    dead), and the same values with a NaN in the last part."""
+    rows, units = 6, PART_ELEMENTS // 2
+    x = np.zeros((rows, units), dtype=np.float32)
+    x[0, 0], x[3, 1], x[5, 2], x[4, units - 1] = 1.0, -2.0, 3.0, 0.25
+    alive = np.empty(units, dtype=np.int32)
+    got = []
+    for on in (0, 1):
+        in_parts(on)
+        out = np.empty(7)
+        fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data)
+        flat = x.reshape(-1).copy()
+        flat[-1] = np.nan
+        out2 = np.empty(7)
+        fn(flat.ctypes.data, flat.size, 0, None, out2.ctypes.data)
+        got.append((out.tolist(), out2.tolist()))
+    (one, one_nan), (parts, parts_nan) = got
+    want = [-2.0, 3.0, 2.25, math.sqrt(14.0625), 4.0, 0.0, float(units - 4)]
+    return one == parts == want and np.allclose(parts_nan, one_nan, equal_nan=True) and parts_nan[5] == 1.0
