@@ -14,7 +14,9 @@ pass over the gradients, the floor of a per-step gradient check), ``watched``
 (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
 cost a user can choose instead), ``torch_stats`` (default settings with the
-fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``hooks_kept``
+fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``one_core``
+(default settings with the kernel's large reads on one core, not in parts on torch's threads:
+what the parts save), ``hooks_kept``
 (default settings with the module hooks kept on at cheap steps, as before
 2026-12-03's last round), ``no_blocks`` (default settings without the block
 summaries the worker writes every 8 rows: their cost), ``every_step``
@@ -32,8 +34,8 @@ bare loop's in the same block; printed: the median over blocks and the range
 writer's worker included), which other processes on a shared machine
 disturb less. ``writer's threads``: CPU time per step of the writer's
 worker, of TensorBoard's event-file writer thread (records serialised and
-checksummed) and of the CPU kernel's second core (the gradient norms read
-by two cores), and the worker's parts (assemble the row, the diagnosis
+checksummed) and of torch's other threads in the CPU kernel's reads in parts
+(the gradient norms, large activations), and the worker's parts (assemble the row, the diagnosis
 engine, the summaries' protobuf and writes). ``--own N``: N single steps
 that time the writer's own CPU, its hooks on the training thread and its
 threads, and ``clip_grad_norm_`` the same way in a third loop (the floor the
@@ -217,9 +219,9 @@ def gpt():
 
 MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
-         "hooks_kept", "no_blocks")
+         "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "hooks_kept": {}, "no_blocks": {}}
+         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {}}
 
 
 class _NoBlocks:
@@ -402,7 +404,7 @@ class Runner:
         """CPU seconds so far of the writer's threads: its worker,
         TensorBoard's event-file writer (which serialises and checksums the
         records: pure Python without google-crc32c's C code) and the CPU
-        kernel's second core (the process's: this runner's steps run alone)."""
+        kernel's reads in parts on torch's other threads (the process's: this runner's steps run alone)."""
         if self.writer is None or self.writer._worker is None or self.writer._worker.thread is None:
             return 0.0
         threads = [self.writer._worker.thread]
@@ -427,6 +429,7 @@ class Runner:
             torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp == "bf16" else contextlib.nullcontext()
         )
         cpu_kernel.set_enabled(self.mode != "torch_stats")
+        cpu_kernel.set_reads_in_parts(self.mode != "one_core")
         for _ in range(n):
             self.opt.zero_grad(set_to_none=True)
             with autocast:
@@ -600,7 +603,7 @@ def main(argv=None) -> int:
         for m, (w, c) in r["ratios"].items():
             print(f"  {m:<12} {_fmt(w):>22} {_fmt(c):>22}" + (f" {peak[m]:>10.2f}" if peak else ""))
         for m, ms in r["worker_ms"].items():
-            print(f"  writer's threads ({m}: its worker, the event-file writer, the kernel's second core):"
+            print(f"  writer's threads ({m}: its worker, the event-file writer, torch's threads in the kernel's reads):"
                   f" {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
         if args.alternate:
