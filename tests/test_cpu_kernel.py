@@ -191,6 +191,7 @@ def test_many_values_are_read_by_two_cores_with_the_same_norms(threads, monkeypa
     real = K._norms_on_two_cores
     monkeypatch.setattr(K, "_norms_on_two_cores", lambda *a: calls.append(1) or real(*a))
     saved = torch.get_num_threads()
+    assert K.available()  # (loaded first: its check at load reads in parts too)
     before = K.helper_seconds()
     cases = [
         [torch.randn(1501, generator=g)],
@@ -520,6 +521,30 @@ def test_without_a_working_compiler_or_when_turned_off_torchs_ops_are_used(tmp_p
     assert _run_env({K.ENV: "0", "XDG_CACHE_HOME": str(tmp_path / "cache2")}) == "False True"
 
 
+@needs_kernel
+def test_a_compiler_without_openmp_builds_a_kernel_that_reads_on_one_core(tmp_path):
+    # A compiler that refuses -fopenmp (clang without its runtime): the next
+    # flags build the kernel, whose large reads then stay on one core.
+    real = os.environ.get("CC") or shutil.which("cc")
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = -fopenmp ] && { echo "cc: unsupported option -fopenmp" >&2; exit 1; }; done\n'
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    code = (
+        "import torch\n"
+        "from tb_neuraldbg.training import cpu_kernel as K\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.randn(8, K.PART_ELEMENTS // 2, generator=torch.Generator().manual_seed(0))\n"
+        "got = K.moments(x, x.shape[1])\n"
+        "want = x.double().sum().item()\n"
+        "print(K.available(), K.reads_in_parts(), abs(got[2] - want) < 1e-3 * x.numel() ** 0.5, got[6])\n"
+    )
+    assert run_python(code, {"CC": str(wrapper), "XDG_CACHE_HOME": str(tmp_path / "cache")}) == "True False True 0.0"
+
+
 def assert_built_once(load, cache, pattern: str, loaded: str) -> None:
     """``load(env)`` (a fresh process's answer, ``loaded`` once built)
     builds one library matching ``pattern`` into a private directory of
@@ -586,3 +611,35 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(fused_hists, plain_hists, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def wide_cnn():
+    """A CNN whose first activation is two parts' worth (16 x 32 x 32 x 32
+    values) and whose parameters are few (their norms on one core)."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8, 5),
+    )
+
+
+@needs_kernel
+@needs_torchs_openmp
+def test_a_watched_run_reads_its_large_activations_in_parts_with_the_same_rows():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert K.reads_in_parts()  # (loaded first: its check at load reads in parts too)
+        before = K.helper_seconds()
+        names, parts, parts_hists = _rows(wide_cnn, (16, 3, 32, 32), 5, poison_at=3)
+        assert K.helper_seconds() > before  # torch's second thread read parts of the activations
+        K.set_reads_in_parts(False)
+        try:
+            names2, one, one_hists = _rows(wide_cnn, (16, 3, 32, 32), 5, poison_at=3)
+        finally:
+            K.set_reads_in_parts(True)
+    finally:
+        torch.set_num_threads(saved)
+    assert names == names2
+    assert np.array_equal(np.isnan(parts), np.isnan(one))
+    np.testing.assert_allclose(parts, one, rtol=1e-6, atol=1e-9, equal_nan=True)
+    np.testing.assert_array_equal(parts_hists, one_hists)
