@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -624,7 +625,10 @@ def wide_cnn():
 
 @needs_kernel
 @needs_torchs_openmp
-def test_a_watched_run_reads_its_large_activations_in_parts_with_the_same_rows():
+def test_a_watched_run_reads_its_large_activations_in_parts_with_the_same_rows(gradients_read_in):
+    # Both ways to the kernel: the one C++ call of a full step's hook, and
+    # its Python calls (before grads.cpp is built, or where it cannot be),
+    # which must not switch torch to one thread around the kernel's reads.
     saved = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -643,3 +647,20 @@ def test_a_watched_run_reads_its_large_activations_in_parts_with_the_same_rows()
     assert np.array_equal(np.isnan(parts), np.isnan(one))
     np.testing.assert_allclose(parts, one, rtol=1e-6, atol=1e-9, equal_nan=True)
     np.testing.assert_array_equal(parts_hists, one_hists)
+
+
+def test_a_build_removes_what_unfinished_builds_left_and_nothing_else(tmp_path):
+    # A process that ends during a build (a daemon thread's) leaves its
+    # temporary file: the next build removes those over an hour old.
+    old = time.time() - 2 * 3600
+    left = [tmp_path / ".building-abc.so", tmp_path / "tmpq1w2e3.so"]  # (the second: the older builds' names)
+    fresh = tmp_path / ".building-now.so"  # another process's build, under way
+    kept = [tmp_path / "moments-0123456789abcdef.so", tmp_path / "tmp-notes.txt", fresh]
+    for f in left + kept:
+        f.write_bytes(b"x")
+    for f in left + kept[:2]:
+        os.utime(f, (old, old))
+    tmp = kernel_build.temporary_file(str(tmp_path / "grads-0123.so"))
+    assert os.path.basename(tmp).startswith(".building-") and tmp.endswith(".so") and os.path.getsize(tmp) == 0
+    assert not any(f.exists() for f in left)
+    assert all(f.exists() for f in kept)

@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 
 import numpy as np
@@ -221,8 +220,7 @@ def _build_and_check():
 def _compile(cxx: str, include: str, lib: str, path: str) -> None:
     # Into a temporary name, then renamed (see kernel_build._compile); niced:
     # it runs beside the user's first steps.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so")
-    os.close(fd)
+    tmp = kernel_build.temporary_file(path)
     nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
     try:
         err = ""

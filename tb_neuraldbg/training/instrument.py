@@ -821,6 +821,18 @@ class Instrument:
                 and not (self._sched_stats or self._sched_hist or self.exact)
             )
             and S.one_thread_pays(x, y)
+            # Nor when the kernel reads them all (a full step's moments, no
+            # torch op): one thread would keep its large reads off torch's
+            # second thread (cpu_kernel.PART_ELEMENTS).
+            and not (
+                self._sched_stats
+                and not nf_only
+                and behaviour.saturation is None
+                and y is not None
+                and y.numel() > 1
+                and K.takes(y)
+                and (x is None or K.takes(x))
+            )
         )
         if switch:
             torch.set_num_threads(1)
@@ -971,7 +983,9 @@ class Instrument:
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:
-            self._add_histogram(row, y, host)
+            # (torch's ops, where the kernel does not bin them, on one thread
+            # for a small tensor unless the caller switched already)
+            self._add_histogram(row, y, host, pays=(y,) if torch.get_num_threads() > 1 else ())
 
     def _add_histogram(self, row: int, y: torch.Tensor, known, pays=()) -> None:
         """A histogram step's bins of a module's output ``y``: bounded by the

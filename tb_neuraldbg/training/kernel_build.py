@@ -22,12 +22,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-__all__ = ["PART_ELEMENTS", "Library", "build_and_check", "cache_dir"]
+__all__ = ["PART_ELEMENTS", "Library", "build_and_check", "cache_dir", "temporary_file"]
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +150,37 @@ def _shares_torchs_openmp(lib) -> bool:
     return ours == theirs
 
 
+#: A build writes into a temporary file, renamed into place when done: a
+#: process that ends during a build (grads.cpp's runs on a daemon thread, for
+#: about 10 s) leaves it behind, so a later build removes those older than
+#: :data:`_STALE_SECONDS` (older builds named them ``tmp*.so``).
+_BUILDING = ".building-"
+_STALE_SECONDS = 3600
+
+
+def temporary_file(path: str) -> str:
+    """A new empty file beside ``path`` for a build to write, then rename to
+    ``path``; first removes what unfinished builds left there."""
+    directory = os.path.dirname(path)
+    stale = time.time() - _STALE_SECONDS
+    for entry in os.scandir(directory):
+        name = entry.name
+        if not (name.startswith(_BUILDING) or (name.startswith("tmp") and name.endswith(".so"))):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < stale:
+                os.unlink(entry.path)
+        except OSError:  # (another process removed it, or it is not ours to remove)
+            pass
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_BUILDING, suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    return tmp
+
+
 def _compile(cc: str, path: str) -> None:
     # Into a temporary name, then renamed: processes building at once (the
     # ranks of one machine) never load a half-written file.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so")
-    os.close(fd)
+    tmp = temporary_file(path)
     try:
         err = ""
         for flags in _FLAGS:
