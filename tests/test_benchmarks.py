@@ -1,7 +1,8 @@
 """What a GPU session runs must not fail there for a Python error: its time
 is minutes (benchmarks/gpu_check.sh). Part 2, the synchronisations' loops
 (benchmarks/gpu_syncs.py), and part 3, overhead.py on a GPT under bf16
-autocast with the script's own arguments, run here on the CPU."""
+autocast with the script's own arguments, run here on the CPU. And the
+benchmarks short enough to run whole in a test (reads_in_parts.py)."""
 
 from __future__ import annotations
 

@@ -65,8 +65,9 @@ MAX_ELEMENTS = 1 << 24
 #: OpenMP team, whose threads wait for torch's next op: the library is built
 #: with OpenMP and uses torch's own runtime, checked at load, else it reads
 #: on one core). A fresh 4 MB activation after a conv on the project's
-#: 2-core VM: 289 -> 192 us under OpenMP's default wait policy, 433 -> 214 us
-#: under ``OMP_WAIT_POLICY=PASSIVE``; 1 MB gains nothing. (A thread of the
+#: 2-core VM (``benchmarks/reads_in_parts.py``, medians of 60): 372 -> 241 us
+#: under OpenMP's default wait policy, 416 -> 269 us under
+#: ``OMP_WAIT_POLICY=PASSIVE``; 1 MB gained nothing. (A thread of the
 #: kernel's own, started for the read, was slower than one core under the
 #: default policy: it shares the second core with torch's spinning thread.)
 #: The value is ``PART_MIN`` in moments.c.

@@ -5,8 +5,9 @@
  * Why C: torch has no op that takes several of these in one read, and each
  * of its reductions is a pass over memory (50-130 us a megabyte of a freshly
  * written activation on the project's VM): five of them made the bulk of a
- * full step's cost. See cpu_kernel.py, which compiles this file at first use
- * and falls back to torch's ops where it cannot.
+ * full step's cost. See cpu_kernel.py, which calls it and falls back to
+ * torch's ops where it cannot, and kernel_build.py, which compiles this file
+ * at first use.
  *
  * Plain C99 with no headers but the C library's (and OpenMP's, for reads
  * in parts on torch's intra-op threads: see run_parts): no Python or torch
@@ -166,17 +167,17 @@ static int64_t thread_cpu_ns(void) {
  * calling thread's OpenMP team: its threads wait, spinning, for the next op;
  * a thread of the kernel's own would have to share a core with one, and was
  * slower than one core under OpenMP's default wait policy). 4 MB of a fresh
- * activation: 400 -> 210 us on two cores. */
+ * activation on two cores: 372 -> 241 us (benchmarks/reads_in_parts.py). */
 #define PART_MIN (1 << 18)
 #define MAX_PARTS 64
 
-/* 0 when the library's OpenMP is not torch's (cpu_kernel.py checks): one core. */
+/* 0 when the library's OpenMP is not torch's (kernel_build.py checks): one core. */
 static int parts_enabled = 1;
 
 void nd_set_parts_enabled(int on) { __atomic_store_n(&parts_enabled, on, __ATOMIC_RELAXED); }
 
 /* The address of omp_get_max_threads as this library bound it (NULL: built
- * without OpenMP), for cpu_kernel.py to compare with torch's. */
+ * without OpenMP), for kernel_build.py to compare with torch's. */
 void *nd_openmp_entry(void) {
 #ifdef _OPENMP
     return (void *)&omp_get_max_threads;
