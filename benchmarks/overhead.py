@@ -588,6 +588,10 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     print(f"torch {torch.__version__}, {where}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, amp {args.amp}")
+    if device.type == "cpu":  # (what the watched modes' figures depend on)
+        kernel = ("C kernel, large reads in parts on torch's threads" if cpu_kernel.reads_in_parts()
+                  else "C kernel, reads on one core" if cpu_kernel.available() else "no C kernel: torch's ops")
+        print(f"CPU statistics: {kernel}")
     print(f"{args.blocks} blocks x {args.steps} timed steps per mode (+{args.warm} untimed per fresh writer),"
           f" modes interleaved")
     print("ratio to 'bare' in the same block: median (min-max) over blocks; wall = step time,")
