@@ -983,22 +983,20 @@ class Instrument:
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:
-            # (torch's ops, where the kernel does not bin them, on one thread
-            # for a small tensor unless the caller switched already)
-            self._add_histogram(row, y, host, pays=(y,) if torch.get_num_threads() > 1 else ())
+            self._add_histogram(row, y, host, pays=(y,))
 
     def _add_histogram(self, row: int, y: torch.Tensor, known, pays=()) -> None:
         """A histogram step's bins of a module's output ``y``: bounded by the
         moments just read (``known``: :func:`cpu_kernel.moments`' values of
         ``y``, or None), one pass, not two; else torch's ops, on one thread
-        where :func:`stats.one_thread_pays` says so for the tensors ``pays``
-        (none where the caller has switched torch's threads already)."""
+        where :func:`stats.one_thread_pays` says so for the tensors ``pays``."""
         run = None
         if known is not None and y.numel() <= S.HIST_MAX_VALUES:
             run = K.histogram_known(y, S.HIST_BINS, known)
         if run is None:
-            # (``or 1``: no switch before the step's input has read the setting, as _measure_values)
-            with S.one_thread(*pays, threads=self._threads or 1):
+            # (torch's current setting asked, not the step's: 1 where the
+            # caller has switched already, and then no switch here)
+            with S.one_thread(*pays):
                 run = S.histogram(y)  # (detached there)
         self._col.add_run(run, row, Key.HIST)
 

@@ -263,14 +263,14 @@ def _parts_agree(fn, in_parts) -> bool:
     rows, units = 6, PART_ELEMENTS // 2
     x = np.zeros((rows, units), dtype=np.float32)
     x[0, 0], x[3, 1], x[5, 2], x[4, units - 1] = 1.0, -2.0, 3.0, 0.25
+    flat = x.reshape(-1).copy()
+    flat[-1] = np.nan
     alive = np.empty(units, dtype=np.int32)
     got = []
     for on in (0, 1):
         in_parts(on)
         out = np.empty(7)
         fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data)
-        flat = x.reshape(-1).copy()
-        flat[-1] = np.nan
         out2 = np.empty(7)
         fn(flat.ctypes.data, flat.size, 0, None, out2.ctypes.data)
         got.append((out.tolist(), out2.tolist()))

@@ -186,19 +186,24 @@ void *nd_openmp_entry(void) {
 #endif
 }
 
-/* How many parts a read of `n` values is cut into: at most one per thread of
- * the caller's team (torch's intra-op threads), PART_MIN values at least a
- * part; 1 without OpenMP, inside a parallel region, or when disabled. */
-static int parts_for(int64_t n) {
+/* How many parts a read may be cut into, at most `want`: one per thread of
+ * the caller's team (torch's intra-op threads); 1 without OpenMP, inside a
+ * parallel region, or when disabled. */
+static int team_parts(int64_t want) {
 #ifdef _OPENMP
-    if (n < 2 * (int64_t)PART_MIN || !__atomic_load_n(&parts_enabled, __ATOMIC_RELAXED) || omp_in_parallel()) return 1;
-    int64_t p = n / PART_MIN, t = omp_get_max_threads();
-    p = p < t ? p : t;
-    return (int)(p < MAX_PARTS ? p : MAX_PARTS);
+    if (want < 2 || !__atomic_load_n(&parts_enabled, __ATOMIC_RELAXED) || omp_in_parallel()) return 1;
+    int64_t t = omp_get_max_threads();
+    return (int)(want < t ? want : t);
 #else
-    (void)n;
+    (void)want;
     return 1;
 #endif
+}
+
+/* The parts of a read of `n` values: PART_MIN values at least a part. */
+static int parts_for(int64_t n) {
+    int64_t want = n / PART_MIN;
+    return team_parts(want < MAX_PARTS ? want : MAX_PARTS);
 }
 
 typedef void (*part_fn)(void *ctx, int part, int parts);
@@ -528,10 +533,7 @@ int nd_norms2_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, int6
     if (cut <= 0 || cut >= count) return nd_norms_f32(ptrs, lens, count, out), 1;
     nd_norms_f32(ptrs, lens, 0, out); /* (chooses the sum before the team reads it) */
     norms_job j = {ptrs, lens, count, cut, out};
-    int parts = 1;
-#ifdef _OPENMP
-    parts = __atomic_load_n(&parts_enabled, __ATOMIC_RELAXED) && !omp_in_parallel() && omp_get_max_threads() > 1 ? 2 : 1;
-#endif
+    int parts = team_parts(2);
     if (parts == 2)
         run_parts(norms_part, &j, 2);
     else
