@@ -81,11 +81,17 @@ from tb_neuraldbg.training import worker as worker_module  # noqa: E402
 # -- models ---------------------------------------------------------------------
 
 
-def mlp():
+def mlp(act=nn.ReLU):
     layers = []
     for _ in range(8):
-        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+        layers += [nn.Linear(1024, 1024), act()]
     return nn.Sequential(*layers, nn.Linear(1024, 10)), (256, 1024), 10
+
+
+def mlp_tanh():
+    """The MLP with bounded activations, whose full steps also count the
+    saturated outputs."""
+    return mlp(nn.Tanh)
 
 
 class Block(nn.Module):
@@ -217,7 +223,7 @@ def gpt():
     return GPT(), (8, 1024), 50257
 
 
-MODELS = {"mlp": mlp, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
+MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},

@@ -2,8 +2,9 @@
 OpenMP wait policies.
 
 What it measures, right after torch wrote the values (as the writer reads them): the norms of an
-8x1024 MLP's 33 MB of gradients after a backward, and the moments of a conv's fresh output (ReLU,
-batch 32) of 4, 2 and 1 MB. Each read is timed on one core, in parts (``cpu_kernel``'s default)
+8x1024 MLP's 33 MB of gradients after a backward, the moments of a conv's fresh output (ReLU,
+batch 32) of 4, 2 and 1 MB, and a histogram step's binning pass over 4 MB, which follows the
+moments' read (``cpu_kernel.histogram_known``). Each read is timed on one core, in parts (``cpu_kernel``'s default)
 and on one core again (the A/A control), the three alternated read by read; printed, the medians.
 
 Why both policies: the other benchmarks set ``OMP_WAIT_POLICY=PASSIVE`` (this VM throttles when
@@ -60,13 +61,16 @@ def measure(rounds: int) -> dict[str, dict[str, float]]:
         grads = [p.grad for p in params]
         return lambda: K.norms(grads)
 
-    def activation(channels: int, side: int):
+    def activation(channels: int, side: int, bins: int = 0):
         conv = nn.Conv2d(channels, channels, 3, 1, 1)
         batch = torch.randn(32, channels, side, side)
 
         def fresh():
             with torch.no_grad():
                 out = torch.relu(conv(batch))
+            if bins:  # (the moments read first, untimed, as a histogram step reads them)
+                known = K.moments(out, out.numel() // out.shape[0])
+                return lambda: K.histogram_known(out, bins, known)
             return lambda: K.moments(out, out.numel() // out.shape[0])
 
         return fresh
@@ -76,6 +80,7 @@ def measure(rounds: int) -> dict[str, dict[str, float]]:
         "activation moments, 4 MB": activation(32, 32),
         "activation moments, 2 MB": activation(64, 16),
         "activation moments, 1 MB": activation(128, 8),
+        "histogram bins, 4 MB": activation(32, 32, bins=30),  # (stats.HIST_BINS)
     }
     times: dict[str, dict[str, list[float]]] = {r: {m: [] for m in MODES} for r in reads}
     try:

@@ -76,4 +76,4 @@ def test_reads_in_parts_benchmark_runs_under_both_policies():
     assert [b.split(",")[0] for b in blocks] == ["(unset: OpenMP default)", "PASSIVE"]
     for block in blocks:
         ratios = re.findall(r"in parts +\d+ us \((\d+\.\d+)x\), A/A (\d+\.\d+)x", block)
-        assert len(ratios) == 4 and all(float(a) > 0 and float(b) > 0 for a, b in ratios)
+        assert len(ratios) == 5 and all(float(a) > 0 and float(b) > 0 for a, b in ratios)

@@ -259,6 +259,42 @@ def test_a_large_read_in_parts_gives_what_one_read_gives(threads):
 
 
 @needs_kernel
+@needs_torchs_openmp
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_histograms_and_saturation_counts_in_parts_give_what_one_read_gives(threads):
+    # Counts are whole numbers: in parts they must be the very counts of one
+    # read, and those of torch's ops (K off).
+    n = 3 * K.PART_ELEMENTS + 7
+    x = torch.randn(n, generator=torch.Generator().manual_seed(6)) * 2
+    x[n - 1] = 40.0  # (a far value in the last part: most bins empty, the top one its own)
+    strided = torch.randn(2 * n, generator=torch.Generator().manual_seed(7))[::2]
+    bounds = [(-0.99, 0.99), (None, 1.5), (0.01, 0.99)]
+    saved = torch.get_num_threads()
+    got = {}
+    try:
+        torch.set_num_threads(threads)
+        for in_parts in (True, False):
+            K.set_reads_in_parts(in_parts)
+            m = K.moments(x)
+            got[in_parts] = (
+                K.histogram_known(x, 64, m).tolist(), K.histogram(strided, 64).tolist(),
+                [K.moments(x, 0, K.saturation_bounds(*b))[7] for b in bounds],
+            )
+    finally:
+        K.set_reads_in_parts(True)
+        torch.set_num_threads(saved)
+    (known, of_strided, saturated), one = got[True], got[False]
+    assert known[:65] == one[0][:65] and of_strided[:65] == one[1][:65] and saturated == one[2]
+    assert sum(known[:64]) == n and known[63] == 1 and sum(of_strided[:64]) == n
+    K.set_enabled(False)
+    try:
+        assert saturated == [float(S.saturated(x, *b)) for b in bounds]
+        assert known[:64] == S.histogram(x, 64, max_values=n)[:64].tolist()
+    finally:
+        K.set_enabled(True)
+
+
+@needs_kernel
 def test_reads_stay_on_one_core_where_the_kernels_openmp_is_not_torchs():
     class Entry:  # a library bound to another runtime's omp_get_max_threads, or to none
         argtypes = restype = None
@@ -583,26 +619,56 @@ def _rows(model_fn, shape, classes, integer=None, steps=6, poison_at=None, **cfg
     return rec.names, rows, hists
 
 
+def bounded_mlp():
+    """Every kind of bounded activation, with weights large enough that
+    some of each one's outputs are in its flat ends."""
+    model = nn.Sequential(
+        nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Sigmoid(), nn.Linear(32, 32), nn.ReLU6(),
+        nn.Linear(32, 32), nn.Hardtanh(-0.5, 0.5), nn.Linear(32, 32), nn.Hardsigmoid(), nn.Linear(32, 4),
+    )
+    with torch.no_grad():
+        for m in model[:-1:2]:
+            m.weight.mul_(8.0)
+        model[4].bias.fill_(4.0)  # (the ReLU6's input: some of it over 6)
+    return model
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     "model_fn, shape, classes, integer, cfg",
     [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
-     (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"})],
+     (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
+     (bounded_mlp, (16, 12), 4, None, {})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
 ):
-    taken, bounded = [], []
+    taken, bounded, saturation = [], [], []
     real, real_hist = K.moments, K.histogram_known
-    monkeypatch.setattr(K, "moments", lambda x, units=0: taken.append(units) or real(x, units))
+
+    def moments(x, units=0, bounds=None):
+        taken.append(units)
+        saturation.append(bounds)
+        return real(x, units, bounds)
+
+    def measure_and_note(*a):
+        taken.append(int(a[1] or a[3]))
+        saturation.append(a[5])
+        return measure(*a)
+
+    monkeypatch.setattr(K, "moments", moments)
     monkeypatch.setattr(K, "histogram_known", lambda *a: bounded.append(1) or real_hist(*a))
     measure = grad_reader._measure
     if measure is not None:  # (the one-call reads hand the kernel the same tensors; units: x_batched, y_dead)
-        monkeypatch.setattr(grad_reader, "_measure", lambda *a: taken.append(int(a[1] or a[3])) or measure(*a))
+        monkeypatch.setattr(grad_reader, "_measure", measure_and_note)
     poison = 3 if integer is None else None  # a NaN batch: the replay (or every-step counts) must see it the same
     names, fused, fused_hists = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
     assert taken and any(taken)  # the kernel measured, dead units included
     assert bounded  # histograms binned within the moments' bounds
+    if model_fn is bounded_mlp:  # the kernel counted the saturated values (the Tanh's, among them)
+        assert K.saturation_bounds(-0.99, 0.99) in saturation
+        sat_frac = fused[:, :, metadata.METRIC_INDEX["act_sat_frac"]]
+        assert (sat_frac[[0, 2]][:, np.isfinite(sat_frac[0])] > 0).all() and np.isfinite(sat_frac[0]).sum() == 5
     K.set_enabled(False)
     try:
         names2, plain, plain_hists = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)

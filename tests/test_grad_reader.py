@@ -208,8 +208,10 @@ def test_the_reader_is_used_by_a_watched_step(reader, monkeypatch):
 # -- a module's input and output read in one call (measure_fn) ---------------
 
 
-def _moments_in_order(x, x_batched, y, y_dead, exact):
-    """measure_fn()'s values, built from cpu_kernel.moments as documented."""
+def _moments_in_order(x, x_batched, y, y_dead, exact, bounds=None):
+    """measure_fn()'s values, built from cpu_kernel.moments and
+    stats.saturated as documented (``bounds``: a bounded activation's
+    ``(lo, hi)``)."""
     vals = []
     if x is not None:
         units = x.numel() // x.shape[0] if x_batched else 0
@@ -219,18 +221,21 @@ def _moments_in_order(x, x_batched, y, y_dead, exact):
     units = y.numel() // y.shape[0] if y_dead else 0
     m = K.moments(y, units)
     vals += [y.numel()] + ([units] if y_dead else []) + m[:5] + ([m[6]] if y_dead else []) + ([m[5]] if exact else [])
-    return vals
+    return vals + ([float(S.saturated(y, *bounds))] if bounds is not None else [])
 
 
 def _same(a, b):
     return len(a) == len(b) and all(u == v or (u != u and v != v) for u, v in zip(a, b))
 
 
-@pytest.mark.parametrize("x_batched, y_dead, exact", [(False, False, False), (True, True, True), (True, False, True),
-                                                      (False, True, False)])
-def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_batched, y_dead, exact):
+@pytest.mark.parametrize("x_batched, y_dead, exact, bounds", [
+    (False, False, False, None), (True, True, True, None), (True, False, True, None), (False, True, False, None),
+    (True, False, False, (-0.99, 0.99)), (False, True, True, (None, 1.5)), (True, False, True, (0.01, 0.99)),
+])
+def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_batched, y_dead, exact, bounds):
     measure = reader.measure_fn()
     assert measure is not None
+    sat = None if bounds is None else K.saturation_bounds(*bounds)
     g = torch.Generator().manual_seed(3)
     x = torch.randn(8, 5, 6, generator=g).relu()
     x[:, 2] = 0.0  # dead units of the input
@@ -238,13 +243,17 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
     y[3, 7] = float("nan")
     y[5, 1] = float("inf")
     for xx in (x, None):
-        got = measure(xx, x_batched and xx is not None, y, y_dead, exact)
-        assert _same(list(got), _moments_in_order(xx, x_batched and xx is not None, y, y_dead, exact)), got
+        got = measure(xx, x_batched and xx is not None, y, y_dead, exact, sat)
+        assert _same(list(got), _moments_in_order(xx, x_batched and xx is not None, y, y_dead, exact, bounds)), got
     large = torch.randn(4, 1 << 16, generator=g)  # (read without the GIL held: grads.cpp's kReleaseGil)
-    got = measure(x, x_batched, large, y_dead, exact)
-    assert _same(list(got), _moments_in_order(x, x_batched, large, y_dead, exact)), got
-    assert len(measure(x, x_batched, y, y_dead, exact)) == len(_FAST_KEYS[True, x_batched, y_dead, exact])
-    assert len(measure(None, False, y, y_dead, exact)) == len(_FAST_KEYS[False, False, y_dead, exact])
+    got = measure(x, x_batched, large, y_dead, exact, sat)
+    assert _same(list(got), _moments_in_order(x, x_batched, large, y_dead, exact, bounds)), got
+    if bounds is not None:
+        assert 0 < got[-1] < large.numel()  # (a count that can be wrong both ways)
+    assert len(measure(x, x_batched, y, y_dead, exact, sat)) == len(_FAST_KEYS[True, x_batched, y_dead, exact,
+                                                                               sat is not None])
+    assert len(measure(None, False, y, y_dead, exact, sat)) == len(_FAST_KEYS[False, False, y_dead, exact,
+                                                                              sat is not None])
 
 
 def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
@@ -257,11 +266,12 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
     refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 4).t(), y.as_subclass(Sub),
                torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.bfloat16), torch._neg_view(y)]
     for t in refused:
-        assert measure(t, False, y, False, False) is None
-        assert measure(None, False, t, False, False) is None
-    assert measure(None, False, torch.ones(1, 1), False, False) is None  # one value: no spread
-    assert measure(y[:, :1].reshape(4), False, y, False, False) is None  # (a view 3 values apart)
-    assert measure(y[:, :1].contiguous().reshape(4), False, y, False, False) is not None
+        assert measure(t, False, y, False, False, None) is None
+        assert measure(None, False, t, False, False, None) is None
+        assert measure(None, False, t, False, False, (0.0, 0.99, -1.0)) is None
+    assert measure(None, False, torch.ones(1, 1), False, False, None) is None  # one value: no spread
+    assert measure(y[:, :1].reshape(4), False, y, False, False, None) is None  # (a view 3 values apart)
+    assert measure(y[:, :1].contiguous().reshape(4), False, y, False, False, None) is not None
     K.set_enabled(False)
     try:
         assert reader.measure_fn() is None

@@ -139,7 +139,7 @@ def marks(params: list) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def measure_fn():
-    """The extension's ``measure(x, x_batched, y, y_dead, exact)`` (see
+    """The extension's ``measure(x, x_batched, y, y_dead, exact, bounds)`` (see
     grads.cpp: a module's input and output moments in one call, as a tuple in
     the order of ``instrument._FAST_KEYS``, or None where the kernel does not
     take one of them), or None while it is not loaded or the fused kernel is
@@ -289,9 +289,14 @@ def _check_measure(measure) -> None:
     x = torch.tensor([[1.0, 0.0, -2.0], [0.0, 0.0, 3.0]], device=cpu)
     y = torch.tensor([[0.5, float("nan")], [0.0, -4.0]], device=cpu)
     mx, my = cpu_kernel.moments(x, 3), cpu_kernel.moments(y, 2)
+    top = cpu_kernel.saturation_bounds(None, 0.5)  # (0.5 saturated: 1 value)
+    sat = cpu_kernel.moments(y, 0, top)[7]
+    if sat != 1:
+        raise RuntimeError(f"the activation reads' check failed: {sat} saturated values, not 1")
     for got, want in (
-        (measure(x, True, y, True, True), [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]),
-        (measure(None, False, y, False, False), [4.0, *my[:5]]),
+        (measure(x, True, y, True, True, None), [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]),
+        (measure(None, False, y, False, False, None), [4.0, *my[:5]]),
+        (measure(x, False, y, True, False, top), [6.0, mx[2], mx[4], 4.0, 2.0, *my[:5], my[6], sat]),
     ):
         # (NaN where the kernel gives NaN: y holds one)
         if got is None or len(got) != len(want) or not all(a == b or (a != a and b != b) for a, b in zip(got, want)):
@@ -300,5 +305,5 @@ def _check_measure(measure) -> None:
         (x.double(), y), (x, y.t()), (x.as_subclass(_Subclass), y), (x[:0], y), (x, y[:1, :1]),
     ]
     for a, b in refused:
-        if measure(a, False, b, False, False) is not None:
+        if measure(a, False, b, False, False, None) is not None:
             raise RuntimeError("the activation reads' check failed: a tensor the kernel does not take was read")

@@ -34,15 +34,17 @@
 // set_moments(address, max_elements) -> None: the fused kernel's
 //   nd_moments_f32 (moments.c, loaded by cpu_kernel.py), which measure calls.
 //
-// measure(x, x_batched, y, y_dead, exact) -> tuple of floats, or None
+// measure(x, x_batched, y, y_dead, exact, bounds) -> tuple of floats, or None
 //   A module's first input ``x`` (or None) and output ``y`` in one call, for
 //   a full step's forward hook (instrument.py): in Python, the checks, two
 //   ctypes calls and their buffers cost more than the kernel's read of a
 //   small activation. The values, in the order of instrument._FAST_KEYS:
 //   x's size, [its units a sample], sum, non-zeros, [dead units], [non-
 //   finite]; then y's size, [units], min, max, sum, L2 norm, non-zeros,
-//   [dead units], [non-finite] (the bracketed ones when x_batched, y_dead,
-//   exact: a batched tensor is [size(0), units]). None when the kernel does
+//   [dead units], [non-finite], [saturated values] (the bracketed ones when
+//   x_batched, y_dead, exact, bounds: a batched tensor is [size(0), units];
+//   bounds, None or a bounded activation's (mid, half, sign) as
+//   cpu_kernel.saturation_bounds gives them). None when the kernel does
 //   not take one of them (not a torch.Tensor or Parameter of contiguous
 //   float32 CPU values, a subclass, empty, too large, an output of one
 //   value) or is not set: the caller measures it as before.
@@ -201,8 +203,9 @@ PyObject* all_require_grad(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
-// nd_moments_f32 of moments.c: (values, n, units, alive scratch, out[7]).
-using MomentsFn = int (*)(const float*, int64_t, int64_t, int32_t*, double*);
+// nd_moments_f32 of moments.c: (values, n, units, alive scratch, bounds or
+// nullptr, out[8]).
+using MomentsFn = int (*)(const float*, int64_t, int64_t, int32_t*, const float*, double*);
 MomentsFn moments_fn = nullptr;
 int64_t max_elements = 0;
 
@@ -222,9 +225,11 @@ PyObject* set_moments(PyObject*, PyObject* args) {
 // loader's) are not held up by a large activation.
 constexpr int64_t kReleaseGil = int64_t{1} << 18;
 
-// The kernel's moments of one tensor into out[7], its units a sample into
-// *units (0 unless batched); false when the kernel does not take it.
-bool tensor_moments(PyObject* obj, bool batched, int64_t least, double* out, int64_t* units) {
+// The kernel's moments of one tensor into out[8] (its saturated values
+// where bounds is not nullptr), its units a sample into *units (0 unless
+// batched); false when the kernel does not take it.
+bool tensor_moments(PyObject* obj, bool batched, int64_t least, const float* bounds, double* out,
+                    int64_t* units) {
   if (!THPVariable_CheckExact(obj)) {
     return false;
   }
@@ -251,34 +256,39 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, double* out, int
   int32_t* scratch = *units ? alive.data() : nullptr;
   int rc;
   if (n >= kReleaseGil) {
-    Py_BEGIN_ALLOW_THREADS rc = moments_fn(values, n, *units, scratch, out);
+    Py_BEGIN_ALLOW_THREADS rc = moments_fn(values, n, *units, scratch, bounds, out);
     Py_END_ALLOW_THREADS
   } else {
-    rc = moments_fn(values, n, *units, scratch, out);
+    rc = moments_fn(values, n, *units, scratch, bounds, out);
   }
   return rc == 0;
 }
 
 PyObject* measure(PyObject*, PyObject* args) {
-  PyObject *x, *y;
+  PyObject *x, *y, *bounds_obj;
   int x_batched, y_dead, exact;
-  if (!PyArg_ParseTuple(args, "OpOpp", &x, &x_batched, &y, &y_dead, &exact)) {
+  if (!PyArg_ParseTuple(args, "OpOppO", &x, &x_batched, &y, &y_dead, &exact, &bounds_obj)) {
     return nullptr;
   }
   if (moments_fn == nullptr) {
     Py_RETURN_NONE;
   }
-  double xm[7], ym[7];
+  float bounds[3];
+  const bool saturation = bounds_obj != Py_None;
+  if (saturation && !PyArg_ParseTuple(bounds_obj, "fff", &bounds[0], &bounds[1], &bounds[2])) {
+    return nullptr;
+  }
+  double xm[8], ym[8];
   int64_t xu = 0, yu = 0;
   double vals[20];
   int k = 0;
   try {
     const bool has_x = x != Py_None;
-    if (has_x && !tensor_moments(x, x_batched, 1, xm, &xu)) {
+    if (has_x && !tensor_moments(x, x_batched, 1, nullptr, xm, &xu)) {
       Py_RETURN_NONE;
     }
     // (an output of one value has no spread: instrument.py measures it alone)
-    if (!tensor_moments(y, y_dead, 2, ym, &yu)) {
+    if (!tensor_moments(y, y_dead, 2, saturation ? bounds : nullptr, ym, &yu)) {
       Py_RETURN_NONE;
     }
     if (has_x) {
@@ -294,6 +304,7 @@ PyObject* measure(PyObject*, PyObject* args) {
     for (int j = 0; j < 5; j++) vals[k++] = ym[j];
     if (y_dead) vals[k++] = ym[6];
     if (exact) vals[k++] = ym[5];
+    if (saturation) vals[k++] = ym[7];
   } catch (...) {
     return raise_current("measuring the activations failed");
   }

@@ -79,20 +79,22 @@ _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
 _GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
 
 
-def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool) -> tuple[int, ...]:
+def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool, saturated: bool) -> tuple[int, ...]:
     """The keys of grad_reader.measure_fn()'s values, in its order."""
     keys = ()
     if has_x:
         keys = (Key.IN_N,) + ((Key.IN_UNITS,) if x_batched else ()) + _IN_KEYS
         keys += ((Key.IN_DEAD,) if x_batched else ()) + ((Key.IN_NF,) if exact else ())
     keys += (Key.OUT_N,) + ((Key.OUT_UNITS,) if y_dead else ()) + _MOMENT_KEYS
-    return keys + ((Key.OUT_DEAD,) if y_dead else ()) + ((Key.OUT_NF,) if exact else ())
+    keys += ((Key.OUT_DEAD,) if y_dead else ()) + ((Key.OUT_NF,) if exact else ())
+    return keys + ((Key.OUT_SAT,) if saturated else ())
 
 
-# by (x given, x batched, y's dead units counted, exact)
+# by (x given, x batched, y's dead units counted, exact, y's saturated values counted)
 _FAST_KEYS = {
-    (h, b, d, e): _fast_keys(h, b, d, e)
-    for h in (False, True) for b in (False, True) for d in (False, True) for e in (False, True) if h or not b
+    (h, b, d, e, s): _fast_keys(h, b, d, e, s)
+    for h in (False, True) for b in (False, True) for d in (False, True) for e in (False, True)
+    for s in (False, True) if h or not b
 }
 # where y's min, max, sum and norm start among those values (a histogram's bounds)
 _FAST_Y_MOMENTS = {k: keys.index(Key.OUT_MIN) for k, keys in _FAST_KEYS.items()}
@@ -759,7 +761,7 @@ class Instrument:
         if self._sched_step != self.step:
             self._schedule()
         fast, vals = self._fast_measure, None
-        if fast is not None and y is not None and self._sched_stats and not nf_only and behaviour.saturation is None:
+        if fast is not None and y is not None and self._sched_stats and not nf_only:
             # Both in one C++ call (grad_reader.measure_fn): no torch op, so
             # no switch of torch's threads; the values straight in the
             # collector's key order. (On a 1,000-module model's full step,
@@ -767,14 +769,15 @@ class Instrument:
             # cost more than the kernel's reads of its small activations.)
             xb = x is not None and x.dim() >= 2
             yd = behaviour.dead and y.dim() >= 2
+            bounds = None if behaviour.saturation is None else K.saturation_bounds(*behaviour.saturation(module))
             try:
-                vals = fast(x, xb, y, yd, self.exact)
+                vals = fast(x, xb, y, yd, self.exact, bounds)
             except RuntimeError:  # (PyTorch refused a question about an exotic tensor: the old way asks again)
                 pass
         if vals is None:
             self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
         else:
-            form = (x is not None, xb, yd, self.exact)
+            form = (x is not None, xb, yd, self.exact, bounds is not None)
             self._col.measured(row, _FAST_KEYS[form], vals)
             if self._sched_hist:
                 i = _FAST_Y_MOMENTS[form]
@@ -827,7 +830,6 @@ class Instrument:
             and not (
                 self._sched_stats
                 and not nf_only
-                and behaviour.saturation is None
                 and y is not None
                 and y.numel() > 1
                 and K.takes(y)
@@ -961,10 +963,13 @@ class Instrument:
                 col.add(S.flag_moment(y.detach()), row, Key.OUT_SUM)
         else:
             dead = behaviour.dead and y.dim() >= 2
-            host = K.moments(y, y.numel() // y.shape[0] if dead else 0)
-            if host is not None:  # one pass for all of them (cpu_kernel)
+            bounds = None if behaviour.saturation is None else K.saturation_bounds(*behaviour.saturation(module))
+            host = K.moments(y, y.numel() // y.shape[0] if dead else 0, bounds)
+            if host is not None:  # one pass for all of them (cpu_kernel), the saturated values too
+                if bounds is not None:
+                    col.const(row, Key.OUT_SAT, host[7])
                 if dead:
-                    col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:])
+                    col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:7])
                     col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
                 else:
                     col.measured(row, _MOMENT_KEYS, host[:5])
@@ -977,9 +982,8 @@ class Instrument:
                     col.add(vals.pop(), row, Key.OUT_DEAD)
                     col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
                 col.add_row(row, _MOMENT_KEYS, vals)
-            if behaviour.saturation is not None:
-                lo, hi = behaviour.saturation(module)
-                col.add(S.saturated(y.detach(), lo, hi), row, Key.OUT_SAT)
+                if bounds is not None:
+                    col.add(S.saturated(y.detach(), *behaviour.saturation(module)), row, Key.OUT_SAT)
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:

@@ -93,7 +93,7 @@ def build_and_check() -> Library:
         _compile(cc, path)
     lib = ctypes.CDLL(path)
     fn = lib.nd_moments_f32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int
     hist = lib.nd_hist_f32
     hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
@@ -122,7 +122,7 @@ def build_and_check() -> Library:
     shared = _shares_torchs_openmp(lib)
     in_parts(int(shared))
     _check(fn, hist, many, many2, total, finite, hist_known)
-    if shared and not _parts_agree(fn, in_parts):
+    if shared and not _parts_agree(fn, hist_known, in_parts):
         log.info("tb_neuraldbg: the CPU kernel's reads in parts failed their check; its reads stay on one core")
         shared = False
     in_parts(0)  # (until the caller sets it)
@@ -210,17 +210,24 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
         math.sqrt(float((x.astype(np.float64) ** 2).sum())), float(np.count_nonzero(x)), 0.0,
         float((~x.any(axis=0)).sum()),
     ]
-    out = np.empty(7)
+    out = np.empty(8)
     alive = np.empty(units, dtype=np.int32)
-    if fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data) != 0:
+    # (saturated: |v - 1000| >= 999.5: up to 0.5, the zeros too, and from 1999.5)
+    bounds = np.array([1000.0, 999.5, -1.0], dtype=np.float32)
+    want.append(float((np.abs(x - np.float32(1000.0)) >= np.float32(999.5)).sum()))
+    if fn(x.ctypes.data, x.size, units, alive.ctypes.data, bounds.ctypes.data, out.ctypes.data) != 0:
         raise RuntimeError("the kernel refused its check")
     if not np.allclose(out, want, rtol=1e-6, atol=0):
         raise RuntimeError(f"the kernel's check failed: {out.tolist()} against {want}")
     y = np.array([1.0, np.inf, -np.inf, 0.0, np.nan], dtype=np.float32)
-    if fn(y.ctypes.data, y.size, 0, None, out.ctypes.data) != 0:
+    top = np.array([1.0, 0.0, 1.0], dtype=np.float32)  # v >= 1: 1.0 and inf
+    if fn(y.ctypes.data, y.size, 0, None, top.ctypes.data, out.ctypes.data) != 0:
         raise RuntimeError("the kernel refused its check")
-    if not (math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[6] == -1):
+    if not (math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[6] == -1
+            and out[7] == 2):
         raise RuntimeError(f"the kernel's non-finite check failed: {out.tolist()}")
+    if fn(y.ctypes.data, y.size, 0, None, None, out.ctypes.data) != 0 or out[7] != -1:
+        raise RuntimeError(f"the kernel's check failed: {out.tolist()}")
     z = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 4.0], dtype=np.float32)  # every other value: 0, 2, 4
     h = np.empty(4 + 5)
     if hist(z.ctypes.data, 3, 2, 4, h.ctypes.data) != 0 or h.tolist() != [1, 0, 1, 1, 0, 0, 4, 6, 20]:
@@ -256,24 +263,34 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
         raise RuntimeError("the kernel's finite check failed")
 
 
-def _parts_agree(fn, in_parts) -> bool:
+def _parts_agree(fn, hist_known, in_parts) -> bool:
     """Whether a read in parts gives what one read gives: a batched tensor
     of three parts' size whose units are alive in one part each (the others
-    dead), and the same values with a NaN in the last part."""
+    dead), its saturated values (``|v| >= 1``) in two parts, its histogram
+    (each bin's values in one part), and the same values with a NaN in the
+    last part."""
     rows, units = 6, PART_ELEMENTS // 2
     x = np.zeros((rows, units), dtype=np.float32)
     x[0, 0], x[3, 1], x[5, 2], x[4, units - 1] = 1.0, -2.0, 3.0, 0.25
     flat = x.reshape(-1).copy()
     flat[-1] = np.nan
     alive = np.empty(units, dtype=np.int32)
+    bounds = np.array([0.0, 1.0, -1.0], dtype=np.float32)
     got = []
     for on in (0, 1):
         in_parts(on)
-        out = np.empty(7)
-        fn(x.ctypes.data, x.size, units, alive.ctypes.data, out.ctypes.data)
-        out2 = np.empty(7)
-        fn(flat.ctypes.data, flat.size, 0, None, out2.ctypes.data)
-        got.append((out.tolist(), out2.tolist()))
-    (one, one_nan), (parts, parts_nan) = got
-    want = [-2.0, 3.0, 2.25, math.sqrt(14.0625), 4.0, 0.0, float(units - 4)]
-    return one == parts == want and np.allclose(parts_nan, one_nan, equal_nan=True) and parts_nan[5] == 1.0
+        out = np.empty(8)
+        fn(x.ctypes.data, x.size, units, alive.ctypes.data, bounds.ctypes.data, out.ctypes.data)
+        out2 = np.empty(8)
+        fn(flat.ctypes.data, flat.size, 0, None, None, out2.ctypes.data)
+        known = np.array([-2.0, 3.0, 2.25, 14.0625])
+        bins = np.empty(5 + 5)
+        hist_known(x.ctypes.data, x.size, 5, known.ctypes.data, bins.ctypes.data)
+        got.append((out.tolist(), out2.tolist(), bins.tolist()))
+    (one, one_nan, one_bins), (parts, parts_nan, parts_bins) = got
+    want = [-2.0, 3.0, 2.25, math.sqrt(14.0625), 4.0, 0.0, float(units - 4), 3.0]
+    want_bins = [1.0, 0.0, x.size - 3.0, 1.0, 1.0, 0.0, *known]  # bins of 1 from -2: -2 | | 0, 0.25 | 1 | 3
+    return (
+        one == parts == want and np.allclose(parts_nan, one_nan, equal_nan=True) and parts_nan[5] == 1.0
+        and one_bins == parts_bins == want_bins
+    )

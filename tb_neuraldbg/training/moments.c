@@ -1,6 +1,7 @@
 /* One pass over a float32 CPU tensor for every statistic a full step takes
  * of it: min, max, sum, sum of squares, non-zeros, non-finite values, NaNs,
- * and (batched, dim 0 the batch) the units that are zero in every sample.
+ * (batched, dim 0 the batch) the units that are zero in every sample, and
+ * (a bounded activation's: tanh, sigmoid, hardtanh...) the saturated values.
  *
  * Why C: torch has no op that takes several of these in one read, and each
  * of its reductions is a pass over memory (50-130 us a megabyte of a freshly
@@ -46,8 +47,17 @@
 typedef struct {
     double sum, sumsq;
     float lo, hi;
-    int64_t nonzero;
+    int64_t nonzero, saturated;
 } acc_t;
+
+/* A bounded activation's flat ends, as stats.saturated tests them: a value
+ * is saturated where max(d, sign * d) >= half, d = v - mid; sign -1: |v -
+ * mid| >= half (both ends), +1: v >= mid (half 0: the top end only). In
+ * float32, as torch's ops compute it, so that both count the same values;
+ * a NaN is never saturated, an inf always. */
+typedef struct {
+    float mid, half, sign;
+} bounds_t;
 
 /* One value `v` into lane `j`; `EXTRA` runs with it (index `i + j`). */
 #define STEP(EXTRA) \
@@ -58,19 +68,28 @@ typedef struct {
     nz[j] += v != 0.f; \
     EXTRA
 
+/* The saturation test of `v` into lane `j` (`mid`, `half`, `sign` of a bounds_t). */
+#define SATURATED \
+    { \
+        float d = v - mid; /* (no comma: this is a macro's argument) */ \
+        float e = sign * d; \
+        ns[j] += (d > e ? d : e) >= half; \
+    }
+
 /* One loop over a block in LANES lanes, the tail in the first lanes. The
  * non-finite values are not counted here: one makes the sum NaN or
  * infinite, and then count_nonfinite counts them exactly (two fewer
- * reductions a value on every healthy tensor). */
+ * reductions a value on every healthy tensor). `ns` stays 0 unless EXTRA
+ * counts saturated values (SATURATED). */
 #define LOOP(EXTRA) \
     { \
         float lo[LANES], hi[LANES], s[LANES], q[LANES]; \
-        int32_t nz[LANES]; \
+        int32_t nz[LANES], ns[LANES]; \
         for (int j = 0; j < LANES; j++) { \
             lo[j] = INFINITY; \
             hi[j] = -INFINITY; \
             s[j] = q[j] = 0.f; \
-            nz[j] = 0; \
+            nz[j] = ns[j] = 0; \
         } \
         int64_t i = 0; \
         for (; i + LANES <= n; i += LANES) { \
@@ -91,30 +110,41 @@ typedef struct {
             bs += s[j]; \
             bq += q[j]; \
             a->nonzero += nz[j]; \
+            a->saturated += ns[j]; \
         } \
         a->sum += bs; \
         a->sumsq += bq; \
     }
 
-/* The body of one block: `alive` (or NULL) gets a 1 where a value is not 0
- * (two loops: the one without it vectorises better). */
+/* The body of one block: `alive` (or NULL) gets a 1 where a value is not 0,
+ * `b` (or NULL) counts the saturated values (a loop for each: the fewer
+ * reductions one has, the better it vectorises). */
 #define PASS_BODY \
     { \
-        if (alive) { \
+        if (b) { \
+            const float mid = b->mid, half = b->half, sign = b->sign; \
+            if (alive) { \
+                LOOP(alive[i + j] |= v != 0.f; SATURATED) \
+            } else { \
+                LOOP(SATURATED) \
+            } \
+        } else if (alive) { \
             LOOP(alive[i + j] |= v != 0.f;) \
         } else { \
             LOOP() \
         } \
     }
 
-static void pass_base(const float *restrict x, int64_t n, int32_t *restrict alive, acc_t *a) PASS_BODY
+static void pass_base(const float *restrict x, int64_t n, int32_t *restrict alive, const bounds_t *b,
+                      acc_t *a) PASS_BODY
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target("avx2,fma"))) static void pass_avx2(const float *restrict x, int64_t n,
-                                                           int32_t *restrict alive, acc_t *a) PASS_BODY
+                                                           int32_t *restrict alive, const bounds_t *b,
+                                                           acc_t *a) PASS_BODY
 #endif
 
-typedef void (*pass_fn)(const float *restrict, int64_t, int32_t *restrict, acc_t *);
+typedef void (*pass_fn)(const float *restrict, int64_t, int32_t *restrict, const bounds_t *, acc_t *);
 
 static pass_fn choose(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -139,13 +169,14 @@ static void count_nonfinite(const float *x, int64_t n, int64_t *nonfinite, int64
 /* The values of one read (`units > 0`: rows of `units` values, whose
  * non-zero places go to `alive`) into `a`, in the blocks every copy of the
  * read takes: the same blocks whether one core reads them or two. */
-static void read_blocks(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive, acc_t *a) {
+static void read_blocks(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive,
+                        const bounds_t *b, acc_t *a) {
     if (units > 0) {
         for (int64_t r = 0; r < n; r += units)
             for (int64_t j = 0; j < units; j += BLOCK)
-                pass(x + r + j, units - j < BLOCK ? units - j : BLOCK, alive + j, a);
+                pass(x + r + j, units - j < BLOCK ? units - j : BLOCK, alive + j, b, a);
     } else {
-        for (int64_t i = 0; i < n; i += BLOCK) pass(x + i, n - i < BLOCK ? n - i : BLOCK, 0, a);
+        for (int64_t i = 0; i < n; i += BLOCK) pass(x + i, n - i < BLOCK ? n - i : BLOCK, 0, b, a);
     }
 }
 
@@ -235,6 +266,7 @@ typedef struct {
     const float *x;
     int64_t n, units;
     int32_t *alive, *scratch; /* the first part's `alive`, the others' */
+    const bounds_t *bounds;
     acc_t acc[MAX_PARTS];
 } moments_job;
 
@@ -245,20 +277,20 @@ static void moments_part(void *ctx, int p, int parts) {
     int64_t piece = j->units > 0 ? j->units : BLOCK, pieces = (j->n + piece - 1) / piece;
     int64_t lo = pieces * p / parts * piece, hi = p + 1 == parts ? j->n : pieces * (p + 1) / parts * piece;
     int32_t *alive = j->units > 0 ? (p ? j->scratch + (p - 1) * j->units : j->alive) : 0;
-    if (hi > lo) read_blocks(j->pass, j->x + lo, hi - lo, j->units, alive, &j->acc[p]);
+    if (hi > lo) read_blocks(j->pass, j->x + lo, hi - lo, j->units, alive, j->bounds, &j->acc[p]);
 }
 
 /* The read in parts (each batched part with its own `alive` scratch, OR-ed
  * into the caller's after), their accumulators added in order. */
-static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive, int parts,
-                          acc_t *a) {
+static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive,
+                          const bounds_t *b, int parts, acc_t *a) {
     moments_job j;
-    j.pass = pass, j.x = x, j.n = n, j.units = units, j.alive = alive, j.scratch = 0;
+    j.pass = pass, j.x = x, j.n = n, j.units = units, j.alive = alive, j.scratch = 0, j.bounds = b;
     if (units > 0) {
         int64_t rows = n / units;
         parts = rows < parts ? (int)rows : parts;
         if (parts < 2 || !(j.scratch = (int32_t *)calloc((size_t)(parts - 1) * (size_t)units, sizeof(int32_t)))) {
-            read_blocks(pass, x, n, units, alive, a);
+            read_blocks(pass, x, n, units, alive, b, a);
             return;
         }
     }
@@ -271,6 +303,7 @@ static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units
         a->sum += j.acc[p].sum;
         a->sumsq += j.acc[p].sumsq;
         a->nonzero += j.acc[p].nonzero;
+        a->saturated += j.acc[p].saturated;
     }
     if (j.scratch) {
         for (int p = 1; p < parts; p++) {
@@ -281,22 +314,28 @@ static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units
     }
 }
 
-/* out: [min, max, sum, L2 norm, non-zeros, non-finite, dead units].
- * units > 0: x is [n / units, units] (units must divide n) and `alive`
- * holds `units` bytes of scratch; dead units is -1 otherwise. min and max
- * are NaN when a value is NaN (as torch.aminmax gives them). Returns 0, or
- * -1 for arguments it does not take. */
-int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, double *out) {
+/* out: [min, max, sum, L2 norm, non-zeros, non-finite, dead units,
+ * saturated values]. units > 0: x is [n / units, units] (units must divide
+ * n) and `alive` holds `units` bytes of scratch; dead units is -1 otherwise.
+ * `bounds` (or NULL: saturated is -1): [mid, half, sign] of bounds_t. min
+ * and max are NaN when a value is NaN (as torch.aminmax gives them).
+ * Returns 0, or -1 for arguments it does not take. */
+int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
     if (!pass) pass = choose();
     if (n <= 0 || (units > 0 && (n % units != 0 || !alive))) return -1;
-    acc_t a = {0.0, 0.0, INFINITY, -INFINITY, 0};
+    bounds_t b, *bp = 0;
+    if (bounds) {
+        b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2];
+        bp = &b;
+    }
+    acc_t a = {0.0, 0.0, INFINITY, -INFINITY, 0, 0};
     if (units > 0) memset(alive, 0, (size_t)units * sizeof(int32_t));
     int parts = parts_for(n);
     if (parts > 1)
-        read_in_parts(pass, x, n, units, alive, parts, &a);
+        read_in_parts(pass, x, n, units, alive, bp, parts, &a);
     else
-        read_blocks(pass, x, n, units, alive, &a);
+        read_blocks(pass, x, n, units, alive, bp, &a);
     /* A NaN or an inf makes the sum NaN or infinite (finite values whose
      * sum overflows too: then the count says 0). */
     int64_t nonfinite = 0, nans = 0;
@@ -313,6 +352,7 @@ int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, dou
     out[4] = (double)a.nonzero;
     out[5] = (double)nonfinite;
     out[6] = (double)dead;
+    out[7] = bp ? (double)a.saturated : -1.0;
     return 0;
 }
 
@@ -369,18 +409,16 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
     return 0;
 }
 
-/* The bins of n finite float32 values (every `stride`-th) whose min and max
- * are `lo` and `hi`, into out[0:bins]; out[bins] = 0 (no non-finite value),
- * out[bins + 1], out[bins + 2] = lo, hi. */
-static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out) {
-    double width = (double)hi - (double)lo;
-    if (width < 1e-30) width = 1e-30;
-    float scale = (float)((double)bins / width), top = (float)(bins - 1);
+/* The bins of n finite float32 values (every `stride`-th) from `x`, added
+ * into counts[0:bins]: (v - lo) * scale, clamped to [0, top], truncated. */
+static void count_bins(const float *x, int64_t n, int64_t stride, float lo, float scale, float top,
+                       int64_t *counts) {
     /* Bin indices a chunk at a time (a loop that vectorises), counted into
      * four interleaved sub-histograms (neighbouring values often share a
      * bin: one counter would wait for its own previous increment). */
     int32_t idx[1024];
     int64_t sub[4][HIST_MAX_BINS];
+    int64_t bins = (int64_t)top + 1;
     memset(sub, 0, sizeof sub);
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t m = n - i < 1024 ? n - i : 1024;
@@ -406,7 +444,46 @@ static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, 
         }
         for (; k < m; k++) sub[0][idx[k]]++;
     }
-    for (int64_t j = 0; j < bins; j++) out[j] = (double)(sub[0][j] + sub[1][j] + sub[2][j] + sub[3][j]);
+    for (int64_t j = 0; j < bins; j++) counts[j] += sub[0][j] + sub[1][j] + sub[2][j] + sub[3][j];
+}
+
+typedef struct {
+    const float *x;
+    int64_t n, stride;
+    float lo, scale, top;
+    int64_t *counts; /* `parts` rows of top + 1 */
+} bins_job;
+
+static void bins_part(void *ctx, int p, int parts) {
+    bins_job *j = (bins_job *)ctx;
+    int64_t lo = j->n * p / parts, hi = j->n * (p + 1) / parts, bins = (int64_t)j->top + 1;
+    if (hi > lo) count_bins(j->x + lo * j->stride, hi - lo, j->stride, j->lo, j->scale, j->top, j->counts + p * bins);
+}
+
+/* The bins of n finite float32 values (every `stride`-th) whose min and max
+ * are `lo` and `hi`, into out[0:bins]; out[bins] = 0 (no non-finite value),
+ * out[bins + 1], out[bins + 2] = lo, hi. From 2 MB, in parts on torch's
+ * threads (as the moments: run_parts), each with its own counts, added
+ * after: the same counts as one pass. */
+static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out) {
+    double width = (double)hi - (double)lo;
+    if (width < 1e-30) width = 1e-30;
+    float scale = (float)((double)bins / width), top = (float)(bins - 1);
+    int parts = parts_for(n);
+    int64_t one[HIST_MAX_BINS];
+    int64_t *counts = parts > 1 ? (int64_t *)calloc((size_t)parts * (size_t)bins, sizeof(int64_t)) : 0;
+    if (counts) {
+        bins_job j = {x, n, stride, lo, scale, top, counts};
+        run_parts(bins_part, &j, parts);
+        for (int p = 1; p < parts; p++)
+            for (int64_t k = 0; k < bins; k++) counts[k] += counts[p * bins + k];
+    } else {
+        memset(one, 0, sizeof one);
+        count_bins(x, n, stride, lo, scale, top, one);
+        counts = one;
+    }
+    for (int64_t k = 0; k < bins; k++) out[k] = (double)counts[k];
+    if (counts != one) free(counts);
     out[bins] = 0.0;
     out[bins + 1] = lo;
     out[bins + 2] = hi;
