@@ -131,6 +131,13 @@ def resnet():
     return ResNet(), (32, 3, 32, 32), 10
 
 
+def resnet_cl():
+    """The ResNet in channels_last (PyTorch's advice for CNNs on CPUs: 1.6x
+    faster here): its activations, weights and gradients lie
+    channel-innermost."""
+    return ResNet().to(memory_format=torch.channels_last), (32, 3, 32, 32), 10
+
+
 class Encoder(nn.Module):
     def __init__(self, d=256, layers=4, classes=10):
         super().__init__()
@@ -223,7 +230,7 @@ def gpt():
     return GPT(), (8, 1024), 50257
 
 
-MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "transformer": transformer, "big": big, "gpt": gpt}
+MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer, "big": big, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},

@@ -402,7 +402,7 @@ class _Wrapped(torch.Tensor):
 @needs_kernel
 @pytest.mark.parametrize(
     "odd",
-    [lambda: torch.randn(4, 6).t(), lambda: torch.randn(5).double(), lambda: torch.randn(5).bfloat16(),
+    [lambda: torch.randn(4, 12)[:, ::2], lambda: torch.randn(5).double(), lambda: torch.randn(5).bfloat16(),
      lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randn(5).as_subclass(_Wrapped)],
 )
 def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
@@ -416,9 +416,29 @@ def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
 
 
 @needs_kernel
+def test_dense_tensors_in_another_memory_order_get_the_kernels_norms():
+    # channels_last (a CNN's weights and gradients in that memory format),
+    # and a transposed matrix through the C++ reader: the same values, in
+    # another order; the Python path takes channels_last.
+    g = torch.Generator().manual_seed(8)
+    last = torch.randn(8, 3, 5, 5, generator=g).to(memory_format=torch.channels_last)
+    last3d = torch.randn(2, 3, 4, 4, 4, generator=g).to(memory_format=torch.channels_last_3d)
+    ts = [torch.randn(7, generator=g), last, last3d]
+    assert not last.is_contiguous() and not last3d.is_contiguous()
+    want = [float(torch.linalg.vector_norm(t)) for t in ts]
+    for got in (K.norms(ts), S.stacked_norms(ts), S.stacked_norms(ts + [torch.randn(6, 4, generator=g).t()])):
+        assert isinstance(got, torch.Tensor) and got[:3].tolist() == pytest.approx(want, rel=1e-6)
+    assert grad_reader.read_data(ts + [torch.randn(6, 4).t()]) is not None
+    assert grad_reader.read_data(ts + [torch.randn(6, 8)[:, ::2]]) is None
+
+
+@needs_kernel
 @pytest.mark.parametrize(
     "make",
     [lambda: torch.randn(256, 1024), lambda: torch.randn(3), lambda: torch.randn(4, 6).t(),
+     lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+     lambda: torch.randn(2, 3, 2, 4, 5).to(memory_format=torch.channels_last_3d),
+     lambda: torch.randn(2, 3, 4, 5).permute(0, 2, 1, 3),
      lambda: torch.randn(5).double(), lambda: torch.zeros(0), lambda: torch.randn(5).as_subclass(_Wrapped),
      lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randint(0, 5, (8,))],
 )
@@ -633,27 +653,35 @@ def bounded_mlp():
     return model
 
 
+def channels_last_cnn():
+    """The CNN in channels_last, PyTorch's advice for CNNs on CPUs: its
+    convolutions' outputs, weights and gradients lie channel-innermost."""
+    return CNN().to(memory_format=torch.channels_last)
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     "model_fn, shape, classes, integer, cfg",
     [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
      (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
-     (bounded_mlp, (16, 12), 4, None, {})],
+     (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
 ):
-    taken, bounded, saturation = [], [], []
+    taken, bounded, saturation, in_order = [], [], [], []
     real, real_hist = K.moments, K.histogram_known
 
     def moments(x, units=0, bounds=None):
         taken.append(units)
         saturation.append(bounds)
+        in_order.append(x.is_contiguous())
         return real(x, units, bounds)
 
     def measure_and_note(*a):
         taken.append(int(a[1] or a[3]))
         saturation.append(a[5])
+        in_order.append(a[2].is_contiguous())
         return measure(*a)
 
     monkeypatch.setattr(K, "moments", moments)
@@ -665,6 +693,8 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     names, fused, fused_hists = _rows(model_fn, shape, classes, integer, poison_at=poison, **cfg)
     assert taken and any(taken)  # the kernel measured, dead units included
     assert bounded  # histograms binned within the moments' bounds
+    if model_fn is channels_last_cnn:  # channels_last activations read by the kernel as they lie
+        assert False in in_order
     if model_fn is bounded_mlp:  # the kernel counted the saturated values (the Tanh's, among them)
         assert K.saturation_bounds(-0.99, 0.99) in saturation
         sat_frac = fused[:, :, metadata.METRIC_INDEX["act_sat_frac"]]

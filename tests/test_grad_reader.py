@@ -42,9 +42,16 @@ def test_the_reader_reads_what_python_reads(reader):
             assert (int(ptr), int(n)) == (p.grad.data_ptr(), p.grad.numel())
     norms = K.norms_at(r.ptrs[r.status == reader.OK], r.lens[r.status == reader.OK])
     assert torch.equal(norms, S.stacked_norms([p.grad for p in ok if p.grad is not None]))
+    # A dense one in another memory order (transposed, channels_last) is read as it lies.
+    dense = [_param((4, 3), torch.randn(3, 4).t()), _param((2, 3, 4, 4), torch.randn(2, 3, 4, 4).to(
+        memory_format=torch.channels_last))]
+    r = reader.read(ok + dense)
+    assert r.status.tolist()[4:] == [reader.OK, reader.OK]
+    assert [(int(a), int(n)) for a, n in zip(r.ptrs[4:], r.lens[4:])] == [(p.grad.data_ptr(), p.grad.numel())
+                                                                         for p in dense]
     # Any gradient it does not take sends the whole step to Python.
     needs_graph = torch.randn(4, requires_grad=True) * 2.0  # (create_graph=True leaves such gradients)
-    for odd in (torch.ones(4, 3).t(), torch.ones(4, dtype=torch.float64), needs_graph, torch.ones(4).to_sparse()):
+    for odd in (torch.ones(3, 8)[:, ::2], torch.ones(4, dtype=torch.float64), needs_graph, torch.ones(4).to_sparse()):
         p = _param(tuple(odd.shape), odd.detach() if odd.is_sparse else odd)
         if odd.requires_grad:
             p.grad = odd  # (the setter keeps requires_grad)
@@ -75,7 +82,7 @@ def test_the_weights_norms_are_read_by_the_reader(reader, monkeypatch):
     assert torch.equal(S.stacked_norms(weights), want)
     assert torch.allclose(want, torch.stack(S.foreach_norm(weights)), rtol=1e-6)
     assert reader.read_data(weights + [torch.ones(2, dtype=torch.float64)]) is None
-    assert reader.read_data(weights + [torch.ones(3, 2).t()]) is None
+    assert reader.read_data(weights + [torch.ones(3, 4)[:, ::2]]) is None  # (not dense)
     assert reader.read_data(weights + [torch.ones(3).as_subclass(_Subclass)]) is None
 
 
@@ -256,6 +263,32 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
                                                                               sat is not None])
 
 
+def test_measure_reads_a_channels_last_batch_as_its_contiguous_copy(reader):
+    # A CNN in channels_last (PyTorch's advice for CNNs on CPUs): its
+    # activations lie channel-innermost. Every value of the row, dead units
+    # included, must be the contiguous copy's.
+    measure = reader.measure_fn()
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 5, 7, 3, generator=g)
+    x[x.abs() < 0.3] = 0.0  # (zeros, none dead by chance)
+    x[:, 2] = 0.0  # a dead channel
+    x[:, :, 3, 1] = 0.0  # a dead place in every channel
+    last = x.to(memory_format=torch.channels_last)
+    y = torch.randn(6, 5, 7, 3, generator=g).tanh().to(memory_format=torch.channels_last)
+    assert not last.is_contiguous() and not y.is_contiguous()
+    bounds = K.saturation_bounds(-0.5, 0.5)
+    got = measure(last, True, y, True, True, bounds)
+    want = measure(x, True, y.contiguous(), True, True, bounds)
+    keys = _FAST_KEYS[True, True, True, True, True]
+    assert got is not None and len(got) == len(keys) == len(want)
+    sums = {S.Key.IN_SUM, S.Key.OUT_SUM, S.Key.OUT_NORM}  # (added in another order)
+    assert [v for k, v in zip(keys, got) if k not in sums] == [v for k, v in zip(keys, want) if k not in sums]
+    assert got == pytest.approx(want, rel=1e-6)
+    dead = got[keys.index(S.Key.IN_DEAD)]
+    assert dead == 7 * 3 + 4 * 1 == float(S.zero_and_dead(x)[1])  # channel 2's places, and place (3, 1) of the rest
+    assert got[keys.index(S.Key.OUT_SAT)] == float(S.saturated(y, -0.5, 0.5)) > 0
+
+
 def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
     measure = reader.measure_fn()
     y = torch.randn(4, 3)
@@ -263,7 +296,7 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
     class Sub(torch.Tensor):
         pass
 
-    refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 4).t(), y.as_subclass(Sub),
+    refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 6)[:, ::2], y.as_subclass(Sub),
                torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.bfloat16), torch._neg_view(y)]
     for t in refused:
         assert measure(t, False, y, False, False, None) is None
@@ -272,6 +305,11 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
     assert measure(None, False, torch.ones(1, 1), False, False, None) is None  # one value: no spread
     assert measure(y[:, :1].reshape(4), False, y, False, False, None) is None  # (a view 3 values apart)
     assert measure(y[:, :1].contiguous().reshape(4), False, y, False, False, None) is not None
+    # Dense in another memory order: the same values in another order, as a
+    # batch only where each sample's values are a block of their own.
+    t = torch.randn(3, 4).t()
+    assert measure(None, False, t, False, False, None) is not None
+    assert measure(None, False, t, True, False, None) is None and measure(t, True, y, False, False, None) is None
     K.set_enabled(False)
     try:
         assert reader.measure_fn() is None

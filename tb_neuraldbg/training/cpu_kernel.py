@@ -108,25 +108,39 @@ def available() -> bool:
 
 
 def takes(x: torch.Tensor) -> bool:
-    """True when :func:`moments` takes ``x`` (a contiguous float32 CPU
-    tensor of 1 to :data:`MAX_ELEMENTS` values, not a subclass) and the
-    kernel is there: its caller then needs no torch op, nor a switch of
-    torch's intra-op threads around it."""
+    """True when :func:`moments` takes ``x`` (a float32 CPU tensor of 1 to
+    :data:`MAX_ELEMENTS` values, contiguous or channels_last, not a
+    subclass) and the kernel is there: its caller then needs no torch op,
+    nor a switch of torch's intra-op threads around it."""
     if not _enabled or type(x) is not torch.Tensor:
         return False
     if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided:
         return False
     return (
-        0 < x.numel() <= MAX_ELEMENTS and x.is_contiguous() and not x.is_neg()  # (a negative view: opposites in memory)
+        0 < x.numel() <= MAX_ELEMENTS and _dense(x) and not x.is_neg()  # (a negative view: opposites in memory)
         and bool(_fn if _fn is not None else _load())
     )
+
+
+_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _dense(x: torch.Tensor) -> bool:
+    """Whether ``x``'s values fill ``numel()`` places from its data pointer
+    with each sample's in a block of its own, laid out as every other
+    sample's: contiguous, or channels_last (a CNN's activations, weights and
+    gradients in that memory format). Every statistic the kernel takes is
+    the same in that order (a sample's units permuted alike in every
+    sample: the same count of dead ones). (grads.cpp takes any dense
+    layout; there is no cheap test for one in Python.)"""
+    return x.is_contiguous() or (x.dim() in _LAST and x.is_contiguous(memory_format=_LAST[x.dim()]))
 
 
 def moments(x: torch.Tensor, units: int = 0, saturation: tuple[float, float, float] | None = None) -> list[float] | None:
     """``[min, max, sum, L2 norm, non-zeros, non-finite, dead units]`` of
     ``x`` in one pass, as Python floats, and the count of saturated values
     after them when ``saturation`` is given; None when the kernel does not
-    take ``x`` (not a contiguous float32 CPU tensor of at most
+    take ``x`` (not a contiguous or channels_last float32 CPU tensor of at most
     :data:`MAX_ELEMENTS` values, a tensor subclass, the kernel missing).
 
     ``units > 0``: ``x`` is batched (dim 0 the batch, ``units`` values a
@@ -176,7 +190,7 @@ def total(x: torch.Tensor) -> float | None:
 
 
 def histogram_known(x: torch.Tensor, bins: int, moments: list[float]) -> torch.Tensor | None:
-    """:func:`histogram` of a contiguous float32 CPU tensor whose
+    """:func:`histogram` of a float32 CPU tensor that :func:`takes` takes, whose
     :func:`moments` were just read (``moments``: that list): its min and max
     bound the bins, its sum and norm give the last two values, so only the
     binning pass reads ``x``. None when a value is not finite or the kernel
@@ -253,7 +267,8 @@ def norms(tensors: list) -> torch.Tensor | None:
     call: for many small tensors (a model's gradients), where
     ``torch._foreach_norm`` costs about 3 us of dispatch each on the CPU and
     returns one 0-d tensor each to stack. None unless every one is a
-    contiguous float32 CPU tensor (a plain one or a Parameter), with at most
+    contiguous or channels_last float32 CPU tensor (a plain one or a
+    Parameter), with at most
     :data:`MAX_ELEMENTS` values in all and, with more than
     :data:`NORMS_FEW_THREADS` of torch's threads, :data:`NORMS_MEAN_ELEMENTS`
     on average."""
@@ -269,7 +284,7 @@ def norms(tensors: list) -> torch.Tensor | None:
         and all(map(is_, map(_LAYOUT, tensors), repeat(torch.strided)))
         and all(map(is_, map(_DTYPE, tensors), repeat(torch.float32)))
         and all(map(_IS_CPU, tensors))
-        and all(map(torch.Tensor.is_contiguous, tensors))
+        and (all(map(torch.Tensor.is_contiguous, tensors)) or all(map(_dense, tensors)))
     ):
         return None
     lens = np.fromiter(map(torch.Tensor.numel, tensors), dtype=np.int64, count=len(tensors))

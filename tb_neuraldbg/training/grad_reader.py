@@ -92,15 +92,16 @@ def wait(timeout: float | None = None) -> bool:
 
 def read(params: list) -> Read | None:
     """The gradients of ``params`` (a list of tensors), or None: the reader
-    is not loaded (yet), or a gradient is not a contiguous float32 CPU
-    tensor (another dtype or device, a subclass, one that requires grad):
+    is not loaded (yet), or a gradient is not a dense float32 CPU tensor
+    (contiguous or channels_last: grads.cpp's plain_float32; another dtype
+    or device, a subclass, one that requires grad):
     read those in Python."""
     return _read("read", params)
 
 
 def read_data(tensors: list) -> Read | None:
     """:func:`read` of the tensors' own values (status :data:`OK` for each),
-    or None, also when one is not a contiguous float32 CPU tensor."""
+    or None, also when one is not a dense float32 CPU tensor."""
     return _read("read_data", tensors)
 
 
@@ -253,14 +254,17 @@ def _check(mod) -> None:
     wide = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64, device=cpu))
     wide.grad = torch.ones(4, dtype=torch.float64, device=cpu)
     strided = torch.nn.Parameter(torch.zeros(4, 3, device=cpu))
-    strided.grad = torch.ones(3, 4, device=cpu).t()
-    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide]
-    ptrs, lens, status = np.empty(5, np.uint64), np.empty(5, np.int64), np.empty(5, np.int8)
+    strided.grad = torch.ones(4, 6, device=cpu)[:, ::2]  # (not dense: every other value; a transposed one is read)
+    last = torch.nn.Parameter(torch.zeros(2, 3, 2, 2, device=cpu))  # a conv's weight in channels_last
+    last.grad = torch.ones(2, 3, 2, 2, device=cpu).to(memory_format=torch.channels_last)
+    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide, last]
+    ptrs, lens, status = np.empty(6, np.uint64), np.empty(6, np.int64), np.empty(6, np.int8)
     other, holder = mod.read(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
-    want = [OK, NONE, OTHER, NONE, OTHER]
+    want = [OK, NONE, OTHER, NONE, OTHER, OK]
     if other != 2 or status.tolist() != want or holder is None:
         raise RuntimeError(f"the gradient reader's check failed: {status.tolist()} against {want}")
-    if int(ptrs[0]) != plain.grad.data_ptr() or int(lens[0]) != 15:
+    if not (int(ptrs[0]) == plain.grad.data_ptr() and int(lens[0]) == 15
+            and int(ptrs[5]) == last.grad.data_ptr() and int(lens[5]) == 24):
         raise RuntimeError("the gradient reader's check failed: the address or the size")
     ids, versions = np.empty(3, np.uint64), np.empty(3, np.int64)
     mod.marks([plain, missing, wide], ids.ctypes.data, versions.ctypes.data)
@@ -297,13 +301,15 @@ def _check_measure(measure) -> None:
         (measure(x, True, y, True, True, None), [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]),
         (measure(None, False, y, False, False, None), [4.0, *my[:5]]),
         (measure(x, False, y, True, False, top), [6.0, mx[2], mx[4], 4.0, 2.0, *my[:5], my[6], sat]),
+        # (a transposed matrix: the same values in another order; not as a batch, whose samples are not blocks)
+        (measure(None, False, y.t(), False, False, None), [4.0, *my[:5]]),
     ):
         # (NaN where the kernel gives NaN: y holds one)
         if got is None or len(got) != len(want) or not all(a == b or (a != a and b != b) for a, b in zip(got, want)):
             raise RuntimeError(f"the activation reads' check failed: {got} against {want}")
     refused = [
-        (x.double(), y), (x, y.t()), (x.as_subclass(_Subclass), y), (x[:0], y), (x, y[:1, :1]),
+        (x.double(), y), (x, y.t()), (x.as_subclass(_Subclass), y), (x[:0], y), (x, y[:1, :1]), (x, y[:, :1]),
     ]
     for a, b in refused:
-        if measure(a, False, b, False, False, None) is not None:
+        if measure(a, False, b, True, False, None) is not None:
             raise RuntimeError("the activation reads' check failed: a tensor the kernel does not take was read")

@@ -10,8 +10,9 @@
 // read(params, ptrs, lens, status) -> (other, holder)
 //   params: a list of tensors (the watched parameters); ptrs, lens, status:
 //   addresses of uint64, int64 and int8 arrays of len(params) values.
-//   status[i]: 0 the gradient is a contiguous float32 CPU tensor (its data's
-//   address in ptrs[i], its size in lens[i]); 1 no gradient; 2 any other
+//   status[i]: 0 the gradient is a dense float32 CPU tensor (plain_float32:
+//   contiguous or channels_last; its data's address in ptrs[i], its size in
+//   lens[i]); 1 no gradient; 2 any other
 //   (another dtype or device, a layout, a tensor subclass, a gradient that
 //   requires grad): the caller reads that step in Python.
 //   other: how many have status 2. holder: keeps the gradients alive (a
@@ -45,9 +46,10 @@
 //   x_batched, y_dead, exact, bounds: a batched tensor is [size(0), units];
 //   bounds, None or a bounded activation's (mid, half, sign) as
 //   cpu_kernel.saturation_bounds gives them). None when the kernel does
-//   not take one of them (not a torch.Tensor or Parameter of contiguous
-//   float32 CPU values, a subclass, empty, too large, an output of one
-//   value) or is not set: the caller measures it as before.
+//   not take one of them (not a torch.Tensor or Parameter of dense float32
+//   CPU values, plain_float32; a subclass, empty, too large, an output of
+//   one value; batched, a batch that is not the outermost dimension in
+//   memory) or is not set: the caller measures it as before.
 //   Holds the GIL while it reads a small activation (microseconds: letting
 //   it go would let the worker thread in, whom the training thread would
 //   then wait for); lets it go for a large one (kReleaseGil).
@@ -84,12 +86,17 @@ PyObject* raise_current(const char* otherwise) {
   return nullptr;
 }
 
-// Whether the kernel reads ``t`` as it is: contiguous float32 values in
-// CPU memory of its own (not a subclass, a nested or a storage-less one, nor
-// a negative view, whose memory holds the values' opposites).
+// Whether the kernel reads ``t`` as it is: float32 values in CPU memory of
+// its own (not a subclass, a nested or a storage-less one, nor a negative
+// view, whose memory holds the values' opposites) that fill numel() places
+// from the data pointer, in any order: contiguous, channels_last (a CNN's
+// activations, weights and gradients in that memory format), a transposed
+// matrix. The statistics the kernel takes do not depend on the order (dead
+// units: see tensor_moments).
 bool plain_float32(const at::Tensor& t) {
   return t.layout() == c10::kStrided && t.scalar_type() == c10::kFloat && t.device().is_cpu() && !t.is_nested() &&
-         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_contiguous() && !t.is_neg();
+         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_non_overlapping_and_dense() &&
+         !t.is_neg();
 }
 
 // read() and read_data(): of_grad, the tensors' gradients, else the tensors.
@@ -243,7 +250,11 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, const float* bou
   }
   *units = 0;
   if (batched) {
-    if (t.dim() < 2) {
+    // Each sample's values in a block of their own, laid out as every other
+    // sample's (the batch the outermost dimension in memory): the kernel's
+    // units are then the sample's elements in one order for all samples, so
+    // the dead ones are as many.
+    if (t.dim() < 2 || (t.size(0) > 1 && t.stride(0) * t.size(0) != n)) {
       return false;
     }
     *units = n / t.size(0);
