@@ -96,8 +96,8 @@ def test_non_finite_counts_are_exact_wherever_the_value_sits(n, at, value):
 def test_tensors_it_does_not_take_go_to_torchs_ops():
     x = torch.randn(16, 32)
     assert K.moments(x) is not None
-    assert K.moments(x.t()) is None  # not contiguous
-    assert K.moments(x.double()) is None and K.moments(x.bfloat16()) is None
+    assert K.moments(x.t()) is None  # not contiguous (nor channels_last: the Python path's test)
+    assert K.moments(x.double()) is None and K.moments(x.half()) is None and K.moments(x.bfloat16()) is not None
     assert K.moments(nn.Parameter(x)) is None  # a subclass
     assert K.moments(torch.zeros(0)) is None
     assert K.moments(x, units=5) is None  # 5 does not divide 512
@@ -295,6 +295,30 @@ def test_large_histograms_and_saturation_counts_in_parts_give_what_one_read_give
 
 
 @needs_kernel
+def test_bfloat16_moments_are_the_floats_they_hold_and_saturation_is_torchs():
+    # Every bfloat16 bit pattern: the saturated values counted as torch's ops
+    # count them on a bfloat16 tensor (the distance rounded to bfloat16),
+    # for two-sided and top-only bounds; the moments those of the values
+    # read as float32.
+    every = torch.from_numpy((np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32).copy())
+    x = every.bfloat16()
+    for lo, hi in [(-0.99, 0.99), (0.01, 0.99), (0.0, 1.0), (None, 6.0), (None, 0.99), (0.3, 0.7), (-3.0, 3.0)]:
+        assert K.moments(x, 0, K.saturation_bounds(lo, hi))[7] == float(S.saturated(x, lo, hi)), (lo, hi)
+    finite = x[torch.isfinite(x)][: 1000 * 60].reshape(1000, 60).clone()  # (rows of 60 values)
+    finite[:, 3] = 0.0  # a dead unit
+    got, want = K.moments(finite, 60), torch_moments(finite.float(), 60)
+    assert got[4:7] == want[4:] and got[0:2] == want[0:2] and got[2:4] == pytest.approx(want[2:4], rel=1e-9)
+    y = torch.tensor([1.0, math.inf, -math.inf, 0.0, math.nan]).bfloat16()
+    m = K.moments(y)
+    assert math.isnan(m[0]) and math.isnan(m[2]) and m[4:6] == [4.0, 3.0]
+    # A histogram: the float32 copy's counts. (The float32-only reads refuse it.)
+    hist = K.histogram_known(finite, 8, got)
+    assert hist[:9].tolist() == K.histogram_known(finite.float(), 8, K.moments(finite.float()))[:9].tolist()
+    assert hist[:8].tolist() == S.histogram(finite, 8)[:8].tolist() and hist[:8].sum() == finite.numel()
+    assert K.total(y) is None and K.finite(y) is None
+
+
+@needs_kernel
 def test_reads_stay_on_one_core_where_the_kernels_openmp_is_not_torchs():
     class Entry:  # a library bound to another runtime's omp_get_max_threads, or to none
         argtypes = restype = None
@@ -438,7 +462,8 @@ def test_dense_tensors_in_another_memory_order_get_the_kernels_norms():
     [lambda: torch.randn(256, 1024), lambda: torch.randn(3), lambda: torch.randn(4, 6).t(),
      lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
      lambda: torch.randn(2, 3, 2, 4, 5).to(memory_format=torch.channels_last_3d),
-     lambda: torch.randn(2, 3, 4, 5).permute(0, 2, 1, 3),
+     lambda: torch.randn(2, 3, 4, 5).permute(0, 2, 1, 3), lambda: torch.randn(6, 5).bfloat16(),
+     lambda: torch.randn(6, 5).half(),
      lambda: torch.randn(5).double(), lambda: torch.zeros(0), lambda: torch.randn(5).as_subclass(_Wrapped),
      lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randint(0, 5, (8,))],
 )
@@ -653,6 +678,19 @@ def bounded_mlp():
     return model
 
 
+class AutocastMLP(nn.Module):
+    """An MLP trained under CPU autocast (bfloat16): its layers' outputs,
+    bounded ones included, are bfloat16."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = bounded_mlp()
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.net(x).float()
+
+
 def channels_last_cnn():
     """The CNN in channels_last, PyTorch's advice for CNNs on CPUs: its
     convolutions' outputs, weights and gradients lie channel-innermost."""
@@ -664,24 +702,27 @@ def channels_last_cnn():
     "model_fn, shape, classes, integer, cfg",
     [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
      (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
-     (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {})],
+     (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {}),
+     (AutocastMLP, (16, 12), 4, None, {})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
 ):
-    taken, bounded, saturation, in_order = [], [], [], []
+    taken, bounded, saturation, in_order, dtypes = [], [], [], [], set()
     real, real_hist = K.moments, K.histogram_known
 
     def moments(x, units=0, bounds=None):
         taken.append(units)
         saturation.append(bounds)
         in_order.append(x.is_contiguous())
+        dtypes.add(x.dtype)
         return real(x, units, bounds)
 
     def measure_and_note(*a):
         taken.append(int(a[1] or a[3]))
         saturation.append(a[5])
         in_order.append(a[2].is_contiguous())
+        dtypes.add(a[2].dtype)
         return measure(*a)
 
     monkeypatch.setattr(K, "moments", moments)
@@ -695,6 +736,8 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     assert bounded  # histograms binned within the moments' bounds
     if model_fn is channels_last_cnn:  # channels_last activations read by the kernel as they lie
         assert False in in_order
+    if model_fn is AutocastMLP:  # bfloat16 outputs read by the kernel, their saturated values too
+        assert torch.bfloat16 in dtypes and K.saturation_bounds(-0.99, 0.99) in saturation
     if model_fn is bounded_mlp:  # the kernel counted the saturated values (the Tanh's, among them)
         assert K.saturation_bounds(-0.99, 0.99) in saturation
         sat_frac = fused[:, :, metadata.METRIC_INDEX["act_sat_frac"]]

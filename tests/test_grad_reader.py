@@ -263,6 +263,21 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
                                                                               sat is not None])
 
 
+def test_measure_reads_bfloat16_activations(reader):
+    # A CPU autocast's layers output bfloat16: read by the kernel as the
+    # floats they hold, their saturated values as torch's ops count them.
+    measure = reader.measure_fn()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 40, generator=g).relu().bfloat16()
+    y = (torch.randn(8, 40, generator=g) * 3).tanh().bfloat16()
+    y[:, 4] = 0.0
+    sat = K.saturation_bounds(-0.99, 0.99)
+    got = measure(x, True, y, True, True, sat)
+    assert got is not None and _same(list(got), _moments_in_order(x, True, y, True, True, (-0.99, 0.99)))
+    assert got[-1] == float(S.saturated(y, -0.99, 0.99)) > 0
+    assert measure(None, False, y.half(), False, False, None) is None  # (float16: torch's ops)
+
+
 def test_measure_reads_a_channels_last_batch_as_its_contiguous_copy(reader):
     # A CNN in channels_last (PyTorch's advice for CNNs on CPUs): its
     # activations lie channel-innermost. Every value of the row, dead units
@@ -297,7 +312,7 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
         pass
 
     refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 6)[:, ::2], y.as_subclass(Sub),
-               torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.bfloat16), torch._neg_view(y)]
+               torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.float16), torch._neg_view(y)]
     for t in refused:
         assert measure(t, False, y, False, False, None) is None
         assert measure(None, False, t, False, False, None) is None

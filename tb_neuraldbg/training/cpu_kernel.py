@@ -82,8 +82,10 @@ PART_ELEMENTS = kernel_build.PART_ELEMENTS
 
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
+_fn_bf16 = None  # the same of bfloat16 values, loaded with it
 _hist = None  # the histogram function, loaded with it
 _hist_known = None  # its binning pass alone, loaded with it
+_hist_known_bf16 = None  # the same of bfloat16 values, loaded with it
 _norms = None  # the many-norms function, loaded with it
 _norms2 = None  # the same, read by two cores, loaded with it
 _helper_seconds = None  # the other threads' CPU time in reads in parts so far, loaded with it
@@ -108,18 +110,28 @@ def available() -> bool:
 
 
 def takes(x: torch.Tensor) -> bool:
-    """True when :func:`moments` takes ``x`` (a float32 CPU tensor of 1 to
-    :data:`MAX_ELEMENTS` values, contiguous or channels_last, not a
-    subclass) and the kernel is there: its caller then needs no torch op,
+    """True when :func:`moments` takes ``x`` (a float32 or bfloat16 CPU
+    tensor of 1 to :data:`MAX_ELEMENTS` values, contiguous or channels_last,
+    not a subclass) and the kernel is there: its caller then needs no torch op,
     nor a switch of torch's intra-op threads around it."""
     if not _enabled or type(x) is not torch.Tensor:
         return False
-    if x.dtype is not torch.float32 or not x.is_cpu or x.layout is not torch.strided:
+    if x.dtype not in _MOMENT_DTYPES or not x.is_cpu or x.layout is not torch.strided:
         return False
     return (
         0 < x.numel() <= MAX_ELEMENTS and _dense(x) and not x.is_neg()  # (a negative view: opposites in memory)
         and bool(_fn if _fn is not None else _load())
     )
+
+
+#: What :func:`moments` reads: float32, and bfloat16 (a CPU autocast's
+#: activations), whose values it reads as the floats they are.
+_MOMENT_DTYPES = frozenset((torch.float32, torch.bfloat16))
+
+
+def _takes_f32(x: torch.Tensor) -> bool:
+    """:func:`takes`, of float32 values only (:func:`total`, :func:`finite`)."""
+    return x.dtype is torch.float32 and takes(x)
 
 
 _LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -140,7 +152,7 @@ def moments(x: torch.Tensor, units: int = 0, saturation: tuple[float, float, flo
     """``[min, max, sum, L2 norm, non-zeros, non-finite, dead units]`` of
     ``x`` in one pass, as Python floats, and the count of saturated values
     after them when ``saturation`` is given; None when the kernel does not
-    take ``x`` (not a contiguous or channels_last float32 CPU tensor of at most
+    take ``x`` (not a contiguous or channels_last float32 or bfloat16 CPU tensor of at most
     :data:`MAX_ELEMENTS` values, a tensor subclass, the kernel missing).
 
     ``units > 0``: ``x`` is batched (dim 0 the batch, ``units`` values a
@@ -156,7 +168,7 @@ def moments(x: torch.Tensor, units: int = 0, saturation: tuple[float, float, flo
     n = x.numel()
     if units and n % units:
         return None
-    fn = _fn  # (loaded by takes)
+    fn = _fn if x.dtype is torch.float32 else _fn_bf16  # (loaded by takes)
     # ctypes buffers, not numpy arrays: an array's .ctypes.data costs about
     # 1 us each, 2 us of a 6 us call on a small tensor (1,250 calls a full
     # step of a 1,000-module model).
@@ -174,7 +186,9 @@ def saturation_bounds(lo: float | None, hi: float) -> tuple[float, float, float]
     :func:`moments`: a value ``v`` is saturated where ``max(d, sign * d) >=
     half``, ``d = v - mid``, in float32, which is how ``stats.saturated``
     tests it with torch's ops (``|v - mid| >= half``, or ``v >= hi``), so
-    both count the same values."""
+    both count the same values. The same bounds serve a bfloat16 tensor:
+    the kernel rounds ``d``, ``half`` (and a top end) to bfloat16 there, as
+    torch's ops on that tensor do."""
     if lo is None:
         return (hi, 0.0, 1.0)
     return ((lo + hi) / 2, (hi - lo) / 2, -1.0)
@@ -184,22 +198,26 @@ def total(x: torch.Tensor) -> float | None:
     """The sum of ``x``'s values as a Python float (the non-finite flag of an
     output gradient: NaN and inf propagate), added as :func:`moments` adds
     them; None when :func:`takes` does not take ``x``."""
-    if not takes(x):
+    if not _takes_f32(x):
         return None
     return _sum(x.data_ptr(), x.numel())
 
 
 def histogram_known(x: torch.Tensor, bins: int, moments: list[float]) -> torch.Tensor | None:
-    """:func:`histogram` of a float32 CPU tensor that :func:`takes` takes, whose
+    """:func:`histogram` of a tensor that :func:`takes` takes, whose
     :func:`moments` were just read (``moments``: that list): its min and max
     bound the bins, its sum and norm give the last two values, so only the
-    binning pass reads ``x``. None when a value is not finite or the kernel
-    does not take ``x``."""
-    if moments[5] != 0 or not takes(x) or _hist_known is None:
+    binning pass reads ``x`` (bfloat16 values binned as the floats they
+    hold, as ``stats.histogram`` bins its float32 copy). None when a value
+    is not finite or the kernel does not take ``x``."""
+    if moments[5] != 0 or not takes(x):
+        return None
+    fn = _hist_known if x.dtype is torch.float32 else _hist_known_bf16
+    if fn is None:
         return None
     known = (ctypes.c_double * 4)(moments[0], moments[1], moments[2], moments[3] * moments[3])
     out = np.empty(bins + 5)
-    if _hist_known(x.data_ptr(), x.numel(), bins, known, out.ctypes.data) != 0:
+    if fn(x.data_ptr(), x.numel(), bins, known, out.ctypes.data) != 0:
         return None
     return torch.from_numpy(out.astype(np.float32))
 
@@ -207,7 +225,7 @@ def histogram_known(x: torch.Tensor, bins: int, moments: list[float]) -> torch.T
 def finite(x: torch.Tensor) -> bool | None:
     """Whether every value of ``x`` is finite, in one read without a torch
     op; None when :func:`takes` does not take ``x``."""
-    if not takes(x):
+    if not _takes_f32(x):
         return None
     return _finite(x.data_ptr(), x.numel()) == 1
 
@@ -376,7 +394,8 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _hist, _hist_known, _norms, _norms2, _sum, _finite, _helper_seconds, _shared_openmp, _set_parts
+    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms2, _sum, _finite, _helper_seconds, _shared_openmp
+    global _set_parts
     if _fn is not None:
         return _fn or None
     with _lock:
@@ -392,6 +411,7 @@ def _load():
                     _sum, _finite, _helper_seconds = lib.sum, lib.finite, lib.helper_seconds
                     _shared_openmp, _set_parts = lib.shared_openmp, lib.set_parts
                     _set_parts(int(_shared_openmp and _in_parts))
+                    _fn_bf16, _hist_known_bf16 = lib.moments_bf16, lib.hist_known_bf16
                     fn = lib.moments
             _fn = fn if fn is not None else False
     return _fn or None

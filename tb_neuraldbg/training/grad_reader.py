@@ -183,7 +183,8 @@ def _measure_with_kernel(mod):
     if not cpu_kernel.available():
         return None
     address = ctypes.cast(cpu_kernel._fn, ctypes.c_void_p).value
-    mod.set_moments(address, cpu_kernel.MAX_ELEMENTS)
+    address_bf16 = ctypes.cast(cpu_kernel._fn_bf16, ctypes.c_void_p).value
+    mod.set_moments(address, address_bf16, cpu_kernel.MAX_ELEMENTS)
     _check_measure(mod.measure)
     return mod.measure
 
@@ -303,6 +304,8 @@ def _check_measure(measure) -> None:
         (measure(x, False, y, True, False, top), [6.0, mx[2], mx[4], 4.0, 2.0, *my[:5], my[6], sat]),
         # (a transposed matrix: the same values in another order; not as a batch, whose samples are not blocks)
         (measure(None, False, y.t(), False, False, None), [4.0, *my[:5]]),
+        # (bfloat16, a CPU autocast's: y's values are bfloat16's)
+        (measure(None, False, y.bfloat16(), True, False, None), [4.0, 2.0, *my[:5], my[6]]),
     ):
         # (NaN where the kernel gives NaN: y holds one)
         if got is None or len(got) != len(want) or not all(a == b or (a != a and b != b) for a, b in zip(got, want)):

@@ -32,8 +32,9 @@
 // all_require_grad(params) -> bool: whether every one requires grad (a
 //   parameter frozen since the last step is looked for at every step).
 //
-// set_moments(address, max_elements) -> None: the fused kernel's
-//   nd_moments_f32 (moments.c, loaded by cpu_kernel.py), which measure calls.
+// set_moments(address, address_bf16, max_elements) -> None: the fused
+//   kernel's nd_moments_f32 and nd_moments_bf16 (moments.c, loaded by
+//   cpu_kernel.py), which measure calls.
 //
 // measure(x, x_batched, y, y_dead, exact, bounds) -> tuple of floats, or None
 //   A module's first input ``x`` (or None) and output ``y`` in one call, for
@@ -47,7 +48,7 @@
 //   bounds, None or a bounded activation's (mid, half, sign) as
 //   cpu_kernel.saturation_bounds gives them). None when the kernel does
 //   not take one of them (not a torch.Tensor or Parameter of dense float32
-//   CPU values, plain_float32; a subclass, empty, too large, an output of
+//   or bfloat16 CPU values, plain_float32; a subclass, empty, too large, an output of
 //   one value; batched, a batch that is not the outermost dimension in
 //   memory) or is not set: the caller measures it as before.
 //   Holds the GIL while it reads a small activation (microseconds: letting
@@ -93,10 +94,11 @@ PyObject* raise_current(const char* otherwise) {
 // activations, weights and gradients in that memory format), a transposed
 // matrix. The statistics the kernel takes do not depend on the order (dead
 // units: see tensor_moments).
-bool plain_float32(const at::Tensor& t) {
-  return t.layout() == c10::kStrided && t.scalar_type() == c10::kFloat && t.device().is_cpu() && !t.is_nested() &&
-         !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() && t.is_non_overlapping_and_dense() &&
-         !t.is_neg();
+bool plain_float32(const at::Tensor& t, bool or_bf16 = false) {
+  const auto type = t.scalar_type();
+  return t.layout() == c10::kStrided && (type == c10::kFloat || (or_bf16 && type == c10::kBFloat16)) &&
+         t.device().is_cpu() && !t.is_nested() && !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() &&
+         t.is_non_overlapping_and_dense() && !t.is_neg();
 }
 
 // read() and read_data(): of_grad, the tensors' gradients, else the tensors.
@@ -210,19 +212,21 @@ PyObject* all_require_grad(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
-// nd_moments_f32 of moments.c: (values, n, units, alive scratch, bounds or
-// nullptr, out[8]).
-using MomentsFn = int (*)(const float*, int64_t, int64_t, int32_t*, const float*, double*);
+// nd_moments_f32 and nd_moments_bf16 of moments.c: (values, n, units, alive
+// scratch, bounds or nullptr, out[8]).
+using MomentsFn = int (*)(const void*, int64_t, int64_t, int32_t*, const float*, double*);
 MomentsFn moments_fn = nullptr;
+MomentsFn moments_bf16_fn = nullptr;
 int64_t max_elements = 0;
 
 PyObject* set_moments(PyObject*, PyObject* args) {
-  unsigned long long address;
+  unsigned long long address, address_bf16;
   long long most;
-  if (!PyArg_ParseTuple(args, "KL", &address, &most)) {
+  if (!PyArg_ParseTuple(args, "KKL", &address, &address_bf16, &most)) {
     return nullptr;
   }
   moments_fn = reinterpret_cast<MomentsFn>(address);
+  moments_bf16_fn = reinterpret_cast<MomentsFn>(address_bf16);
   max_elements = most;
   Py_RETURN_NONE;
 }
@@ -241,9 +245,10 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, const float* bou
     return false;
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (!plain_float32(t)) {
+  if (!plain_float32(t, /*or_bf16=*/true)) {
     return false;
   }
+  const MomentsFn fn = t.scalar_type() == c10::kFloat ? moments_fn : moments_bf16_fn;
   const int64_t n = t.numel();
   if (n < least || n > max_elements) {
     return false;
@@ -263,14 +268,14 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, const float* bou
   if (static_cast<size_t>(*units) > alive.size()) {
     alive.resize(static_cast<size_t>(*units));
   }
-  const auto* values = static_cast<const float*>(t.const_data_ptr());
+  const void* values = t.const_data_ptr();
   int32_t* scratch = *units ? alive.data() : nullptr;
   int rc;
   if (n >= kReleaseGil) {
-    Py_BEGIN_ALLOW_THREADS rc = moments_fn(values, n, *units, scratch, bounds, out);
+    Py_BEGIN_ALLOW_THREADS rc = fn(values, n, *units, scratch, bounds, out);
     Py_END_ALLOW_THREADS
   } else {
-    rc = moments_fn(values, n, *units, scratch, bounds, out);
+    rc = fn(values, n, *units, scratch, bounds, out);
   }
   return rc == 0;
 }
@@ -281,7 +286,7 @@ PyObject* measure(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OpOppO", &x, &x_batched, &y, &y_dead, &exact, &bounds_obj)) {
     return nullptr;
   }
-  if (moments_fn == nullptr) {
+  if (moments_fn == nullptr || moments_bf16_fn == nullptr) {
     Py_RETURN_NONE;
   }
   float bounds[3];

@@ -48,8 +48,10 @@ class Library(NamedTuple):
     runtime is torch's (``set_parts`` turns its reads in parts on and off)."""
 
     moments: Any
+    moments_bf16: Any
     hist: Any
     hist_known: Any
+    hist_known_bf16: Any
     norms: Any
     norms2: Any
     sum: Any
@@ -95,12 +97,16 @@ def build_and_check() -> Library:
     fn = lib.nd_moments_f32
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int
+    bf16 = lib.nd_moments_bf16
+    bf16.argtypes, bf16.restype = fn.argtypes, fn.restype
     hist = lib.nd_hist_f32
     hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     hist.restype = ctypes.c_int
     hist_known = lib.nd_hist_known_f32
     hist_known.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     hist_known.restype = ctypes.c_int
+    hist_known_bf16 = lib.nd_hist_known_bf16
+    hist_known_bf16.argtypes, hist_known_bf16.restype = hist_known.argtypes, hist_known.restype
     many = lib.nd_norms_f32
     many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     many.restype = ctypes.c_int
@@ -122,11 +128,12 @@ def build_and_check() -> Library:
     shared = _shares_torchs_openmp(lib)
     in_parts(int(shared))
     _check(fn, hist, many, many2, total, finite, hist_known)
+    _check_bf16(bf16, hist_known, hist_known_bf16)
     if shared and not _parts_agree(fn, hist_known, in_parts):
         log.info("tb_neuraldbg: the CPU kernel's reads in parts failed their check; its reads stay on one core")
         shared = False
     in_parts(0)  # (until the caller sets it)
-    return Library(fn, hist, hist_known, many, many2, total, finite, helper, in_parts, shared)
+    return Library(fn, bf16, hist, hist_known, hist_known_bf16, many, many2, total, finite, helper, in_parts, shared)
 
 
 def _shares_torchs_openmp(lib) -> bool:
@@ -261,6 +268,44 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     big[4097] = np.nan
     if finite(big.ctypes.data, big.size) != 0 or finite(y.ctypes.data, 1) != 1:
         raise RuntimeError("the kernel's finite check failed")
+
+
+def _check_bf16(fn, hist_known, hist_known_bf16) -> None:
+    """Known answers of the bfloat16 moments: float32 values cut to
+    bfloat16 (their top 16 bits), read as those floats; its saturated
+    values as torch's ops count a bfloat16 tensor's (the distance rounded to
+    bfloat16: 0.98828125, the bfloat16 under 0.99, is saturated at 0.99);
+    its histogram the float32 copy's."""
+    rows, units = 3, 4099
+    x = np.zeros((rows, units), dtype=np.float32)
+    x[0, ::3] = np.linspace(-3.0, 3.0, len(x[0, ::3]), dtype=np.float32)
+    x[1, 5], x[2, units - 1] = 0.98828125, -1.0
+    h = (x.view(np.uint32) >> 16).astype(np.uint16)
+    v = (h.astype(np.uint32) << 16).view(np.float32)  # the values as bfloat16 holds them
+    want = [
+        float(v.min()), float(v.max()), float(v.sum(dtype=np.float64)),
+        math.sqrt(float((v.astype(np.float64) ** 2).sum())), float(np.count_nonzero(v)), 0.0,
+        float((~v.any(axis=0)).sum()), float((np.abs(v) >= np.float32(0.98828125)).sum()),
+    ]
+    out = np.empty(8)
+    alive = np.empty(units, dtype=np.int32)
+    bounds = np.array([0.0, 0.99, -1.0], dtype=np.float32)
+    if fn(h.ctypes.data, h.size, units, alive.ctypes.data, bounds.ctypes.data, out.ctypes.data) != 0:
+        raise RuntimeError("the kernel refused its bfloat16 check")
+    if not np.allclose(out, want, rtol=1e-6, atol=0):
+        raise RuntimeError(f"the kernel's bfloat16 check failed: {out.tolist()} against {want}")
+    known = np.array([out[0], out[1], out[2], out[3] ** 2])
+    bins, bins_f32 = np.empty(16 + 5), np.empty(16 + 5)
+    hist_known_bf16(h.ctypes.data, h.size, 16, known.ctypes.data, bins.ctypes.data)
+    hist_known(v.ctypes.data, v.size, 16, known.ctypes.data, bins_f32.ctypes.data)
+    if bins.tolist() != bins_f32.tolist() or bins[:16].sum() != v.size:
+        raise RuntimeError(f"the kernel's bfloat16 histogram check failed: {bins.tolist()}")
+    y = np.array([0x3F80, 0x7F80, 0xFF80, 0x0000, 0x7FC0], dtype=np.uint16)  # 1, inf, -inf, 0, NaN
+    top = np.array([1.0, 0.0, 1.0], dtype=np.float32)
+    if fn(y.ctypes.data, y.size, 0, None, top.ctypes.data, out.ctypes.data) != 0 or not (
+        math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[7] == 2
+    ):
+        raise RuntimeError(f"the kernel's bfloat16 non-finite check failed: {out.tolist()}")
 
 
 def _parts_agree(fn, hist_known, in_parts) -> bool:

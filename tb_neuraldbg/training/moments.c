@@ -1,6 +1,8 @@
-/* One pass over a float32 CPU tensor for every statistic a full step takes
- * of it: min, max, sum, sum of squares, non-zeros, non-finite values, NaNs,
- * (batched, dim 0 the batch) the units that are zero in every sample, and
+/* One pass over a float32 CPU tensor (or a bfloat16 one: a CPU autocast's
+ * activations, read as the floats they hold) for every statistic a full
+ * step takes of it: min, max, sum, sum of squares, non-zeros, non-finite
+ * values, NaNs, (batched, dim 0 the batch) the units that are zero in every
+ * sample, and
  * (a bounded activation's: tanh, sigmoid, hardtanh...) the saturated values.
  *
  * Why C: torch has no op that takes several of these in one read, and each
@@ -71,7 +73,7 @@ typedef struct {
 /* The saturation test of `v` into lane `j` (`mid`, `half`, `sign` of a bounds_t). */
 #define SATURATED \
     { \
-        float d = v - mid; /* (no comma: this is a macro's argument) */ \
+        float d = ROUND(v - mid); /* (no comma: this is a macro's argument) */ \
         float e = sign * d; \
         ns[j] += (d > e ? d : e) >= half; \
     }
@@ -95,12 +97,12 @@ typedef struct {
         for (; i + LANES <= n; i += LANES) { \
             _Pragma("omp simd") \
             for (int j = 0; j < LANES; j++) { \
-                float v = x[i + j]; \
+                float v = LOAD(i + j); \
                 STEP(EXTRA) \
             } \
         } \
         for (int j = 0; i + j < n; j++) { \
-            float v = x[i + j]; \
+            float v = LOAD(i + j); \
             STEP(EXTRA) \
         } \
         double bs = 0.0, bq = 0.0; \
@@ -135,32 +137,89 @@ typedef struct {
         } \
     }
 
-static void pass_base(const float *restrict x, int64_t n, int32_t *restrict alive, const bounds_t *b,
-                      acc_t *a) PASS_BODY
+/* bfloat16 (a CPU autocast's activations): the top half of a float32, so
+ * its value is exact as a float; a float rounded to it as torch rounds
+ * (to nearest, ties to even: c10::BFloat16), for the saturation test of a
+ * bfloat16 tensor, which torch's ops compute in bfloat16. (A NaN read from
+ * a bfloat16 has its low 16 bits zero: it stays a NaN.) */
+static inline float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
+static inline float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A pass over float32 values, and over bfloat16 ones read as floats. */
+#define PASS_F32(NAME, ATTR) \
+    ATTR static void NAME(const void *xv, int64_t n, int32_t *restrict alive, const bounds_t *b, acc_t *a) { \
+        const float *restrict x = (const float *)xv; \
+        PASS_BODY \
+    }
+#define PASS_BF16(NAME, ATTR) \
+    ATTR static void NAME(const void *xv, int64_t n, int32_t *restrict alive, const bounds_t *b, acc_t *a) { \
+        const uint16_t *restrict x = (const uint16_t *)xv; \
+        PASS_BODY \
+    }
+
+#define LOAD(k) x[k]
+#define ROUND(f) (f)
+PASS_F32(pass_base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) static void pass_avx2(const float *restrict x, int64_t n,
-                                                           int32_t *restrict alive, const bounds_t *b,
-                                                           acc_t *a) PASS_BODY
+PASS_F32(pass_avx2, __attribute__((target("avx2,fma"))))
 #endif
+#undef LOAD
+#undef ROUND
+#define LOAD(k) bf16_value(x[k])
+#define ROUND(f) bf16_round(f)
+PASS_BF16(pass_bf16_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+PASS_BF16(pass_bf16_avx2, __attribute__((target("avx2,fma"))))
+#endif
+#undef LOAD
+#undef ROUND
 
-typedef void (*pass_fn)(const float *restrict, int64_t, int32_t *restrict, const bounds_t *, acc_t *);
+typedef void (*pass_fn)(const void *, int64_t, int32_t *restrict, const bounds_t *, acc_t *);
+
+static int has_avx2(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
 
 static pass_fn choose(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return pass_avx2;
+    if (has_avx2()) return pass_avx2;
 #endif
     return pass_base;
 }
 
+static pass_fn choose_bf16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_avx2()) return pass_bf16_avx2;
+#endif
+    return pass_bf16_base;
+}
+
 /* The non-finite values and the NaNs among the `n` at `x` (a second pass,
- * only over a tensor that has one, or whose sums overflowed). */
-static void count_nonfinite(const float *x, int64_t n, int64_t *nonfinite, int64_t *nans) {
+ * only over a tensor that has one, or whose sums overflowed); `esize` 4:
+ * float32, 2: bfloat16. */
+static void count_nonfinite(const void *x, int esize, int64_t n, int64_t *nonfinite, int64_t *nans) {
     int64_t bad = 0, nan = 0;
     for (int64_t i = 0; i < n; i++) {
-        bad += !(fabsf(x[i]) <= FLT_MAX);
-        nan += x[i] != x[i];
+        float v = esize == 2 ? bf16_value(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+        bad += !(fabsf(v) <= FLT_MAX);
+        nan += v != v;
     }
     *nonfinite = bad;
     *nans = nan;
@@ -169,14 +228,15 @@ static void count_nonfinite(const float *x, int64_t n, int64_t *nonfinite, int64
 /* The values of one read (`units > 0`: rows of `units` values, whose
  * non-zero places go to `alive`) into `a`, in the blocks every copy of the
  * read takes: the same blocks whether one core reads them or two. */
-static void read_blocks(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive,
+static void read_blocks(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
                         const bounds_t *b, acc_t *a) {
+    const char *c = (const char *)x; /* (`esize` bytes a value) */
     if (units > 0) {
         for (int64_t r = 0; r < n; r += units)
             for (int64_t j = 0; j < units; j += BLOCK)
-                pass(x + r + j, units - j < BLOCK ? units - j : BLOCK, alive + j, b, a);
+                pass(c + (r + j) * esize, units - j < BLOCK ? units - j : BLOCK, alive + j, b, a);
     } else {
-        for (int64_t i = 0; i < n; i += BLOCK) pass(x + i, n - i < BLOCK ? n - i : BLOCK, 0, b, a);
+        for (int64_t i = 0; i < n; i += BLOCK) pass(c + i * esize, n - i < BLOCK ? n - i : BLOCK, 0, b, a);
     }
 }
 
@@ -263,7 +323,8 @@ static void run_parts(part_fn fn, void *ctx, int parts) {
 
 typedef struct {
     pass_fn pass;
-    const float *x;
+    const void *x;
+    int esize;
     int64_t n, units;
     int32_t *alive, *scratch; /* the first part's `alive`, the others' */
     const bounds_t *bounds;
@@ -277,20 +338,22 @@ static void moments_part(void *ctx, int p, int parts) {
     int64_t piece = j->units > 0 ? j->units : BLOCK, pieces = (j->n + piece - 1) / piece;
     int64_t lo = pieces * p / parts * piece, hi = p + 1 == parts ? j->n : pieces * (p + 1) / parts * piece;
     int32_t *alive = j->units > 0 ? (p ? j->scratch + (p - 1) * j->units : j->alive) : 0;
-    if (hi > lo) read_blocks(j->pass, j->x + lo, hi - lo, j->units, alive, j->bounds, &j->acc[p]);
+    if (hi > lo)
+        read_blocks(j->pass, (const char *)j->x + lo * j->esize, j->esize, hi - lo, j->units, alive, j->bounds,
+                    &j->acc[p]);
 }
 
 /* The read in parts (each batched part with its own `alive` scratch, OR-ed
  * into the caller's after), their accumulators added in order. */
-static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units, int32_t *alive,
+static void read_in_parts(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
                           const bounds_t *b, int parts, acc_t *a) {
     moments_job j;
-    j.pass = pass, j.x = x, j.n = n, j.units = units, j.alive = alive, j.scratch = 0, j.bounds = b;
+    j.pass = pass, j.x = x, j.esize = esize, j.n = n, j.units = units, j.alive = alive, j.scratch = 0, j.bounds = b;
     if (units > 0) {
         int64_t rows = n / units;
         parts = rows < parts ? (int)rows : parts;
         if (parts < 2 || !(j.scratch = (int32_t *)calloc((size_t)(parts - 1) * (size_t)units, sizeof(int32_t)))) {
-            read_blocks(pass, x, n, units, alive, b, a);
+            read_blocks(pass, x, esize, n, units, alive, b, a);
             return;
         }
     }
@@ -320,26 +383,46 @@ static void read_in_parts(pass_fn pass, const float *x, int64_t n, int64_t units
  * `bounds` (or NULL: saturated is -1): [mid, half, sign] of bounds_t. min
  * and max are NaN when a value is NaN (as torch.aminmax gives them).
  * Returns 0, or -1 for arguments it does not take. */
+static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
+                   const bounds_t *bp, double *out);
+
 int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
     if (!pass) pass = choose();
-    if (n <= 0 || (units > 0 && (n % units != 0 || !alive))) return -1;
-    bounds_t b, *bp = 0;
+    bounds_t b;
+    if (bounds) b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2];
+    return moments(pass, x, 4, n, units, alive, bounds ? &b : 0, out);
+}
+
+/* nd_moments_f32 of bfloat16 values (`x`: their 16-bit patterns). The
+ * saturated ones are tested as torch's ops test a bfloat16 tensor: the
+ * distance to `mid` rounded to bfloat16, compared with `half` rounded to
+ * it (the top end only: with the bound rounded to it). */
+int nd_moments_bf16(const uint16_t *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
+    static pass_fn pass = 0;
+    if (!pass) pass = choose_bf16();
+    bounds_t b;
     if (bounds) {
-        b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2];
-        bp = &b;
+        b.mid = bounds[2] > 0 ? bf16_round(bounds[0]) : bounds[0];
+        b.half = bf16_round(bounds[1]), b.sign = bounds[2];
     }
+    return moments(pass, x, 2, n, units, alive, bounds ? &b : 0, out);
+}
+
+static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
+                   const bounds_t *bp, double *out) {
+    if (n <= 0 || (units > 0 && (n % units != 0 || !alive))) return -1;
     acc_t a = {0.0, 0.0, INFINITY, -INFINITY, 0, 0};
     if (units > 0) memset(alive, 0, (size_t)units * sizeof(int32_t));
-    int parts = parts_for(n);
+    int parts = parts_for(n * esize / 4); /* (parts of PART_MIN * 4 bytes) */
     if (parts > 1)
-        read_in_parts(pass, x, n, units, alive, bp, parts, &a);
+        read_in_parts(pass, x, esize, n, units, alive, bp, parts, &a);
     else
-        read_blocks(pass, x, n, units, alive, bp, &a);
+        read_blocks(pass, x, esize, n, units, alive, bp, &a);
     /* A NaN or an inf makes the sum NaN or infinite (finite values whose
      * sum overflows too: then the count says 0). */
     int64_t nonfinite = 0, nans = 0;
-    if (!isfinite(a.sum)) count_nonfinite(x, n, &nonfinite, &nans);
+    if (!isfinite(a.sum)) count_nonfinite(x, esize, n, &nonfinite, &nans);
     int64_t dead = -1;
     if (units > 0) {
         dead = 0;
@@ -364,7 +447,8 @@ int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, con
  * truncated), so both give the same counts. Returns 1 without touching
  * `out` when a value is not finite (torch's general path handles those),
  * -1 for arguments it does not take. */
-static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out);
+static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
+                       double *out);
 
 int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double *out) {
     if (n <= 0 || stride <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
@@ -403,7 +487,7 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
         q += bq;
     }
     if (bad) return 1;
-    bin_values(x, n, stride, bins, lo, hi, out);
+    bin_values(x, 4, n, stride, bins, lo, hi, out);
     out[bins + 3] = s;
     out[bins + 4] = q;
     return 0;
@@ -411,7 +495,7 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
 
 /* The bins of n finite float32 values (every `stride`-th) from `x`, added
  * into counts[0:bins]: (v - lo) * scale, clamped to [0, top], truncated. */
-static void count_bins(const float *x, int64_t n, int64_t stride, float lo, float scale, float top,
+static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, float lo, float scale, float top,
                        int64_t *counts) {
     /* Bin indices a chunk at a time (a loop that vectorises), counted into
      * four interleaved sub-histograms (neighbouring values often share a
@@ -422,8 +506,15 @@ static void count_bins(const float *x, int64_t n, int64_t stride, float lo, floa
     memset(sub, 0, sizeof sub);
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t m = n - i < 1024 ? n - i : 1024;
-        const float *p = x + i * stride;
-        if (stride == 1) {
+        const float *p = esize == 4 ? (const float *)xv + i * stride : 0;
+        if (esize == 2) { /* (bfloat16, contiguous: read as the floats they hold) */
+            const uint16_t *h = (const uint16_t *)xv + i;
+            _Pragma("omp simd")
+            for (int64_t k = 0; k < m; k++) {
+                float t = (bf16_value(h[k]) - lo) * scale;
+                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
+            }
+        } else if (stride == 1) {
             _Pragma("omp simd")
             for (int64_t k = 0; k < m; k++) {
                 float t = (p[k] - lo) * scale;
@@ -448,7 +539,8 @@ static void count_bins(const float *x, int64_t n, int64_t stride, float lo, floa
 }
 
 typedef struct {
-    const float *x;
+    const void *x;
+    int esize;
     int64_t n, stride;
     float lo, scale, top;
     int64_t *counts; /* `parts` rows of top + 1 */
@@ -457,29 +549,33 @@ typedef struct {
 static void bins_part(void *ctx, int p, int parts) {
     bins_job *j = (bins_job *)ctx;
     int64_t lo = j->n * p / parts, hi = j->n * (p + 1) / parts, bins = (int64_t)j->top + 1;
-    if (hi > lo) count_bins(j->x + lo * j->stride, hi - lo, j->stride, j->lo, j->scale, j->top, j->counts + p * bins);
+    if (hi > lo)
+        count_bins((const char *)j->x + lo * j->stride * j->esize, j->esize, hi - lo, j->stride, j->lo, j->scale,
+                   j->top, j->counts + p * bins);
 }
 
-/* The bins of n finite float32 values (every `stride`-th) whose min and max
- * are `lo` and `hi`, into out[0:bins]; out[bins] = 0 (no non-finite value),
- * out[bins + 1], out[bins + 2] = lo, hi. From 2 MB, in parts on torch's
- * threads (as the moments: run_parts), each with its own counts, added
- * after: the same counts as one pass. */
-static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, float lo, float hi, double *out) {
+/* The bins of n finite float32 values (every `stride`-th; `esize` 2:
+ * bfloat16 ones, contiguous) whose min and max are `lo` and `hi`, into
+ * out[0:bins]; out[bins] = 0 (no non-finite value), out[bins + 1],
+ * out[bins + 2] = lo, hi. From 2 MB, in parts on torch's threads (as the
+ * moments: run_parts), each with its own counts, added after: the same
+ * counts as one pass. */
+static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
+                       double *out) {
     double width = (double)hi - (double)lo;
     if (width < 1e-30) width = 1e-30;
     float scale = (float)((double)bins / width), top = (float)(bins - 1);
-    int parts = parts_for(n);
+    int parts = parts_for(n * esize / 4);
     int64_t one[HIST_MAX_BINS];
     int64_t *counts = parts > 1 ? (int64_t *)calloc((size_t)parts * (size_t)bins, sizeof(int64_t)) : 0;
     if (counts) {
-        bins_job j = {x, n, stride, lo, scale, top, counts};
+        bins_job j = {x, esize, n, stride, lo, scale, top, counts};
         run_parts(bins_part, &j, parts);
         for (int p = 1; p < parts; p++)
             for (int64_t k = 0; k < bins; k++) counts[k] += counts[p * bins + k];
     } else {
         memset(one, 0, sizeof one);
-        count_bins(x, n, stride, lo, scale, top, one);
+        count_bins(x, esize, n, stride, lo, scale, top, one);
         counts = one;
     }
     for (int64_t k = 0; k < bins; k++) out[k] = (double)counts[k];
@@ -492,12 +588,23 @@ static void bin_values(const float *x, int64_t n, int64_t stride, int64_t bins, 
 /* nd_hist_f32 of n contiguous finite values whose min, max, sum and sum of
  * squares a full step's moments have just read (`known`: those four): the
  * binning pass only. -1 for arguments it does not take. */
-int nd_hist_known_f32(const float *x, int64_t n, int64_t bins, const double *known, double *out) {
+static int hist_known(const void *x, int esize, int64_t n, int64_t bins, const double *known, double *out) {
     if (n <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
-    bin_values(x, n, 1, bins, (float)known[0], (float)known[1], out);
+    bin_values(x, esize, n, 1, bins, (float)known[0], (float)known[1], out);
     out[bins + 3] = known[2];
     out[bins + 4] = known[3];
     return 0;
+}
+
+int nd_hist_known_f32(const float *x, int64_t n, int64_t bins, const double *known, double *out) {
+    return hist_known(x, 4, n, bins, known, out);
+}
+
+/* nd_hist_known_f32 of bfloat16 values (a CPU autocast's activation, whose
+ * moments nd_moments_bf16 has just read), binned as the floats they hold:
+ * the counts torch's path gives after its float32 copy. */
+int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double *known, double *out) {
+    return hist_known(x, 2, n, bins, known, out);
 }
 
 /* The sum of `EXPR` (of each value `v`) over the `m` floats of one block at
