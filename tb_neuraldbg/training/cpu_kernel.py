@@ -109,6 +109,11 @@ def available() -> bool:
     return _enabled and _load() is not None
 
 
+#: What :func:`moments` reads: float32, and bfloat16 (a CPU autocast's
+#: activations), whose values it reads as the floats they are.
+_MOMENT_DTYPES = frozenset((torch.float32, torch.bfloat16))
+
+
 def takes(x: torch.Tensor) -> bool:
     """True when :func:`moments` takes ``x`` (a float32 or bfloat16 CPU
     tensor of 1 to :data:`MAX_ELEMENTS` values, contiguous or channels_last,
@@ -122,11 +127,6 @@ def takes(x: torch.Tensor) -> bool:
         0 < x.numel() <= MAX_ELEMENTS and _dense(x) and not x.is_neg()  # (a negative view: opposites in memory)
         and bool(_fn if _fn is not None else _load())
     )
-
-
-#: What :func:`moments` reads: float32, and bfloat16 (a CPU autocast's
-#: activations), whose values it reads as the floats they are.
-_MOMENT_DTYPES = frozenset((torch.float32, torch.bfloat16))
 
 
 def _takes_f32(x: torch.Tensor) -> bool:
@@ -148,12 +148,15 @@ def _dense(x: torch.Tensor) -> bool:
     return x.is_contiguous() or (x.dim() in _LAST and x.is_contiguous(memory_format=_LAST[x.dim()]))
 
 
-def moments(x: torch.Tensor, units: int = 0, saturation: tuple[float, float, float] | None = None) -> list[float] | None:
+def moments(
+    x: torch.Tensor, units: int = 0, saturation: tuple[float, float, float] | None = None
+) -> list[float] | None:
     """``[min, max, sum, L2 norm, non-zeros, non-finite, dead units]`` of
     ``x`` in one pass, as Python floats, and the count of saturated values
     after them when ``saturation`` is given; None when the kernel does not
-    take ``x`` (not a contiguous or channels_last float32 or bfloat16 CPU tensor of at most
-    :data:`MAX_ELEMENTS` values, a tensor subclass, the kernel missing).
+    take ``x`` (see :func:`takes`: a float32 or bfloat16 CPU tensor,
+    contiguous or channels_last, of at most :data:`MAX_ELEMENTS` values, not
+    a subclass; the kernel there).
 
     ``units > 0``: ``x`` is batched (dim 0 the batch, ``units`` values a
     sample) and dead units (zero in every sample) are counted; else that
@@ -286,8 +289,7 @@ def norms(tensors: list) -> torch.Tensor | None:
     ``torch._foreach_norm`` costs about 3 us of dispatch each on the CPU and
     returns one 0-d tensor each to stack. None unless every one is a
     contiguous or channels_last float32 CPU tensor (a plain one or a
-    Parameter), with at most
-    :data:`MAX_ELEMENTS` values in all and, with more than
+    Parameter), with at most :data:`MAX_ELEMENTS` values in all and, with more than
     :data:`NORMS_FEW_THREADS` of torch's threads, :data:`NORMS_MEAN_ELEMENTS`
     on average."""
     if not _enabled or not tensors:
@@ -394,8 +396,8 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms2, _sum, _finite, _helper_seconds, _shared_openmp
-    global _set_parts
+    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms2, _sum, _finite
+    global _helper_seconds, _shared_openmp, _set_parts
     if _fn is not None:
         return _fn or None
     with _lock:

@@ -299,10 +299,12 @@ def _check_measure(measure) -> None:
     if sat != 1:
         raise RuntimeError(f"the activation reads' check failed: {sat} saturated values, not 1")
     for got, want in (
-        (measure(x, True, y, True, True, None), [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]),
+        (measure(x, True, y, True, True, None),
+         [6.0, 3.0, mx[2], mx[4], mx[6], mx[5], 4.0, 2.0, *my[:5], my[6], my[5]]),
         (measure(None, False, y, False, False, None), [4.0, *my[:5]]),
         (measure(x, False, y, True, False, top), [6.0, mx[2], mx[4], 4.0, 2.0, *my[:5], my[6], sat]),
-        # (a transposed matrix: the same values in another order; not as a batch, whose samples are not blocks)
+        # (a transposed matrix: the same values in another order; not as a
+        # batch, whose samples are not blocks)
         (measure(None, False, y.t(), False, False, None), [4.0, *my[:5]]),
         # (bfloat16, a CPU autocast's: y's values are bfloat16's)
         (measure(None, False, y.bfloat16(), True, False, None), [4.0, 2.0, *my[:5], my[6]]),

@@ -963,7 +963,8 @@ class Instrument:
                 col.add(S.flag_moment(y.detach()), row, Key.OUT_SUM)
         else:
             dead = behaviour.dead and y.dim() >= 2
-            bounds = None if behaviour.saturation is None else K.saturation_bounds(*behaviour.saturation(module))
+            ends = None if behaviour.saturation is None else behaviour.saturation(module)
+            bounds = None if ends is None else K.saturation_bounds(*ends)
             host = K.moments(y, y.numel() // y.shape[0] if dead else 0, bounds)
             if host is not None:  # one pass for all of them (cpu_kernel), the saturated values too
                 if bounds is not None:
@@ -982,8 +983,8 @@ class Instrument:
                     col.add(vals.pop(), row, Key.OUT_DEAD)
                     col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
                 col.add_row(row, _MOMENT_KEYS, vals)
-                if bounds is not None:
-                    col.add(S.saturated(y.detach(), *behaviour.saturation(module)), row, Key.OUT_SAT)
+                if ends is not None:
+                    col.add(S.saturated(y.detach(), *ends), row, Key.OUT_SAT)
         if exact:
             col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
         if self._sched_hist:

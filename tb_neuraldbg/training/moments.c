@@ -2,8 +2,8 @@
  * activations, read as the floats they hold) for every statistic a full
  * step takes of it: min, max, sum, sum of squares, non-zeros, non-finite
  * values, NaNs, (batched, dim 0 the batch) the units that are zero in every
- * sample, and
- * (a bounded activation's: tanh, sigmoid, hardtanh...) the saturated values.
+ * sample, and (a bounded activation's: tanh, sigmoid, hardtanh...) the
+ * saturated values.
  *
  * Why C: torch has no op that takes several of these in one read, and each
  * of its reductions is a pass over memory (50-130 us a megabyte of a freshly
@@ -55,8 +55,9 @@ typedef struct {
 /* A bounded activation's flat ends, as stats.saturated tests them: a value
  * is saturated where max(d, sign * d) >= half, d = v - mid; sign -1: |v -
  * mid| >= half (both ends), +1: v >= mid (half 0: the top end only). In
- * float32, as torch's ops compute it, so that both count the same values;
- * a NaN is never saturated, an inf always. */
+ * float32, as torch's ops compute it on a float32 tensor (on a bfloat16
+ * one, d rounded to bfloat16: ROUND, nd_moments_bf16), so that both count
+ * the same values; a NaN is never saturated, an inf always. */
 typedef struct {
     float mid, half, sign;
 } bounds_t;
@@ -157,31 +158,27 @@ static inline float bf16_round(float f) {
     return f;
 }
 
-/* A pass over float32 values, and over bfloat16 ones read as floats. */
-#define PASS_F32(NAME, ATTR) \
+/* A pass over values of type T (float32: LOAD and ROUND as they are;
+ * bfloat16: read as floats, the saturation test rounded to bfloat16). */
+#define PASS(NAME, ATTR, T) \
     ATTR static void NAME(const void *xv, int64_t n, int32_t *restrict alive, const bounds_t *b, acc_t *a) { \
-        const float *restrict x = (const float *)xv; \
-        PASS_BODY \
-    }
-#define PASS_BF16(NAME, ATTR) \
-    ATTR static void NAME(const void *xv, int64_t n, int32_t *restrict alive, const bounds_t *b, acc_t *a) { \
-        const uint16_t *restrict x = (const uint16_t *)xv; \
+        const T *restrict x = (const T *)xv; \
         PASS_BODY \
     }
 
 #define LOAD(k) x[k]
 #define ROUND(f) (f)
-PASS_F32(pass_base, )
+PASS(pass_base, , float)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-PASS_F32(pass_avx2, __attribute__((target("avx2,fma"))))
+PASS(pass_avx2, __attribute__((target("avx2,fma"))), float)
 #endif
 #undef LOAD
 #undef ROUND
 #define LOAD(k) bf16_value(x[k])
 #define ROUND(f) bf16_round(f)
-PASS_BF16(pass_bf16_base, )
+PASS(pass_bf16_base, , uint16_t)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-PASS_BF16(pass_bf16_avx2, __attribute__((target("avx2,fma"))))
+PASS(pass_bf16_avx2, __attribute__((target("avx2,fma"))), uint16_t)
 #endif
 #undef LOAD
 #undef ROUND
