@@ -450,7 +450,11 @@ def test_dense_tensors_in_another_memory_order_get_the_kernels_norms():
     ts = [torch.randn(7, generator=g), last, last3d]
     assert not last.is_contiguous() and not last3d.is_contiguous()
     want = [float(torch.linalg.vector_norm(t)) for t in ts]
-    for got in (K.norms(ts), S.stacked_norms(ts), S.stacked_norms(ts + [torch.randn(6, 4, generator=g).t()])):
+    got = K.norms(ts)
+    assert isinstance(got, torch.Tensor) and got.tolist() == pytest.approx(want, rel=1e-6)
+    if not grad_reader.wait(600):  # (built on a thread at first use: a fresh clone's first tests run before it)
+        pytest.skip("the C++ gradient reader cannot be built here")
+    for got in (S.stacked_norms(ts), S.stacked_norms(ts + [torch.randn(6, 4, generator=g).t()])):
         assert isinstance(got, torch.Tensor) and got[:3].tolist() == pytest.approx(want, rel=1e-6)
     assert grad_reader.read_data(ts + [torch.randn(6, 4).t()]) is not None
     assert grad_reader.read_data(ts + [torch.randn(6, 8)[:, ::2]]) is None
