@@ -3,10 +3,7 @@ compiled model (gradients, weights, updates, the batch, the loss) equals
 eager. (dynamo's "eager" backend: no C++ compiler needed; graph breaks are
 dynamo's, whatever the backend.)"""
 
-import copy
-
 import numpy as np
-import pytest
 import torch
 from torch import nn
 

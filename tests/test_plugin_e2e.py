@@ -6,7 +6,6 @@ every step is kept (more than either loader's default sample of 100 / 10),
 and that a run still being written shows new steps and events after a reload.
 """
 
-import os
 import urllib.parse
 
 import numpy as np
