@@ -707,7 +707,7 @@ def channels_last_cnn():
     [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
      (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
      (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {}),
-     (AutocastMLP, (16, 12), 4, None, {})],
+     (AutocastMLP, (16, 12), 4, None, {}), (AutocastMLP, (16, 12), 4, None, {"nonfinite": "every_step"})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
