@@ -230,7 +230,8 @@ def gpt():
     return GPT(), (8, 1024), 50257
 
 
-MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer, "big": big, "gpt": gpt}
+MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
+          "big": big, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},

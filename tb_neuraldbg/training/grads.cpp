@@ -93,7 +93,8 @@ PyObject* raise_current(const char* otherwise) {
 // from the data pointer, in any order: contiguous, channels_last (a CNN's
 // activations, weights and gradients in that memory format), a transposed
 // matrix. The statistics the kernel takes do not depend on the order (dead
-// units: see tensor_moments).
+// units: see tensor_moments). or_bf16: bfloat16 values too (the activation
+// reads; the gradients' norms take float32 only).
 bool plain_float32(const at::Tensor& t, bool or_bf16 = false) {
   const auto type = t.scalar_type();
   return t.layout() == c10::kStrided && (type == c10::kFloat || (or_bf16 && type == c10::kBFloat16)) &&

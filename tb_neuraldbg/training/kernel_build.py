@@ -204,6 +204,16 @@ def _compile(cc: str, path: str) -> None:
             os.unlink(tmp)
 
 
+def _numpy_moments(v: np.ndarray) -> list[float]:
+    """What the kernel's moments of the batched float32 array ``v`` are, by
+    numpy, in its order (without the saturated count)."""
+    return [
+        float(v.min()), float(v.max()), float(v.sum(dtype=np.float64)),
+        math.sqrt(float((v.astype(np.float64) ** 2).sum())), float(np.count_nonzero(v)), 0.0,
+        float((~v.any(axis=0)).sum()),
+    ]
+
+
 def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     """Known answers, on sizes that cross a vector and a block boundary: a
     compiler that miscompiles the loops must not give wrong statistics."""
@@ -212,11 +222,7 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     x[0, ::2] = np.arange(1, units // 2 + 2, dtype=np.float32)[: len(x[0, ::2])]
     x[1, 1] = -2.0
     x[2, units - 1] = 0.5
-    want = [
-        float(x.min()), float(x.max()), float(x.sum(dtype=np.float64)),
-        math.sqrt(float((x.astype(np.float64) ** 2).sum())), float(np.count_nonzero(x)), 0.0,
-        float((~x.any(axis=0)).sum()),
-    ]
+    want = _numpy_moments(x)
     out = np.empty(8)
     alive = np.empty(units, dtype=np.int32)
     # (saturated: |v - 1000| >= 999.5: up to 0.5, the zeros too, and from 1999.5)
@@ -282,11 +288,7 @@ def _check_bf16(fn, hist_known, hist_known_bf16) -> None:
     x[1, 5], x[2, units - 1] = 0.98828125, -1.0
     h = (x.view(np.uint32) >> 16).astype(np.uint16)
     v = (h.astype(np.uint32) << 16).view(np.float32)  # the values as bfloat16 holds them
-    want = [
-        float(v.min()), float(v.max()), float(v.sum(dtype=np.float64)),
-        math.sqrt(float((v.astype(np.float64) ** 2).sum())), float(np.count_nonzero(v)), 0.0,
-        float((~v.any(axis=0)).sum()), float((np.abs(v) >= np.float32(0.98828125)).sum()),
-    ]
+    want = _numpy_moments(v) + [float((np.abs(v) >= np.float32(0.98828125)).sum())]
     out = np.empty(8)
     alive = np.empty(units, dtype=np.int32)
     bounds = np.array([0.0, 0.99, -1.0], dtype=np.float32)

@@ -490,16 +490,17 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
     return 0;
 }
 
-/* The bins of n finite float32 values (every `stride`-th) from `x`, added
- * into counts[0:bins]: (v - lo) * scale, clamped to [0, top], truncated. */
-static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, float lo, float scale, float top,
+/* The bins of n finite float32 values (every `stride`-th; `esize` 2:
+ * bfloat16 ones, contiguous) from `x`, added into counts[0:bins]: (v - lo)
+ * * scale, clamped to [0, bins - 1], truncated. */
+static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, float lo, float scale, int64_t bins,
                        int64_t *counts) {
     /* Bin indices a chunk at a time (a loop that vectorises), counted into
      * four interleaved sub-histograms (neighbouring values often share a
      * bin: one counter would wait for its own previous increment). */
     int32_t idx[1024];
     int64_t sub[4][HIST_MAX_BINS];
-    int64_t bins = (int64_t)top + 1;
+    const float top = (float)(bins - 1);
     memset(sub, 0, sizeof sub);
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t m = n - i < 1024 ? n - i : 1024;
@@ -538,17 +539,17 @@ static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, flo
 typedef struct {
     const void *x;
     int esize;
-    int64_t n, stride;
-    float lo, scale, top;
-    int64_t *counts; /* `parts` rows of top + 1 */
+    int64_t n, stride, bins;
+    float lo, scale;
+    int64_t *counts; /* `parts` rows of `bins` */
 } bins_job;
 
 static void bins_part(void *ctx, int p, int parts) {
     bins_job *j = (bins_job *)ctx;
-    int64_t lo = j->n * p / parts, hi = j->n * (p + 1) / parts, bins = (int64_t)j->top + 1;
+    int64_t lo = j->n * p / parts, hi = j->n * (p + 1) / parts;
     if (hi > lo)
         count_bins((const char *)j->x + lo * j->stride * j->esize, j->esize, hi - lo, j->stride, j->lo, j->scale,
-                   j->top, j->counts + p * bins);
+                   j->bins, j->counts + p * j->bins);
 }
 
 /* The bins of n finite float32 values (every `stride`-th; `esize` 2:
@@ -561,18 +562,18 @@ static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int6
                        double *out) {
     double width = (double)hi - (double)lo;
     if (width < 1e-30) width = 1e-30;
-    float scale = (float)((double)bins / width), top = (float)(bins - 1);
+    float scale = (float)((double)bins / width);
     int parts = parts_for(n * esize / 4);
     int64_t one[HIST_MAX_BINS];
     int64_t *counts = parts > 1 ? (int64_t *)calloc((size_t)parts * (size_t)bins, sizeof(int64_t)) : 0;
     if (counts) {
-        bins_job j = {x, esize, n, stride, lo, scale, top, counts};
+        bins_job j = {x, esize, n, stride, bins, lo, scale, counts};
         run_parts(bins_part, &j, parts);
         for (int p = 1; p < parts; p++)
             for (int64_t k = 0; k < bins; k++) counts[k] += counts[p * bins + k];
     } else {
         memset(one, 0, sizeof one);
-        count_bins(x, esize, n, stride, lo, scale, top, one);
+        count_bins(x, esize, n, stride, lo, scale, bins, one);
         counts = one;
     }
     for (int64_t k = 0; k < bins; k++) out[k] = (double)counts[k];

@@ -250,10 +250,12 @@ def saturated(x: torch.Tensor, lo: float | None, hi: float) -> torch.Tensor:
     side, measured as such, not saturation).
 
     As one distance test, ``|x - mid| >= half``: one temporary reused in
-    place instead of two comparisons and an or."""
+    place instead of two comparisons and an or (``mid`` and ``half`` the
+    CPU kernel's own, :func:`cpu_kernel.saturation_bounds`: both count the
+    same values)."""
     if lo is None:
         return (x >= hi).sum(dtype=_count_dtype(x))
-    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    mid, half, _ = cpu_kernel.saturation_bounds(lo, hi)
     if mid == 0:
         d = x.abs()
     else:
