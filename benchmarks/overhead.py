@@ -54,6 +54,7 @@ Usage:
     python benchmarks/overhead.py --models big --steps 10
     python benchmarks/overhead.py --models mlp --modes bare,bare2,watched,every_step
     python benchmarks/overhead.py --device cuda --amp bf16 --models gpt
+    python benchmarks/overhead.py --amp bf16_model --models mlp  # a model trained in bfloat16
 """
 
 from __future__ import annotations
@@ -393,6 +394,10 @@ class Runner:
         else:
             self.x = torch.randn(shape, generator=gen).to(device)
             self.y = torch.randint(0, classes, (shape[0],), generator=gen).to(device)
+        if amp == "bf16_model":  # trained in bfloat16: weights, gradients, activations
+            self.model.to(torch.bfloat16)
+            if self.x.is_floating_point():
+                self.x = self.x.to(torch.bfloat16)
         self.classes = classes
         self.writer = None
         self.worker_s = 0.0
@@ -586,7 +591,8 @@ def main(argv=None) -> int:
     p.add_argument("--warm", type=int, default=3, help="untimed steps of each fresh writer")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--amp", choices=("none", "bf16"), default="none")
+    p.add_argument("--amp", choices=("none", "bf16", "bf16_model"), default="none",
+                   help="bf16: bfloat16 autocast; bf16_model: the model and its inputs cast to bfloat16")
     p.add_argument("--own", type=int, default=20, metavar="STEPS",
                    help="steps of the pass that times the instrumentation itself (0: none)")
     p.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",

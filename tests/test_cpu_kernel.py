@@ -426,7 +426,7 @@ class _Wrapped(torch.Tensor):
 @needs_kernel
 @pytest.mark.parametrize(
     "odd",
-    [lambda: torch.randn(4, 12)[:, ::2], lambda: torch.randn(5).double(), lambda: torch.randn(5).bfloat16(),
+    [lambda: torch.randn(4, 12)[:, ::2], lambda: torch.randn(5).double(), lambda: torch.randn(5).half(),
      lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randn(5).as_subclass(_Wrapped)],
 )
 def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
@@ -437,6 +437,46 @@ def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
     # torch's own norm in each tensor's dtype (a bf16 norm is rounded in bf16), as the fallback takes it
     want = [float(torch.linalg.vector_norm(t.to_dense())) for t in ts]
     assert [float(n) for n in got] == pytest.approx(want, rel=1e-6)
+
+
+def _bf16_cases(g):
+    """Lists of bfloat16 tensors (a model trained in bfloat16), some beside
+    float32 ones (its float32 norm layers), with a NaN, an inf, squares
+    beyond float32's range and below its smallest normal."""
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    return [
+        [r(1501).bfloat16()],
+        [r(700).bfloat16(), r(300), r(1000).bfloat16(), r(4097).bfloat16(), r(5)],
+        [r(3), torch.full((2000,), 1e20).bfloat16(), torch.tensor([math.nan, 1.0]).bfloat16()],
+        [r(999).bfloat16(), torch.tensor([math.inf]).bfloat16(), (r(2500) * 1e-22).bfloat16(),
+         nn.Parameter(r(8, 3, 5, 5).bfloat16().to(memory_format=torch.channels_last))],
+    ]
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bfloat16_tensors_get_the_kernels_norms_of_the_values_they_hold(threads, monkeypatch):
+    # Not rounded to bfloat16 as torch's norms are: the float64 norm of the
+    # values to float32's rounding. Two cores cut the values in two (inside
+    # a bfloat16 tensor in the second list: its second half's address is 2
+    # bytes a value further).
+    monkeypatch.setattr(K, "NORMS_SPLIT_ELEMENTS", 1000)
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for ts in _bf16_cases(torch.Generator().manual_seed(5)):
+            want = torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in ts])
+            got = K.norms(ts)
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+            torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0, equal_nan=True)
+            if grad_reader.wait(600):  # (the C++ reader's addresses: float32 and bfloat16 told apart)
+                torch.testing.assert_close(S.stacked_norms(ts).double(), want, rtol=1e-6, atol=0, equal_nan=True)
+    finally:
+        torch.set_num_threads(saved)
+    exploding = K.norms([torch.full((2000,), 1e20).bfloat16(), (torch.ones(50) * 1e-25).bfloat16()])
+    assert math.isfinite(exploding[0]) and exploding[0] > 1e21 and exploding[1] > 0
 
 
 @needs_kernel
@@ -695,6 +735,19 @@ class AutocastMLP(nn.Module):
             return self.net(x).float()
 
 
+class BFloat16MLP(nn.Module):
+    """:func:`bounded_mlp` cast to bfloat16 (``model.to(torch.bfloat16)``),
+    as models trained in bfloat16 are: its weights, activations and
+    gradients are bfloat16."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = bounded_mlp().to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.net(x.to(torch.bfloat16)).float()
+
+
 def channels_last_cnn():
     """The CNN in channels_last, PyTorch's advice for CNNs on CPUs: its
     convolutions' outputs, weights and gradients lie channel-innermost."""
@@ -707,7 +760,8 @@ def channels_last_cnn():
     [(mlp, (16, 12), 4, None, {}), (CNN, (4, 3, 8, 8), 5, None, {}), (FunctionalMLP, (8, 10), 3, None, {}),
      (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
      (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {}),
-     (AutocastMLP, (16, 12), 4, None, {}), (AutocastMLP, (16, 12), 4, None, {"nonfinite": "every_step"})],
+     (AutocastMLP, (16, 12), 4, None, {}), (AutocastMLP, (16, 12), 4, None, {"nonfinite": "every_step"}),
+     (BFloat16MLP, (16, 12), 4, None, {}), (BFloat16MLP, (16, 12), 4, None, {"nonfinite": "every_step"})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
@@ -731,6 +785,9 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
 
     monkeypatch.setattr(K, "moments", moments)
     monkeypatch.setattr(K, "histogram_known", lambda *a: bounded.append(1) or real_hist(*a))
+    norms_bf16, real_norms = [], K._norms_of
+    monkeypatch.setattr(K, "_norms_of", lambda p, n, bf16: (
+        norms_bf16.append(bf16 is not None) or real_norms(p, n, bf16)))
     measure = grad_reader._measure
     if measure is not None:  # (the one-call reads hand the kernel the same tensors; units: x_batched, y_dead)
         monkeypatch.setattr(grad_reader, "_measure", measure_and_note)
@@ -753,6 +810,13 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
         K.set_enabled(True)
     assert names == names2
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
+    if model_fn is BFloat16MLP:  # the kernel's norms of bfloat16 gradients and weights; torch's rounded to bfloat16
+        assert any(norms_bf16)
+        norm_cols = [metadata.METRIC_INDEX[m] for m in ("grad_norm", "weight_norm", "update_ratio")]
+        np.testing.assert_allclose(fused[:, :, norm_cols], plain[:, :, norm_cols], rtol=2**-7, atol=0, equal_nan=True)
+        fused[:, :, norm_cols] = plain[:, :, norm_cols]
+    else:
+        assert not any(norms_bf16)
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(fused_hists, plain_hists, rtol=1e-5, atol=1e-5, equal_nan=True)
 

@@ -185,11 +185,25 @@ class _Unused(nn.Module):
         return self.body(x)
 
 
+class _BFloat16(nn.Module):
+    """The MLP cast to bfloat16: its gradients are bfloat16 (status BF16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = mlp().to(torch.bfloat16)
+
+    def __getitem__(self, i):
+        return self.body[i]
+
+    def forward(self, x):
+        return self.body(x.to(torch.bfloat16)).float()
+
+
 @pytest.mark.parametrize(
     "model_fn, kw",
     [(mlp, {}), (mlp, {"poison_at": 3}), (mlp, {"freeze_at": 2}), (_Unused, {}),
-     (mlp, {"nonfinite": "every_step"})],
-    ids=["healthy", "nan-gradients", "frozen-row", "unused-layer", "every-step"],
+     (mlp, {"nonfinite": "every_step"}), (_BFloat16, {}), (_BFloat16, {"poison_at": 3, "freeze_at": 2})],
+    ids=["healthy", "nan-gradients", "frozen-row", "unused-layer", "every-step", "bfloat16", "bfloat16-nan-frozen"],
 )
 def test_a_watched_run_has_the_same_rows_with_the_reader_and_in_python(reader, model_fn, kw, monkeypatch):
     cfg = {k: v for k, v in kw.items() if k == "nonfinite"}

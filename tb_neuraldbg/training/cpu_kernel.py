@@ -87,7 +87,8 @@ _hist = None  # the histogram function, loaded with it
 _hist_known = None  # its binning pass alone, loaded with it
 _hist_known_bf16 = None  # the same of bfloat16 values, loaded with it
 _norms = None  # the many-norms function, loaded with it
-_norms2 = None  # the same, read by two cores, loaded with it
+_norms_bf16 = None  # the same of bfloat16 arrays, loaded with it
+_norms2 = None  # either, read by two cores, loaded with it
 _helper_seconds = None  # the other threads' CPU time in reads in parts so far, loaded with it
 _shared_openmp = False  # whether its OpenMP runtime is torch's, found when loaded
 _set_parts = None  # its switch of reads in parts, loaded with it
@@ -257,6 +258,7 @@ def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # not a wrapper subclass (DTensor): its data_ptr is not its values
 _LAYOUT, _DTYPE, _IS_CPU = attrgetter("layout"), attrgetter("dtype"), attrgetter("is_cpu")
+_NORM_DTYPES = frozenset((torch.float32, torch.bfloat16))  # (the values the kernel's norms read)
 
 
 #: :func:`norms` takes lists of tensors of at most this many values on
@@ -288,10 +290,12 @@ def norms(tensors: list) -> torch.Tensor | None:
     call: for many small tensors (a model's gradients), where
     ``torch._foreach_norm`` costs about 3 us of dispatch each on the CPU and
     returns one 0-d tensor each to stack. None unless every one is a
-    contiguous or channels_last float32 CPU tensor (a plain one or a
-    Parameter), with at most :data:`MAX_ELEMENTS` values in all and, with more than
-    :data:`NORMS_FEW_THREADS` of torch's threads, :data:`NORMS_MEAN_ELEMENTS`
-    on average."""
+    contiguous or channels_last float32 or bfloat16 CPU tensor (a plain one
+    or a Parameter), with at most :data:`MAX_ELEMENTS` values in all and,
+    with more than :data:`NORMS_FEW_THREADS` of torch's threads,
+    :data:`NORMS_MEAN_ELEMENTS` on average. A bfloat16 tensor's squares add
+    up in float as a float32 one's: its norm is not rounded to bfloat16, as
+    torch's is."""
     if not _enabled or not tensors:
         return None
     fn = _norms if _norms is not None else (_load() and _norms)
@@ -302,7 +306,7 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not (
         all(map(_PLAIN.__contains__, map(type, tensors)))
         and all(map(is_, map(_LAYOUT, tensors), repeat(torch.strided)))
-        and all(map(is_, map(_DTYPE, tensors), repeat(torch.float32)))
+        and all(map(_NORM_DTYPES.__contains__, map(_DTYPE, tensors)))
         and all(map(_IS_CPU, tensors))
         and (all(map(torch.Tensor.is_contiguous, tensors)) or all(map(_dense, tensors)))
     ):
@@ -311,18 +315,21 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not _norms_take(lens):
         return None
     ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
-    return _norms_of(ptrs, lens)
+    bf16 = np.fromiter(map(is_, map(_DTYPE, tensors), repeat(torch.bfloat16)), dtype=bool, count=len(tensors))
+    return _norms_of(ptrs, lens, bf16 if bf16.any() else None)
 
 
-def norms_at(ptrs: np.ndarray, lens: np.ndarray) -> torch.Tensor | None:
-    """:func:`norms` of float32 CPU arrays given by their addresses
-    (uint64) and sizes (int64), which the caller keeps alive during the
-    call (``grad_reader``); None where :func:`norms` would not take them."""
+def norms_at(ptrs: np.ndarray, lens: np.ndarray, bf16: np.ndarray | None = None) -> torch.Tensor | None:
+    """:func:`norms` of CPU arrays given by their addresses (uint64) and
+    sizes (int64), float32 ones, or bfloat16 where ``bf16`` (booleans, or
+    None: none) says so, which the caller keeps alive during the call
+    (``grad_reader``); None where :func:`norms` would not take them."""
     if not _enabled or not len(lens):
         return None
     if not (_norms if _norms is not None else (_load() and _norms)) or not _norms_take(lens):
         return None
-    return _norms_of(np.ascontiguousarray(ptrs, dtype=np.uint64), np.ascontiguousarray(lens, dtype=np.int64))
+    ptrs, lens = np.ascontiguousarray(ptrs, dtype=np.uint64), np.ascontiguousarray(lens, dtype=np.int64)
+    return _norms_of(ptrs, lens, bf16 if bf16 is not None and bf16.any() else None)
 
 
 def _norms_take(lens: np.ndarray) -> bool:
@@ -332,15 +339,29 @@ def _norms_take(lens: np.ndarray) -> bool:
     return total <= NORMS_MEAN_ELEMENTS * len(lens) or torch.get_num_threads() <= NORMS_FEW_THREADS
 
 
-def _norms_of(ptrs: np.ndarray, lens: np.ndarray) -> torch.Tensor:
-    total = int(lens.sum())
-    if total >= NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
-        out = _norms_on_two_cores(ptrs, lens, total)
-    else:
+def _norms_of(ptrs: np.ndarray, lens: np.ndarray, bf16: np.ndarray | None) -> torch.Tensor:
+    if bf16 is None:
+        out = _norms_of_one_kind(ptrs, lens, 4)
+    elif bf16.all():
+        out = _norms_of_one_kind(ptrs, lens, 2)
+    else:  # (bfloat16 weights beside float32 ones: each kind in its own call)
         out = np.empty(len(lens))
-        _norms(ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
+        for esize, which in ((4, ~bf16), (2, bf16)):
+            idx = np.flatnonzero(which)
+            out[idx] = _norms_of_one_kind(np.ascontiguousarray(ptrs[idx]), np.ascontiguousarray(lens[idx]), esize)
     with np.errstate(over="ignore"):  # a norm above float32's range is inf, as torch's; no warning in training
         return torch.from_numpy(out.astype(np.float32))
+
+
+def _norms_of_one_kind(ptrs: np.ndarray, lens: np.ndarray, esize: int) -> np.ndarray:
+    """The norms (float64) of arrays of ``esize``-byte values: 4 float32, 2
+    bfloat16; from :data:`NORMS_SPLIT_ELEMENTS` float32 values' bytes on two cores."""
+    total = int(lens.sum())
+    if total * esize >= 4 * NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
+        return _norms_on_two_cores(ptrs, lens, total, esize)
+    out = np.empty(len(lens))
+    (_norms if esize == 4 else _norms_bf16)(ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
+    return out
 
 
 def helper_seconds() -> float:
@@ -369,23 +390,23 @@ def set_reads_in_parts(on: bool) -> None:
         _set_parts(int(_shared_openmp and _in_parts))
 
 
-def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:
-    """The norms of float32 arrays (addresses, lengths) by ``nd_norms2_f32``,
-    cut at the half of the values: the array that holds the half-way value is
-    read as two (its two norms joined after)."""
+def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, esize: int) -> np.ndarray:
+    """The norms of arrays of ``esize``-byte values (addresses, lengths) by
+    ``nd_norms2``, cut at the half of the values: the array that holds the
+    half-way value is read as two (its two norms joined after)."""
     half = total // 2
     ends = np.cumsum(lens)
     i = int(np.searchsorted(ends, half, side="right"))  # the array holding value number `half`
     inside = half - int(ends[i] - lens[i])  # its values before the cut
     if inside:
-        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64(4 * inside))
+        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64(esize * inside))
         lens = np.insert(lens, i + 1, lens[i] - inside)
         lens[i] = inside
         cut = i + 1
     else:
         cut = i
     out = np.empty(len(lens))
-    _norms2(ptrs.ctypes.data, lens.ctypes.data, len(lens), cut, out.ctypes.data)
+    _norms2(ptrs.ctypes.data, lens.ctypes.data, len(lens), cut, esize, out.ctypes.data)
     if inside:
         out[i] = math.hypot(out[i], out[i + 1])
         out = np.delete(out, i + 1)
@@ -396,7 +417,7 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int) -> np.nd
 
 
 def _load():
-    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms2, _sum, _finite
+    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms_bf16, _norms2, _sum, _finite
     global _helper_seconds, _shared_openmp, _set_parts
     if _fn is not None:
         return _fn or None
@@ -410,6 +431,7 @@ def _load():
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                 else:
                     _hist, _hist_known, _norms, _norms2 = lib.hist, lib.hist_known, lib.norms, lib.norms2
+                    _norms_bf16 = lib.norms_bf16
                     _sum, _finite, _helper_seconds = lib.sum, lib.finite, lib.helper_seconds
                     _shared_openmp, _set_parts = lib.shared_openmp, lib.set_parts
                     _set_parts(int(_shared_openmp and _in_parts))

@@ -52,20 +52,29 @@ _module = None  # the loaded extension, once built and checked
 _measure = None  # its measure(), once the fused kernel is set in it and checked
 _local = threading.local()  # each thread's arrays, by length (reused from step to step)
 
-# Status codes of grads.cpp.
-OK, NONE, OTHER = 0, 1, 2
+# Status codes of grads.cpp: float32 values, none, any other, bfloat16 values.
+OK, NONE, OTHER, BF16 = 0, 1, 2, 3
 
 
 class Read:
     """One reading of the gradients of ``params``: ``ptrs``, ``lens`` and
-    ``status`` (arrays of len(params): :data:`OK`, :data:`NONE`); keeps the
-    gradients alive while it is held (``holder``). Its arrays are reused by
-    the thread's next reading of as many tensors: use them before."""
+    ``status`` (arrays of len(params): :data:`OK` float32 values,
+    :data:`BF16` bfloat16 ones, :data:`NONE`); keeps the gradients alive
+    while it is held (``holder``). Its arrays are reused by the thread's next
+    reading of as many tensors: use them before."""
 
     __slots__ = ("ptrs", "lens", "status", "holder")
 
     def __init__(self, ptrs, lens, status, holder):
         self.ptrs, self.lens, self.status, self.holder = ptrs, lens, status, holder
+
+    def bf16(self, keep: np.ndarray | None = None) -> np.ndarray | None:
+        """Which of the tensors (of those at ``keep``, indices) hold
+        bfloat16 values (booleans, :func:`cpu_kernel.norms_at`'s ``bf16``),
+        or None where none does."""
+        status = self.status if keep is None else self.status[keep]
+        which = status == BF16
+        return which if which.any() else None
 
 
 def start() -> None:
@@ -92,16 +101,17 @@ def wait(timeout: float | None = None) -> bool:
 
 def read(params: list) -> Read | None:
     """The gradients of ``params`` (a list of tensors), or None: the reader
-    is not loaded (yet), or a gradient is not a dense float32 CPU tensor
-    (contiguous or channels_last: grads.cpp's plain_float32; another dtype
-    or device, a subclass, one that requires grad):
-    read those in Python."""
+    is not loaded (yet), or a gradient is not a dense float32 or bfloat16
+    CPU tensor (contiguous or channels_last: grads.cpp's plain_float32;
+    another dtype or device, a subclass, one that requires grad): read
+    those in Python."""
     return _read("read", params)
 
 
 def read_data(tensors: list) -> Read | None:
-    """:func:`read` of the tensors' own values (status :data:`OK` for each),
-    or None, also when one is not a dense float32 CPU tensor."""
+    """:func:`read` of the tensors' own values (status :data:`OK` for each
+    or :data:`BF16`), or None, also when one is not a dense float32 or
+    bfloat16 CPU tensor."""
     return _read("read_data", tensors)
 
 
@@ -258,14 +268,17 @@ def _check(mod) -> None:
     strided.grad = torch.ones(4, 6, device=cpu)[:, ::2]  # (not dense: every other value; a transposed one is read)
     last = torch.nn.Parameter(torch.zeros(2, 3, 2, 2, device=cpu))  # a conv's weight in channels_last
     last.grad = torch.ones(2, 3, 2, 2, device=cpu).to(memory_format=torch.channels_last)
-    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide, last]
-    ptrs, lens, status = np.empty(6, np.uint64), np.empty(6, np.int64), np.empty(6, np.int8)
+    half = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.bfloat16, device=cpu))  # a model trained in bfloat16
+    half.grad = torch.ones(2, 2, dtype=torch.bfloat16, device=cpu)
+    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide, last, half]
+    ptrs, lens, status = np.empty(7, np.uint64), np.empty(7, np.int64), np.empty(7, np.int8)
     other, holder = mod.read(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
-    want = [OK, NONE, OTHER, NONE, OTHER, OK]
+    want = [OK, NONE, OTHER, NONE, OTHER, OK, BF16]
     if other != 2 or status.tolist() != want or holder is None:
         raise RuntimeError(f"the gradient reader's check failed: {status.tolist()} against {want}")
     if not (int(ptrs[0]) == plain.grad.data_ptr() and int(lens[0]) == 15
-            and int(ptrs[5]) == last.grad.data_ptr() and int(lens[5]) == 24):
+            and int(ptrs[5]) == last.grad.data_ptr() and int(lens[5]) == 24
+            and int(ptrs[6]) == half.grad.data_ptr() and int(lens[6]) == 4):
         raise RuntimeError("the gradient reader's check failed: the address or the size")
     ids, versions = np.empty(3, np.uint64), np.empty(3, np.int64)
     mod.marks([plain, missing, wide], ids.ctypes.data, versions.ctypes.data)
@@ -275,9 +288,10 @@ def _check(mod) -> None:
     if not (ids[0] and ids[2] and ids[0] != ids[2] and ids[1] == 0 and versions[1] == -1
             and versions[0] == before[0] + 1 and versions[2] == before[2]):
         raise RuntimeError(f"the gradient reader's marks check failed: {ids.tolist()}, {versions.tolist()}")
-    other, holder = mod.read_data([plain, strided.grad], ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
-    if other != 1 or status[:2].tolist() != [OK, OTHER] or int(ptrs[0]) != plain.data_ptr() or int(lens[0]) != 15:
-        raise RuntimeError(f"the gradient reader's data check failed: {status[:2].tolist()}")
+    other, holder = mod.read_data([plain, strided.grad, half], ptrs.ctypes.data, lens.ctypes.data,
+                                  status.ctypes.data)
+    if other != 1 or status[:3].tolist() != [OK, OTHER, BF16] or int(ptrs[0]) != plain.data_ptr() or int(lens[0]) != 15:
+        raise RuntimeError(f"the gradient reader's data check failed: {status[:3].tolist()}")
     frozen = torch.nn.Parameter(torch.zeros(1, device=cpu), requires_grad=False)
     if mod.all_require_grad([plain, wide]) is not True or mod.all_require_grad([plain, frozen]) is not False:
         raise RuntimeError("the gradient reader's requires_grad check failed")

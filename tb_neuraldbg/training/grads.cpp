@@ -12,7 +12,8 @@
 //   addresses of uint64, int64 and int8 arrays of len(params) values.
 //   status[i]: 0 the gradient is a dense float32 CPU tensor (plain_float32:
 //   contiguous or channels_last; its data's address in ptrs[i], its size in
-//   lens[i]); 1 no gradient; 2 any other
+//   lens[i]); 3 the same of bfloat16 values (a model trained in bfloat16);
+//   1 no gradient; 2 any other
 //   (another dtype or device, a layout, a tensor subclass, a gradient that
 //   requires grad): the caller reads that step in Python.
 //   other: how many have status 2. holder: keeps the gradients alive (a
@@ -93,8 +94,7 @@ PyObject* raise_current(const char* otherwise) {
 // from the data pointer, in any order: contiguous, channels_last (a CNN's
 // activations, weights and gradients in that memory format), a transposed
 // matrix. The statistics the kernel takes do not depend on the order (dead
-// units: see tensor_moments). or_bf16: bfloat16 values too (the activation
-// reads; the gradients' norms take float32 only).
+// units: see tensor_moments). or_bf16: bfloat16 values too.
 bool plain_float32(const at::Tensor& t, bool or_bf16 = false) {
   const auto type = t.scalar_type();
   return t.layout() == c10::kStrided && (type == c10::kFloat || (or_bf16 && type == c10::kBFloat16)) &&
@@ -135,7 +135,7 @@ PyObject* read_any(PyObject* args, bool of_grad) {
         status[i] = 1;
         continue;
       }
-      if (!plain_float32(g) || (of_grad && g.requires_grad())) {
+      if (!plain_float32(g, true) || (of_grad && g.requires_grad())) {
         status[i] = 2;
         other++;
         continue;
@@ -143,7 +143,7 @@ PyObject* read_any(PyObject* args, bool of_grad) {
       held->push_back(g);
       ptrs[i] = reinterpret_cast<uint64_t>(g.const_data_ptr());
       lens[i] = g.numel();
-      status[i] = 0;
+      status[i] = g.scalar_type() == c10::kBFloat16 ? 3 : 0;
     }
   } catch (...) {
     delete held;

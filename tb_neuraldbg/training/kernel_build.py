@@ -53,6 +53,7 @@ class Library(NamedTuple):
     hist_known: Any
     hist_known_bf16: Any
     norms: Any
+    norms_bf16: Any
     norms2: Any
     sum: Any
     finite: Any
@@ -110,8 +111,10 @@ def build_and_check() -> Library:
     many = lib.nd_norms_f32
     many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     many.restype = ctypes.c_int
-    many2 = lib.nd_norms2_f32
-    many2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    many_bf16 = lib.nd_norms_bf16
+    many_bf16.argtypes, many_bf16.restype = many.argtypes, many.restype
+    many2 = lib.nd_norms2
+    many2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
     many2.restype = ctypes.c_int
     total = lib.nd_sum_f32
     total.argtypes = [ctypes.c_void_p, ctypes.c_int64]
@@ -129,11 +132,14 @@ def build_and_check() -> Library:
     in_parts(int(shared))
     _check(fn, hist, many, many2, total, finite, hist_known)
     _check_bf16(bf16, hist_known, hist_known_bf16)
+    _check_norms_bf16(many_bf16, many2)
     if shared and not _parts_agree(fn, hist_known, in_parts):
         log.info("tb_neuraldbg: the CPU kernel's reads in parts failed their check; its reads stay on one core")
         shared = False
     in_parts(0)  # (until the caller sets it)
-    return Library(fn, bf16, hist, hist_known, hist_known_bf16, many, many2, total, finite, helper, in_parts, shared)
+    return Library(
+        fn, bf16, hist, hist_known, hist_known_bf16, many, many_bf16, many2, total, finite, helper, in_parts, shared
+    )
 
 
 def _shares_torchs_openmp(lib) -> bool:
@@ -262,7 +268,7 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     if not np.allclose(got, want, rtol=1e-6, atol=0):
         raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
     got[:] = np.nan
-    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, got.ctypes.data) in (0, 1)  # (1: read on one core)
+    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, 4, got.ctypes.data) in (0, 1)  # (1: read on one core)
     if not (cut_ok and np.allclose(got, want, rtol=1e-6, atol=0)):
         raise RuntimeError(f"the kernel's two-core norms check failed: {got.tolist()} against {want}")
     summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
@@ -308,6 +314,28 @@ def _check_bf16(fn, hist_known, hist_known_bf16) -> None:
         math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[7] == 2
     ):
         raise RuntimeError(f"the kernel's bfloat16 non-finite check failed: {out.tolist()}")
+
+
+def _check_norms_bf16(norms, norms2) -> None:
+    """Known answers of the bfloat16 norms: float32 values cut to bfloat16,
+    normed as the floats they hold, in one call and in two parts; a square
+    over float32's range (1e20) still finite, a NaN and an inf kept."""
+    x = np.linspace(-3.0, 3.0, 9001, dtype=np.float32)
+    x[17] = 1e20
+    y = np.array([1.0, np.inf, 2.0, np.nan, 1e-30], dtype=np.float32)
+    arrays = [(a.view(np.uint32) >> 16).astype(np.uint16) for a in (x[:4100], x[4100:], y[:3], y[3:], y[4:])]
+    floats = [(a.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for a in arrays]
+    want = [math.sqrt(float((f**2).sum())) for f in floats]
+    ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
+    lens = np.array([a.size for a in arrays], dtype=np.int64)
+    for cut in (None, 1, 3):
+        got = np.full(len(arrays), -1.0)
+        if cut is None:
+            norms(ptrs.ctypes.data, lens.ctypes.data, len(arrays), got.ctypes.data)
+        elif norms2(ptrs.ctypes.data, lens.ctypes.data, len(arrays), cut, 2, got.ctypes.data) not in (0, 1):
+            raise RuntimeError("the kernel refused its bfloat16 norms check")
+        if not (np.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True) and 9e19 < got[0] < np.inf and got[4] > 0):
+            raise RuntimeError(f"the kernel's bfloat16 norms check failed: {got.tolist()} against {want}")
 
 
 def _parts_agree(fn, hist_known, in_parts) -> bool:

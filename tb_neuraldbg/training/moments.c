@@ -605,9 +605,10 @@ int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double 
     return hist_known(x, 2, n, bins, known, out);
 }
 
-/* The sum of `EXPR` (of each value `v`) over the `m` floats of one block at
- * `p`, in WIDE lanes of type `T`: NaN and inf propagate. */
-#define WIDE_BLOCK(T, EXPR) \
+/* The sum of `EXPR` (of each value `v`, read from `p` by `IN`) over the
+ * `m` values of one block at `p`, in WIDE lanes of type `T`: NaN and inf
+ * propagate. */
+#define WIDE_BLOCK(T, IN, EXPR) \
     { \
         T acc[WIDE]; \
         for (int j = 0; j < WIDE; j++) acc[j] = 0; \
@@ -615,18 +616,19 @@ int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double 
         for (; i + WIDE <= m; i += WIDE) { \
             _Pragma("omp simd") \
             for (int j = 0; j < WIDE; j++) { \
-                T v = p[i + j]; \
+                T v = IN(p[i + j]); \
                 acc[j] += EXPR; \
             } \
         } \
         for (int j = 0; i + j < m; j++) { \
-            T v = p[i + j]; \
+            T v = IN(p[i + j]); \
             acc[j] += EXPR; \
         } \
         double b = 0.0; \
         for (int j = 0; j < WIDE; j++) b += acc[j]; \
         return b; \
     }
+#define AS_IS(v) (v)
 
 /* The squares of a block add up in float lanes: from memory a third faster
  * than double lanes (the conversions), and exact enough. A block whose float
@@ -634,7 +636,8 @@ int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double 
  * double: a square that overflowed (a finite gradient of 1.8e19 or more:
  * exploding, not non-finite) or that underflowed (values of 1e-19 or less:
  * a vanishing gradient must not read as exactly 0), or a NaN or an inf (the
- * double sum is non-finite too). */
+ * double sum is non-finite too). A bfloat16 value's square is exact in a
+ * float (8 significant bits: 16 in the square). */
 #define SUMSQ_FLOOR 1e-28f
 
 /* Blocks of `x` summed by `BLOCK_FN` (then, for a block that `REDO` says
@@ -653,20 +656,29 @@ int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double 
 #define SQUARES_LOST !(b >= SUMSQ_FLOOR && b <= FLT_MAX)
 
 typedef double (*sum_fn)(const float *restrict, int64_t);
+typedef double (*sum16_fn)(const uint16_t *restrict, int64_t);
 
-static double block_sum_base(const float *restrict p, int64_t m) WIDE_BLOCK(float, v)
-static double block_sqf_base(const float *restrict p, int64_t m) WIDE_BLOCK(float, v * v)
-static double block_sqd_base(const float *restrict p, int64_t m) WIDE_BLOCK(double, v * v)
-static double sum_base(const float *restrict x, int64_t n) BLOCKED(block_sum_base, 0, block_sum_base)
-static double sumsq_base(const float *restrict x, int64_t n) BLOCKED(block_sqf_base, SQUARES_LOST, block_sqd_base)
+/* A sum and a sum of squares of float32 values, a sum of squares of
+ * bfloat16 ones (the gradients of a model trained in bfloat16), for an
+ * instruction set (ATTR). */
+#define SUMS(SUFFIX, ATTR) \
+    ATTR static double block_sum_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(float, AS_IS, v) \
+    ATTR static double block_sqf_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(float, AS_IS, v * v) \
+    ATTR static double block_sqd_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(double, AS_IS, v * v) \
+    ATTR static double block_sqf16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+        WIDE_BLOCK(float, bf16_value, v * v) \
+    ATTR static double block_sqd16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+        WIDE_BLOCK(double, bf16_value, v * v) \
+    ATTR static double sum_##SUFFIX(const float *restrict x, int64_t n) \
+        BLOCKED(block_sum_##SUFFIX, 0, block_sum_##SUFFIX) \
+    ATTR static double sumsq_##SUFFIX(const float *restrict x, int64_t n) \
+        BLOCKED(block_sqf_##SUFFIX, SQUARES_LOST, block_sqd_##SUFFIX) \
+    ATTR static double sumsq16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
+        BLOCKED(block_sqf16_##SUFFIX, SQUARES_LOST, block_sqd16_##SUFFIX)
 
+SUMS(base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AVX2 __attribute__((target("avx2,fma")))
-AVX2 static double block_sum_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(float, v)
-AVX2 static double block_sqf_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(float, v * v)
-AVX2 static double block_sqd_avx2(const float *restrict p, int64_t m) WIDE_BLOCK(double, v * v)
-AVX2 static double sum_avx2(const float *restrict x, int64_t n) BLOCKED(block_sum_avx2, 0, block_sum_avx2)
-AVX2 static double sumsq_avx2(const float *restrict x, int64_t n) BLOCKED(block_sqf_avx2, SQUARES_LOST, block_sqd_avx2)
+SUMS(avx2, __attribute__((target("avx2,fma"))))
 #endif
 
 static sum_fn choose_sum(int squares) {
@@ -676,6 +688,31 @@ static sum_fn choose_sum(int squares) {
     return squares ? sumsq_base : sum_base;
 }
 
+static sum16_fn choose_sumsq16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (choose() == pass_avx2) return sumsq16_avx2;
+#endif
+    return sumsq16_base;
+}
+
+static sum_fn sumsq32 = 0;
+static sum16_fn sumsq16 = 0;
+
+/* The L2 norms of `count` arrays of `esize`-byte values (4: float32, 2:
+ * bfloat16) into out[i]. */
+static void norms_of(const uint64_t *ptrs, const int64_t *lens, int64_t count, int esize, double *out) {
+    /* (each chosen by the first call that needs it; a concurrent first call
+     * chooses the same) */
+    sum_fn f32 = sumsq32;
+    sum16_fn f16 = sumsq16;
+    if (esize == 2 && !f16) sumsq16 = f16 = choose_sumsq16();
+    if (esize == 4 && !f32) sumsq32 = f32 = choose_sum(1);
+    for (int64_t t = 0; t < count; t++) {
+        const void *p = (const void *)(uintptr_t)ptrs[t];
+        out[t] = sqrt(esize == 2 ? f16((const uint16_t *)p, lens[t]) : f32((const float *)p, lens[t]));
+    }
+}
+
 /* L2 norms of `count` float32 arrays (`ptrs[i]`, `lens[i]` values each) into
  * out[i]: the norms of many small gradients in one call, where torch's
  * _foreach_norm costs about 3 us of dispatch a tensor on the CPU. A finite
@@ -683,9 +720,15 @@ static sum_fn choose_sum(int squares) {
  * them, overflow from 1.8e19 a value and would make an exploding gradient
  * read as a non-finite one: such a block is added again in double). */
 int nd_norms_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
-    static sum_fn sumsq = 0;
-    if (!sumsq) sumsq = choose_sum(1);
-    for (int64_t t = 0; t < count; t++) out[t] = sqrt(sumsq((const float *)(uintptr_t)ptrs[t], lens[t]));
+    norms_of(ptrs, lens, count, 4, out);
+    return 0;
+}
+
+/* nd_norms_f32 of bfloat16 arrays (a model trained in bfloat16), whose
+ * squares add up in float as a float32 array's: torch's _foreach_norm of
+ * them rounds each norm to bfloat16 (3 significant digits), these do not. */
+int nd_norms_bf16(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
+    norms_of(ptrs, lens, count, 2, out);
     return 0;
 }
 
@@ -693,6 +736,7 @@ typedef struct {
     const uint64_t *ptrs;
     const int64_t *lens;
     int64_t count, cut;
+    int esize;
     double *out;
 } norms_job;
 
@@ -700,26 +744,29 @@ static void norms_part(void *ctx, int p, int parts) {
     (void)parts;
     norms_job *j = (norms_job *)ctx;
     if (p == 0)
-        nd_norms_f32(j->ptrs, j->lens, j->cut, j->out);
+        norms_of(j->ptrs, j->lens, j->cut, j->esize, j->out);
     else
-        nd_norms_f32(j->ptrs + j->cut, j->lens + j->cut, j->count - j->cut, j->out + j->cut);
+        norms_of(j->ptrs + j->cut, j->lens + j->cut, j->count - j->cut, j->esize, j->out + j->cut);
 }
 
 double nd_helper_seconds(void) { return (double)__atomic_load_n(&helper_ns, __ATOMIC_RELAXED) * 1e-9; }
 
-/* nd_norms_f32 in two parts, arrays [0, cut) and [cut, count), read by two
- * of torch's intra-op threads (see run_parts): a read of tens of megabytes
- * (an MLP's gradients) is bound by one core's memory bandwidth. Returns 1
- * when it was all read here (no OpenMP, one thread), else 0. */
-int nd_norms2_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, double *out) {
-    if (cut <= 0 || cut >= count) return nd_norms_f32(ptrs, lens, count, out), 1;
-    nd_norms_f32(ptrs, lens, 0, out); /* (chooses the sum before the team reads it) */
-    norms_job j = {ptrs, lens, count, cut, out};
+/* The norms of arrays of `esize`-byte values (nd_norms_f32, nd_norms_bf16)
+ * in two parts, arrays [0, cut) and [cut, count), read by two of torch's
+ * intra-op threads (see run_parts): a read of tens of megabytes (an MLP's
+ * gradients) is bound by one core's memory bandwidth. Returns 1 when it was
+ * all read here (no OpenMP, one thread), 0 when in two parts, -1 for an
+ * esize it does not take. */
+int nd_norms2(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, int esize, double *out) {
+    if (esize != 2 && esize != 4) return -1;
+    if (cut <= 0 || cut >= count) return norms_of(ptrs, lens, count, esize, out), 1;
+    norms_of(ptrs, lens, 0, esize, out); /* (chooses the sum before the team reads it) */
+    norms_job j = {ptrs, lens, count, cut, esize, out};
     int parts = team_parts(2);
     if (parts == 2)
         run_parts(norms_part, &j, 2);
     else
-        nd_norms_f32(ptrs, lens, count, out);
+        norms_of(ptrs, lens, count, esize, out);
     return parts == 2 ? 0 : 1;
 }
 
