@@ -53,6 +53,25 @@ sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
                 assert re.search(rf"^  {mode}\s+wall \d", out, re.M), (mode, out)
 
 
+def test_overhead_trains_a_model_cast_to_bfloat16():
+    # --amp bf16_model: every copy's weights and batch bfloat16, the watched
+    # one's rows written (its gradients' norms through the kernel, if built).
+    code = f"""
+import sys, torch
+sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
+import overhead as O
+from torch import nn
+O.MODELS["mlp"] = lambda: (nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)), (8, 16), 4)
+r = O.Runner("bare", O.MODELS["mlp"]()[0], (8, 16), 4, torch.device("cpu"), "bf16_model")
+assert {{p.dtype for p in r.model.parameters()}} == {{torch.bfloat16}} and r.x.dtype == torch.bfloat16
+sys.exit(O.main(["--models", "mlp", "--modes", "bare,watched", "--blocks", "1", "--steps", "2", "--warm", "1",
+                 "--own", "2", "--amp", "bf16_model"]))
+"""
+    out = run_python(code, {"PYTHONPATH": ROOT}, timeout=300)
+    assert "amp bf16_model" in out and re.search(r"^  watched\s+\d", out, re.M), out
+    assert "own CPU time per step (watched, 2 steps" in out, out
+
+
 def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
     script = os.path.join(ROOT, "benchmarks", "gpu_syncs.py")
     with open(os.path.join(ROOT, "benchmarks", "gpu_check.sh")) as f:
