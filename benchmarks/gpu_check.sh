@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The writer's CUDA path, checked on a fresh CUDA machine that has torch (and
 # tensorboard, numpy, pytest: nothing is installed; the script says what is
-# missing). About 5 minutes on one H200; every part has its own time limit.
+# missing). Planned for about 6 minutes on one H200; every part has its own time limit.
 #
 #   1. the writer's tests on cuda: tests/test_writer.py and
 #      tests/test_instrument.py with TB_NEURALDBG_TEST_DEVICE=cuda;
@@ -16,7 +16,12 @@
 #      1.02x), with the A/A control and clip_grad_norm_, in blocks and with the
 #      modes alternated step by step, and the peak memory;
 #      hooks_kept is the writer with its module hooks on at cheap steps too
-#      (what cheap steps without them save where the GPU waits for Python).
+#      (what cheap steps without them save where the GPU waits for Python);
+#   4. benchmarks/overhead.py on small models, whose steps on a GPU are bound
+#      by Python and kernel launches (tiny: 101 modules of microsecond ops;
+#      the benchmark MLP): the writer's fixed cost a step, its worker's Python
+#      sharing the GIL with the training thread's (about 1.3x on the CPU's
+#      tiny model, docs/COST.md).
 #
 # Usage, from anywhere: bash benchmarks/gpu_check.sh [OUT_DIR]   (default /tmp/gpu_check)
 # Exit status: 0 when every part passed, 1 otherwise, 2 when the machine lacks something.
@@ -53,6 +58,10 @@ timeout 180 $PY benchmarks/gpu_syncs.py --device cuda 2>&1 | tee "$OUT_DIR/syncs
 part "3. overhead on a 355M-parameter GPT, bf16 autocast (target 1.02x)"
 timeout 360 $PY benchmarks/overhead.py --device cuda --amp bf16 --models gpt --blocks 8 --steps 5 \
     --modes bare,bare2,clip,watched,watched_hand,hooks_kept --alternate 20 2>&1 | tee "$OUT_DIR/overhead_gpt.txt" || failed+=("GPT overhead")
+
+part "4. overhead on small models, bound by Python and launches"
+timeout 150 $PY benchmarks/overhead.py --device cuda --models tiny,mlp --blocks 6 --steps 20 \
+    --modes bare,bare2,clip,watched --alternate 20 --own 20 2>&1 | tee "$OUT_DIR/overhead_small.txt" || failed+=("small-model overhead")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then

@@ -3,7 +3,9 @@
 Models (``--models``): ``mlp`` (8x1024 ReLU MLP, batch 256), ``resnet`` (a
 small CIFAR ResNet, batch 32), ``transformer`` (encoder, d_model 256, 4
 layers, seq 128, batch 16), ``big`` (1,000 watched modules: 250 pre-norm MLP
-blocks of LayerNorm, Linear, GELU, Linear, d 64, 512 tokens) and ``gpt`` (a
+blocks of LayerNorm, Linear, GELU, Linear, d 64, 512 tokens), ``tiny`` (25 of
+those blocks at d 16, 16 tokens: a step bound by Python and dispatch, the
+regime of a small model on a GPU; run it with ``--threads 1``) and ``gpt`` (a
 GPT-2-medium-sized decoder, 355M parameters, seq 1024, batch 8: for
 ``--device cuda --amp bf16``).
 
@@ -55,6 +57,7 @@ Usage:
     python benchmarks/overhead.py --models mlp --modes bare,bare2,watched,every_step
     python benchmarks/overhead.py --device cuda --amp bf16 --models gpt
     python benchmarks/overhead.py --amp bf16_model --models mlp  # a model trained in bfloat16
+    python benchmarks/overhead.py --models tiny --threads 1 --alternate 100  # bound by Python
 """
 
 from __future__ import annotations
@@ -182,6 +185,15 @@ def big():
     return Deep(), (32, 16, 64), 10
 
 
+def tiny():
+    """101 watched modules whose ops take microseconds: the step is bound by
+    Python and PyTorch's dispatch, as a small model's on a GPU is by its
+    kernel launches (with ``--threads 1`` the other core is free, as a GPU
+    host's are), so the writer's fixed cost a step shows, and its worker's
+    Python shares the GIL with the training thread's."""
+    return Deep(d=16, blocks=25), (4, 4, 16), 10
+
+
 class Attention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -232,7 +244,7 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
-          "big": big, "gpt": gpt}
+          "big": big, "tiny": tiny, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},

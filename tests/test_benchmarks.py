@@ -16,19 +16,20 @@ from tests.test_cpu_kernel import needs_kernel, run_python
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def _gpu_check_overhead_args() -> list[str]:
-    """The arguments gpu_check.sh gives overhead.py (its command line, the
-    backslash-continued lines joined)."""
+def _gpu_check_overhead_args() -> list[list[str]]:
+    """The arguments of each run of overhead.py in gpu_check.sh (its command
+    lines, the backslash-continued lines joined): the GPT's, then the small
+    models'."""
     with open(os.path.join(ROOT, "benchmarks", "gpu_check.sh")) as f:
         script = f.read().replace("\\\n", " ")
-    (line,) = [l for l in script.splitlines() if "benchmarks/overhead.py" in l and not l.lstrip().startswith("#")]
-    args = line.split("benchmarks/overhead.py", 1)[1].split("2>&1")[0].split()
-    assert "--models" in args and args[args.index("--models") + 1] == "gpt"
-    return args
+    lines = [l for l in script.splitlines() if "benchmarks/overhead.py" in l and not l.lstrip().startswith("#")]
+    runs = [line.split("benchmarks/overhead.py", 1)[1].split("2>&1")[0].split() for line in lines]
+    assert [args[args.index("--models") + 1] for args in runs] == ["gpt", "tiny,mlp"]
+    return runs
 
 
 def test_gpu_checks_overhead_run_works_on_a_tiny_gpt_on_the_cpu():
-    args = _gpu_check_overhead_args()
+    args = _gpu_check_overhead_args()[0]
     modes = args[args.index("--modes") + 1].split(",")
     # the script's arguments, on the CPU, with a short schedule
     for flag, value in (("--device", "cpu"), ("--blocks", "1"), ("--steps", "2")):
@@ -51,6 +52,24 @@ sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
         for mode in modes:
             if mode != "bare":
                 assert re.search(rf"^  {mode}\s+wall \d", out, re.M), (mode, out)
+
+
+def test_gpu_checks_small_models_run_works_on_the_cpu():
+    args = _gpu_check_overhead_args()[1]
+    for flag, value in (("--device", "cpu"), ("--blocks", "1"), ("--steps", "2"), ("--alternate", "2"), ("--own", "2")):
+        args[args.index(flag) + 1] = value
+    args[args.index("--models") + 1] = "tiny"  # (the MLP's steps on a CPU take long)
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
+import overhead as O
+sys.exit(O.main({args + ['--warm', '1']!r}))
+"""
+    out = run_python(code, {"PYTHONPATH": ROOT}, timeout=300)
+    for mode in args[args.index("--modes") + 1].split(","):
+        if mode != "bare":
+            assert re.search(rf"^  {mode}\s+\d", out, re.M) and re.search(rf"^  {mode}\s+wall \d", out, re.M), out
+    assert "tiny: 0.0M parameters" in out and "own CPU time per step (watched, 2 steps" in out, out
 
 
 def test_overhead_trains_a_model_cast_to_bfloat16():
