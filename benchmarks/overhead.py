@@ -251,6 +251,11 @@ WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand
          "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {}}
 
 
+#: ``--amp``: an autocast's type, or the type a model and its inputs are cast to.
+_AUTOCAST = {"bf16": torch.bfloat16, "f16": torch.float16}
+_MODEL_DTYPES = {"bf16_model": torch.bfloat16, "f16_model": torch.float16}
+
+
 class _NoBlocks:
     """A block builder that builds nothing (mode ``no_blocks``)."""
 
@@ -406,10 +411,10 @@ class Runner:
         else:
             self.x = torch.randn(shape, generator=gen).to(device)
             self.y = torch.randint(0, classes, (shape[0],), generator=gen).to(device)
-        if amp == "bf16_model":  # trained in bfloat16: weights, gradients, activations
-            self.model.to(torch.bfloat16)
+        if amp in _MODEL_DTYPES:  # trained in bfloat16 or float16: weights, gradients, activations
+            self.model.to(_MODEL_DTYPES[amp])
             if self.x.is_floating_point():
-                self.x = self.x.to(torch.bfloat16)
+                self.x = self.x.to(_MODEL_DTYPES[amp])
         self.classes = classes
         self.writer = None
         self.worker_s = 0.0
@@ -457,7 +462,8 @@ class Runner:
 
     def steps(self, n):
         autocast = (
-            torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp == "bf16" else contextlib.nullcontext()
+            torch.autocast(self.device.type, dtype=_AUTOCAST[self.amp]) if self.amp in _AUTOCAST
+            else contextlib.nullcontext()
         )
         cpu_kernel.set_enabled(self.mode != "torch_stats")
         cpu_kernel.set_reads_in_parts(self.mode != "one_core")
@@ -603,8 +609,9 @@ def main(argv=None) -> int:
     p.add_argument("--warm", type=int, default=3, help="untimed steps of each fresh writer")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--amp", choices=("none", "bf16", "bf16_model"), default="none",
-                   help="bf16: bfloat16 autocast; bf16_model: the model and its inputs cast to bfloat16")
+    p.add_argument("--amp", choices=("none", *_AUTOCAST, *_MODEL_DTYPES), default="none",
+                   help="bf16, f16: autocast to bfloat16, float16; bf16_model, f16_model: the model and its inputs"
+                        " cast to it")
     p.add_argument("--own", type=int, default=20, metavar="STEPS",
                    help="steps of the pass that times the instrumentation itself (0: none)")
     p.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",

@@ -97,7 +97,7 @@ def test_tensors_it_does_not_take_go_to_torchs_ops():
     x = torch.randn(16, 32)
     assert K.moments(x) is not None
     assert K.moments(x.t()) is None  # not contiguous (nor channels_last: the Python path's test)
-    assert K.moments(x.double()) is None and K.moments(x.half()) is None and K.moments(x.bfloat16()) is not None
+    assert K.moments(x.double()) is None and K.moments(x.half()) is not None and K.moments(x.bfloat16()) is not None
     assert K.moments(nn.Parameter(x)) is None  # a subclass
     assert K.moments(torch.zeros(0)) is None
     assert K.moments(x, units=5) is None  # 5 does not divide 512
@@ -294,21 +294,37 @@ def test_large_histograms_and_saturation_counts_in_parts_give_what_one_read_give
         K.set_enabled(True)
 
 
+def _every_16_bit_pattern(dtype) -> torch.Tensor:
+    """The 65,536 values of a 16-bit float type (NaNs, infs, subnormals)."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    if dtype is torch.bfloat16:
+        return torch.from_numpy((bits << 16).view(np.float32).copy()).bfloat16()
+    return torch.from_numpy(bits.astype(np.uint16).view(np.float16).copy())
+
+
 @needs_kernel
-def test_bfloat16_moments_are_the_floats_they_hold_and_saturation_is_torchs():
-    # Every bfloat16 bit pattern: the saturated values counted as torch's ops
-    # count them on a bfloat16 tensor (the distance rounded to bfloat16),
-    # for two-sided and top-only bounds; the moments those of the values
-    # read as float32.
-    every = torch.from_numpy((np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32).copy())
-    x = every.bfloat16()
-    for lo, hi in [(-0.99, 0.99), (0.01, 0.99), (0.0, 1.0), (None, 6.0), (None, 0.99), (0.3, 0.7), (-3.0, 3.0)]:
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_moments_are_the_floats_they_hold_and_saturation_is_torchs(dtype):
+    # Every bit pattern: the saturated values counted as torch's ops count
+    # them on a tensor of that type (the distance rounded to it), for
+    # two-sided and top-only bounds; the moments those of the values read
+    # as float32.
+    x = _every_16_bit_pattern(dtype)
+    assert x.dtype is dtype and x.numel() == 1 << 16
+    tiny = 335.3 * 2.0**-24  # (between two float16 subnormals: the bound's rounding decides one value)
+    for lo, hi in [(-0.99, 0.99), (0.01, 0.99), (0.0, 1.0), (None, 6.0), (None, 0.99), (0.3, 0.7), (-3.0, 3.0),
+                   (-1e-5, 3e-5), (None, 6e4), (None, tiny), (-tiny, tiny), (None, 65519.0), (None, 65520.0),
+                   (None, 3.4e38), (-3.4e38, 3.4e38)]:
         assert K.moments(x, 0, K.saturation_bounds(lo, hi))[7] == float(S.saturated(x, lo, hi)), (lo, hi)
+    as_float = K.moments(x.float())
+    got = K.moments(x)
+    assert math.isnan(got[0]) and math.isnan(got[1]) and got[4:6] == as_float[4:6]
     finite = x[torch.isfinite(x)][: 1000 * 60].reshape(1000, 60).clone()  # (rows of 60 values)
     finite[:, 3] = 0.0  # a dead unit
     got, want = K.moments(finite, 60), torch_moments(finite.float(), 60)
-    assert got[4:7] == want[4:] and got[0:2] == want[0:2] and got[2:4] == pytest.approx(want[2:4], rel=1e-9)
-    y = torch.tensor([1.0, math.inf, -math.inf, 0.0, math.nan]).bfloat16()
+    # (sums to float32's rounding: float16's values span 2^-24 to 65504, both sums round)
+    assert got[4:7] == want[4:] and got[0:2] == want[0:2] and got[2:4] == pytest.approx(want[2:4], rel=1e-5)
+    y = torch.tensor([1.0, math.inf, -math.inf, 0.0, math.nan]).to(dtype)
     m = K.moments(y)
     assert math.isnan(m[0]) and math.isnan(m[2]) and m[4:6] == [4.0, 3.0]
     # A histogram: the float32 copy's counts. (The float32-only reads refuse it.)
@@ -426,7 +442,7 @@ class _Wrapped(torch.Tensor):
 @needs_kernel
 @pytest.mark.parametrize(
     "odd",
-    [lambda: torch.randn(4, 12)[:, ::2], lambda: torch.randn(5).double(), lambda: torch.randn(5).half(),
+    [lambda: torch.randn(4, 12)[:, ::2], lambda: torch.randn(5).double(), lambda: torch.randn(5).to(torch.complex64),
      lambda: torch.randn(3, 3).to_sparse(), lambda: torch.randn(5).as_subclass(_Wrapped)],
 )
 def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
@@ -439,44 +455,51 @@ def test_a_list_the_kernel_does_not_take_whole_gets_torchs_norms(odd):
     assert [float(n) for n in got] == pytest.approx(want, rel=1e-6)
 
 
-def _bf16_cases(g):
-    """Lists of bfloat16 tensors (a model trained in bfloat16), some beside
-    float32 ones (its float32 norm layers), with a NaN, an inf, squares
-    beyond float32's range and below its smallest normal."""
+def _16_bit_cases(g):
+    """Lists of bfloat16 and float16 tensors (a model trained in them), some
+    beside float32 ones (its float32 norm layers) or of both 16-bit types,
+    with a NaN, an inf, squares beyond float32's range (bfloat16's) and
+    below its smallest normal, subnormal float16 values."""
     def r(*shape):
         return torch.randn(*shape, generator=g)
 
+    bf, h = torch.bfloat16, torch.float16
     return [
-        [r(1501).bfloat16()],
-        [r(700).bfloat16(), r(300), r(1000).bfloat16(), r(4097).bfloat16(), r(5)],
-        [r(3), torch.full((2000,), 1e20).bfloat16(), torch.tensor([math.nan, 1.0]).bfloat16()],
-        [r(999).bfloat16(), torch.tensor([math.inf]).bfloat16(), (r(2500) * 1e-22).bfloat16(),
-         nn.Parameter(r(8, 3, 5, 5).bfloat16().to(memory_format=torch.channels_last))],
+        [r(1501).to(bf)],
+        [r(700).to(bf), r(300), r(1000).to(bf), r(4097).to(bf), r(5)],
+        [r(3), torch.full((2000,), 1e20).to(bf), torch.tensor([math.nan, 1.0]).to(bf)],
+        [r(999).to(bf), torch.tensor([math.inf]).to(bf), (r(2500) * 1e-22).to(bf),
+         nn.Parameter(r(8, 3, 5, 5).to(bf).to(memory_format=torch.channels_last))],
+        [r(1501).to(h)],
+        [r(700).to(h), r(300), r(1000).to(h), r(4097).to(bf), r(5).to(h), r(33)],
+        [r(3), torch.full((2000,), 6e4).to(h), torch.tensor([math.nan, 1.0]).to(h), (r(900) * 1e-6).to(h)],
     ]
 
 
 @needs_kernel
 @pytest.mark.parametrize("threads", [1, 2])
-def test_bfloat16_tensors_get_the_kernels_norms_of_the_values_they_hold(threads, monkeypatch):
-    # Not rounded to bfloat16 as torch's norms are: the float64 norm of the
-    # values to float32's rounding. Two cores cut the values in two (inside
-    # a bfloat16 tensor in the second list: its second half's address is 2
-    # bytes a value further).
+def test_16_bit_tensors_get_the_kernels_norms_of_the_values_they_hold(threads, monkeypatch):
+    # Not rounded to their type as torch's norms are: the float64 norm of
+    # the values to float32's rounding. Two cores cut the values in two
+    # (inside a 16-bit tensor: its second half's address is 2 bytes a value
+    # further).
     monkeypatch.setattr(K, "NORMS_SPLIT_ELEMENTS", 1000)
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        for ts in _bf16_cases(torch.Generator().manual_seed(5)):
+        for ts in _16_bit_cases(torch.Generator().manual_seed(5)):
             want = torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in ts])
             got = K.norms(ts)
             assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
             torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0, equal_nan=True)
-            if grad_reader.wait(600):  # (the C++ reader's addresses: float32 and bfloat16 told apart)
+            if grad_reader.wait(600):  # (the C++ reader's addresses: float32 and 16-bit values told apart)
                 torch.testing.assert_close(S.stacked_norms(ts).double(), want, rtol=1e-6, atol=0, equal_nan=True)
     finally:
         torch.set_num_threads(saved)
-    exploding = K.norms([torch.full((2000,), 1e20).bfloat16(), (torch.ones(50) * 1e-25).bfloat16()])
+    exploding = K.norms([torch.full((2000,), 1e20).bfloat16(), (torch.ones(50) * 1e-25).bfloat16(),
+                         torch.full((2000,), 6e4).half(), torch.full((50,), 6e-8).half()])
     assert math.isfinite(exploding[0]) and exploding[0] > 1e21 and exploding[1] > 0
+    assert exploding[2] == pytest.approx(6e4 * math.sqrt(2000), rel=1e-3) and exploding[3] > 0
 
 
 @needs_kernel
@@ -748,6 +771,25 @@ class BFloat16MLP(nn.Module):
         return self.net(x.to(torch.bfloat16)).float()
 
 
+class Float16MLP(BFloat16MLP):
+    """:class:`BFloat16MLP` in float16 (``model.to(torch.float16)``)."""
+
+    def __init__(self):
+        nn.Module.__init__(self)
+        self.net = bounded_mlp().to(torch.float16)
+
+    def forward(self, x):
+        return self.net(x.to(torch.float16)).float()
+
+
+class AutocastF16MLP(AutocastMLP):
+    """:class:`AutocastMLP` under a float16 CPU autocast."""
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.float16):
+            return self.net(x).float()
+
+
 def channels_last_cnn():
     """The CNN in channels_last, PyTorch's advice for CNNs on CPUs: its
     convolutions' outputs, weights and gradients lie channel-innermost."""
@@ -761,7 +803,8 @@ def channels_last_cnn():
      (LSTMNet, (4, 6), 3, 20, {}), (mlp, (16, 12), 4, None, {"nonfinite": "every_step"}),
      (bounded_mlp, (16, 12), 4, None, {}), (channels_last_cnn, (4, 3, 8, 8), 5, None, {}),
      (AutocastMLP, (16, 12), 4, None, {}), (AutocastMLP, (16, 12), 4, None, {"nonfinite": "every_step"}),
-     (BFloat16MLP, (16, 12), 4, None, {}), (BFloat16MLP, (16, 12), 4, None, {"nonfinite": "every_step"})],
+     (BFloat16MLP, (16, 12), 4, None, {}), (BFloat16MLP, (16, 12), 4, None, {"nonfinite": "every_step"}),
+     (Float16MLP, (16, 12), 4, None, {}), (AutocastF16MLP, (16, 12), 4, None, {})],
 )
 def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     model_fn, shape, classes, integer, cfg, monkeypatch
@@ -785,9 +828,9 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
 
     monkeypatch.setattr(K, "moments", moments)
     monkeypatch.setattr(K, "histogram_known", lambda *a: bounded.append(1) or real_hist(*a))
-    norms_bf16, real_norms = [], K._norms_of
-    monkeypatch.setattr(K, "_norms_of", lambda p, n, bf16: (
-        norms_bf16.append(bf16 is not None) or real_norms(p, n, bf16)))
+    norms_16, real_norms = [], K._norms_of
+    monkeypatch.setattr(K, "_norms_of", lambda p, n, kinds: (
+        norms_16.append(kinds is not None) or real_norms(p, n, kinds)))
     measure = grad_reader._measure
     if measure is not None:  # (the one-call reads hand the kernel the same tensors; units: x_batched, y_dead)
         monkeypatch.setattr(grad_reader, "_measure", measure_and_note)
@@ -797,8 +840,9 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     assert bounded  # histograms binned within the moments' bounds
     if model_fn is channels_last_cnn:  # channels_last activations read by the kernel as they lie
         assert False in in_order
-    if model_fn is AutocastMLP:  # bfloat16 outputs read by the kernel, their saturated values too
-        assert torch.bfloat16 in dtypes and K.saturation_bounds(-0.99, 0.99) in saturation
+    if model_fn in (AutocastMLP, AutocastF16MLP):  # 16-bit outputs read by the kernel, their saturated values too
+        want = torch.bfloat16 if model_fn is AutocastMLP else torch.float16
+        assert want in dtypes and K.saturation_bounds(-0.99, 0.99) in saturation
     if model_fn is bounded_mlp:  # the kernel counted the saturated values (the Tanh's, among them)
         assert K.saturation_bounds(-0.99, 0.99) in saturation
         sat_frac = fused[:, :, metadata.METRIC_INDEX["act_sat_frac"]]
@@ -810,13 +854,13 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
         K.set_enabled(True)
     assert names == names2
     assert np.array_equal(np.isnan(fused), np.isnan(plain))
-    if model_fn is BFloat16MLP:  # the kernel's norms of bfloat16 gradients and weights; torch's rounded to bfloat16
-        assert any(norms_bf16)
+    if model_fn in (BFloat16MLP, Float16MLP):  # the kernel's norms of 16-bit gradients and weights; torch's rounded
+        assert any(norms_16)
         norm_cols = [metadata.METRIC_INDEX[m] for m in ("grad_norm", "weight_norm", "update_ratio")]
         np.testing.assert_allclose(fused[:, :, norm_cols], plain[:, :, norm_cols], rtol=2**-7, atol=0, equal_nan=True)
         fused[:, :, norm_cols] = plain[:, :, norm_cols]
     else:
-        assert not any(norms_bf16)
+        assert not any(norms_16)
     np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(fused_hists, plain_hists, rtol=1e-5, atol=1e-5, equal_nan=True)
 

@@ -188,22 +188,32 @@ class _Unused(nn.Module):
 class _BFloat16(nn.Module):
     """The MLP cast to bfloat16: its gradients are bfloat16 (status BF16)."""
 
+    dtype = torch.bfloat16
+
     def __init__(self):
         super().__init__()
-        self.body = mlp().to(torch.bfloat16)
+        self.body = mlp().to(self.dtype)
 
     def __getitem__(self, i):
         return self.body[i]
 
     def forward(self, x):
-        return self.body(x.to(torch.bfloat16)).float()
+        return self.body(x.to(self.dtype)).float()
+
+
+class _Float16(_BFloat16):
+    """The MLP cast to float16 (status F16)."""
+
+    dtype = torch.float16
 
 
 @pytest.mark.parametrize(
     "model_fn, kw",
     [(mlp, {}), (mlp, {"poison_at": 3}), (mlp, {"freeze_at": 2}), (_Unused, {}),
-     (mlp, {"nonfinite": "every_step"}), (_BFloat16, {}), (_BFloat16, {"poison_at": 3, "freeze_at": 2})],
-    ids=["healthy", "nan-gradients", "frozen-row", "unused-layer", "every-step", "bfloat16", "bfloat16-nan-frozen"],
+     (mlp, {"nonfinite": "every_step"}), (_BFloat16, {}), (_BFloat16, {"poison_at": 3, "freeze_at": 2}),
+     (_Float16, {"poison_at": 3})],
+    ids=["healthy", "nan-gradients", "frozen-row", "unused-layer", "every-step", "bfloat16", "bfloat16-nan-frozen",
+         "float16-nan"],
 )
 def test_a_watched_run_has_the_same_rows_with_the_reader_and_in_python(reader, model_fn, kw, monkeypatch):
     cfg = {k: v for k, v in kw.items() if k == "nonfinite"}
@@ -277,19 +287,22 @@ def test_measure_gives_the_kernels_moments_in_the_collectors_order(reader, x_bat
                                                                               sat is not None])
 
 
-def test_measure_reads_bfloat16_activations(reader):
-    # A CPU autocast's layers output bfloat16: read by the kernel as the
-    # floats they hold, their saturated values as torch's ops count them.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_measure_reads_16_bit_activations(reader, dtype):
+    # A CPU autocast's layers output bfloat16 or float16: read by the kernel
+    # as the floats they hold, their saturated values as torch's ops count
+    # them (bounds that are not the type's own values among them).
     measure = reader.measure_fn()
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(8, 40, generator=g).relu().bfloat16()
-    y = (torch.randn(8, 40, generator=g) * 3).tanh().bfloat16()
+    x = torch.randn(8, 40, generator=g).relu().to(dtype)
+    y = (torch.randn(8, 40, generator=g) * 3).tanh().to(dtype)
     y[:, 4] = 0.0
-    sat = K.saturation_bounds(-0.99, 0.99)
-    got = measure(x, True, y, True, True, sat)
-    assert got is not None and _same(list(got), _moments_in_order(x, True, y, True, True, (-0.99, 0.99)))
-    assert got[-1] == float(S.saturated(y, -0.99, 0.99)) > 0
-    assert measure(None, False, y.half(), False, False, None) is None  # (float16: torch's ops)
+    for lo, hi in [(-0.99, 0.99), (-0.3, 0.77), (None, 0.83)]:
+        sat = K.saturation_bounds(lo, hi)
+        got = measure(x, True, y, True, True, sat)
+        assert got is not None and _same(list(got), _moments_in_order(x, True, y, True, True, (lo, hi)))
+        assert got[-1] == float(S.saturated(y, lo, hi)) > 0
+    assert measure(None, False, y.double(), False, False, None) is None  # (float64: torch's ops)
 
 
 def test_measure_reads_a_channels_last_batch_as_its_contiguous_copy(reader):
@@ -326,7 +339,7 @@ def test_measure_leaves_what_the_kernel_does_not_take_to_python(reader):
         pass
 
     refused = [torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 6)[:, ::2], y.as_subclass(Sub),
-               torch.zeros(0, 3), torch.randn(4, 3, dtype=torch.float16), torch._neg_view(y)]
+               torch.zeros(0, 3), torch.randn(4, 3).to(torch.complex64), torch._neg_view(y)]
     for t in refused:
         assert measure(t, False, y, False, False, None) is None
         assert measure(None, False, t, False, False, None) is None

@@ -83,11 +83,14 @@ PART_ELEMENTS = kernel_build.PART_ELEMENTS
 _lock = threading.Lock()
 _fn = None  # the loaded moments function, or False once loading failed
 _fn_bf16 = None  # the same of bfloat16 values, loaded with it
+_fn_f16 = None  # the same of float16 values, loaded with it
 _hist = None  # the histogram function, loaded with it
 _hist_known = None  # its binning pass alone, loaded with it
 _hist_known_bf16 = None  # the same of bfloat16 values, loaded with it
+_hist_known_f16 = None  # the same of float16 values, loaded with it
 _norms = None  # the many-norms function, loaded with it
 _norms_bf16 = None  # the same of bfloat16 arrays, loaded with it
+_norms_f16 = None  # the same of float16 arrays, loaded with it
 _norms2 = None  # either, read by two cores, loaded with it
 _helper_seconds = None  # the other threads' CPU time in reads in parts so far, loaded with it
 _shared_openmp = False  # whether its OpenMP runtime is torch's, found when loaded
@@ -110,19 +113,21 @@ def available() -> bool:
     return _enabled and _load() is not None
 
 
-#: What :func:`moments` reads: float32, and bfloat16 (a CPU autocast's
-#: activations), whose values it reads as the floats they are.
-_MOMENT_DTYPES = frozenset((torch.float32, torch.bfloat16))
+#: The kinds of values the kernel reads (moments.c's F32, BF16, F16), by
+#: dtype: float32, and bfloat16 and float16 (a CPU autocast's activations, a
+#: model cast to them), whose values it reads as the floats they are.
+KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_KERNEL_DTYPES = frozenset(KINDS)
 
 
 def takes(x: torch.Tensor) -> bool:
-    """True when :func:`moments` takes ``x`` (a float32 or bfloat16 CPU
-    tensor of 1 to :data:`MAX_ELEMENTS` values, contiguous or channels_last,
-    not a subclass) and the kernel is there: its caller then needs no torch op,
-    nor a switch of torch's intra-op threads around it."""
+    """True when :func:`moments` takes ``x`` (a float32, bfloat16 or float16
+    CPU tensor of 1 to :data:`MAX_ELEMENTS` values, contiguous or
+    channels_last, not a subclass) and the kernel is there: its caller then
+    needs no torch op, nor a switch of torch's intra-op threads around it."""
     if not _enabled or type(x) is not torch.Tensor:
         return False
-    if x.dtype not in _MOMENT_DTYPES or not x.is_cpu or x.layout is not torch.strided:
+    if x.dtype not in _KERNEL_DTYPES or not x.is_cpu or x.layout is not torch.strided:
         return False
     return (
         0 < x.numel() <= MAX_ELEMENTS and _dense(x) and not x.is_neg()  # (a negative view: opposites in memory)
@@ -155,7 +160,7 @@ def moments(
     """``[min, max, sum, L2 norm, non-zeros, non-finite, dead units]`` of
     ``x`` in one pass, as Python floats, and the count of saturated values
     after them when ``saturation`` is given; None when the kernel does not
-    take ``x`` (see :func:`takes`: a float32 or bfloat16 CPU tensor,
+    take ``x`` (see :func:`takes`: a float32, bfloat16 or float16 CPU tensor,
     contiguous or channels_last, of at most :data:`MAX_ELEMENTS` values, not
     a subclass; the kernel there).
 
@@ -172,7 +177,7 @@ def moments(
     n = x.numel()
     if units and n % units:
         return None
-    fn = _fn if x.dtype is torch.float32 else _fn_bf16  # (loaded by takes)
+    fn = (_fn, _fn_bf16, _fn_f16)[KINDS[x.dtype]]  # (loaded by takes)
     # ctypes buffers, not numpy arrays: an array's .ctypes.data costs about
     # 1 us each, 2 us of a 6 us call on a small tensor (1,250 calls a full
     # step of a 1,000-module model).
@@ -190,9 +195,10 @@ def saturation_bounds(lo: float | None, hi: float) -> tuple[float, float, float]
     :func:`moments`: a value ``v`` is saturated where ``max(d, sign * d) >=
     half``, ``d = v - mid``, in float32, which is how ``stats.saturated``
     tests it with torch's ops (``|v - mid| >= half``, or ``v >= hi``), so
-    both count the same values. The same bounds serve a bfloat16 tensor:
-    the kernel rounds ``d``, ``half`` (and a top end) to bfloat16 there, as
-    torch's ops on that tensor do."""
+    both count the same values. The same bounds serve a bfloat16 or float16
+    tensor: the kernel rounds ``mid``, ``half`` and ``d`` to its type there,
+    as torch's ops on that tensor do (they cast a Python number to the
+    tensor's type)."""
     if lo is None:
         return (hi, 0.0, 1.0)
     return ((lo + hi) / 2, (hi - lo) / 2, -1.0)
@@ -211,12 +217,12 @@ def histogram_known(x: torch.Tensor, bins: int, moments: list[float]) -> torch.T
     """:func:`histogram` of a tensor that :func:`takes` takes, whose
     :func:`moments` were just read (``moments``: that list): its min and max
     bound the bins, its sum and norm give the last two values, so only the
-    binning pass reads ``x`` (bfloat16 values binned as the floats they
-    hold, as ``stats.histogram`` bins its float32 copy). None when a value
-    is not finite or the kernel does not take ``x``."""
+    binning pass reads ``x`` (bfloat16 and float16 values binned as the
+    floats they hold, as ``stats.histogram`` bins its float32 copy). None
+    when a value is not finite or the kernel does not take ``x``."""
     if moments[5] != 0 or not takes(x):
         return None
-    fn = _hist_known if x.dtype is torch.float32 else _hist_known_bf16
+    fn = (_hist_known, _hist_known_bf16, _hist_known_f16)[KINDS[x.dtype]]
     if fn is None:
         return None
     known = (ctypes.c_double * 4)(moments[0], moments[1], moments[2], moments[3] * moments[3])
@@ -258,7 +264,6 @@ def histogram(x: torch.Tensor, bins: int) -> torch.Tensor | None:
 
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))  # not a wrapper subclass (DTensor): its data_ptr is not its values
 _LAYOUT, _DTYPE, _IS_CPU = attrgetter("layout"), attrgetter("dtype"), attrgetter("is_cpu")
-_NORM_DTYPES = frozenset((torch.float32, torch.bfloat16))  # (the values the kernel's norms read)
 
 
 #: :func:`norms` takes lists of tensors of at most this many values on
@@ -290,12 +295,12 @@ def norms(tensors: list) -> torch.Tensor | None:
     call: for many small tensors (a model's gradients), where
     ``torch._foreach_norm`` costs about 3 us of dispatch each on the CPU and
     returns one 0-d tensor each to stack. None unless every one is a
-    contiguous or channels_last float32 or bfloat16 CPU tensor (a plain one
-    or a Parameter), with at most :data:`MAX_ELEMENTS` values in all and,
-    with more than :data:`NORMS_FEW_THREADS` of torch's threads,
-    :data:`NORMS_MEAN_ELEMENTS` on average. A bfloat16 tensor's squares add
-    up in float as a float32 one's: its norm is not rounded to bfloat16, as
-    torch's is."""
+    contiguous or channels_last float32, bfloat16 or float16 CPU tensor (a
+    plain one or a Parameter), with at most :data:`MAX_ELEMENTS` values in
+    all and, with more than :data:`NORMS_FEW_THREADS` of torch's threads,
+    :data:`NORMS_MEAN_ELEMENTS` on average. A bfloat16 or float16 tensor's
+    squares add up in float as a float32 one's: its norm is not rounded to
+    its type, as torch's is."""
     if not _enabled or not tensors:
         return None
     fn = _norms if _norms is not None else (_load() and _norms)
@@ -306,7 +311,7 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not (
         all(map(_PLAIN.__contains__, map(type, tensors)))
         and all(map(is_, map(_LAYOUT, tensors), repeat(torch.strided)))
-        and all(map(_NORM_DTYPES.__contains__, map(_DTYPE, tensors)))
+        and all(map(_KERNEL_DTYPES.__contains__, map(_DTYPE, tensors)))
         and all(map(_IS_CPU, tensors))
         and (all(map(torch.Tensor.is_contiguous, tensors)) or all(map(_dense, tensors)))
     ):
@@ -315,21 +320,21 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not _norms_take(lens):
         return None
     ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
-    bf16 = np.fromiter(map(is_, map(_DTYPE, tensors), repeat(torch.bfloat16)), dtype=bool, count=len(tensors))
-    return _norms_of(ptrs, lens, bf16 if bf16.any() else None)
+    kinds = np.fromiter(map(KINDS.__getitem__, map(_DTYPE, tensors)), dtype=np.int8, count=len(tensors))
+    return _norms_of(ptrs, lens, kinds if kinds.any() else None)
 
 
-def norms_at(ptrs: np.ndarray, lens: np.ndarray, bf16: np.ndarray | None = None) -> torch.Tensor | None:
+def norms_at(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None) -> torch.Tensor | None:
     """:func:`norms` of CPU arrays given by their addresses (uint64) and
-    sizes (int64), float32 ones, or bfloat16 where ``bf16`` (booleans, or
-    None: none) says so, which the caller keeps alive during the call
+    sizes (int64), of the :data:`KINDS` ``kinds`` gives (an int8 array, or
+    None: all float32), which the caller keeps alive during the call
     (``grad_reader``); None where :func:`norms` would not take them."""
     if not _enabled or not len(lens):
         return None
     if not (_norms if _norms is not None else (_load() and _norms)) or not _norms_take(lens):
         return None
     ptrs, lens = np.ascontiguousarray(ptrs, dtype=np.uint64), np.ascontiguousarray(lens, dtype=np.int64)
-    return _norms_of(ptrs, lens, bf16 if bf16 is not None and bf16.any() else None)
+    return _norms_of(ptrs, lens, kinds if kinds is not None and kinds.any() else None)
 
 
 def _norms_take(lens: np.ndarray) -> bool:
@@ -339,28 +344,27 @@ def _norms_take(lens: np.ndarray) -> bool:
     return total <= NORMS_MEAN_ELEMENTS * len(lens) or torch.get_num_threads() <= NORMS_FEW_THREADS
 
 
-def _norms_of(ptrs: np.ndarray, lens: np.ndarray, bf16: np.ndarray | None) -> torch.Tensor:
-    if bf16 is None:
-        out = _norms_of_one_kind(ptrs, lens, 4)
-    elif bf16.all():
-        out = _norms_of_one_kind(ptrs, lens, 2)
+def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> torch.Tensor:
+    first = 0 if kinds is None else int(kinds[0])
+    if kinds is None or (kinds == first).all():
+        out = _norms_of_one_kind(ptrs, lens, first)
     else:  # (bfloat16 weights beside float32 ones: each kind in its own call)
         out = np.empty(len(lens))
-        for esize, which in ((4, ~bf16), (2, bf16)):
-            idx = np.flatnonzero(which)
-            out[idx] = _norms_of_one_kind(np.ascontiguousarray(ptrs[idx]), np.ascontiguousarray(lens[idx]), esize)
+        for kind in np.unique(kinds).tolist():
+            idx = np.flatnonzero(kinds == kind)
+            out[idx] = _norms_of_one_kind(np.ascontiguousarray(ptrs[idx]), np.ascontiguousarray(lens[idx]), kind)
     with np.errstate(over="ignore"):  # a norm above float32's range is inf, as torch's; no warning in training
         return torch.from_numpy(out.astype(np.float32))
 
 
-def _norms_of_one_kind(ptrs: np.ndarray, lens: np.ndarray, esize: int) -> np.ndarray:
-    """The norms (float64) of arrays of ``esize``-byte values: 4 float32, 2
-    bfloat16; from :data:`NORMS_SPLIT_ELEMENTS` float32 values' bytes on two cores."""
+def _norms_of_one_kind(ptrs: np.ndarray, lens: np.ndarray, kind: int) -> np.ndarray:
+    """The norms (float64) of arrays of values of one of the :data:`KINDS`;
+    from :data:`NORMS_SPLIT_ELEMENTS` float32 values' bytes on two cores."""
     total = int(lens.sum())
-    if total * esize >= 4 * NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
-        return _norms_on_two_cores(ptrs, lens, total, esize)
+    if total * (4 if kind == 0 else 2) >= 4 * NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
+        return _norms_on_two_cores(ptrs, lens, total, kind)
     out = np.empty(len(lens))
-    (_norms if esize == 4 else _norms_bf16)(ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
+    (_norms, _norms_bf16, _norms_f16)[kind](ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
     return out
 
 
@@ -390,8 +394,8 @@ def set_reads_in_parts(on: bool) -> None:
         _set_parts(int(_shared_openmp and _in_parts))
 
 
-def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, esize: int) -> np.ndarray:
-    """The norms of arrays of ``esize``-byte values (addresses, lengths) by
+def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, kind: int) -> np.ndarray:
+    """The norms of arrays of values of a kind (addresses, lengths) by
     ``nd_norms2``, cut at the half of the values: the array that holds the
     half-way value is read as two (its two norms joined after)."""
     half = total // 2
@@ -399,14 +403,14 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, esize: i
     i = int(np.searchsorted(ends, half, side="right"))  # the array holding value number `half`
     inside = half - int(ends[i] - lens[i])  # its values before the cut
     if inside:
-        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64(esize * inside))
+        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64((4 if kind == 0 else 2) * inside))
         lens = np.insert(lens, i + 1, lens[i] - inside)
         lens[i] = inside
         cut = i + 1
     else:
         cut = i
     out = np.empty(len(lens))
-    _norms2(ptrs.ctypes.data, lens.ctypes.data, len(lens), cut, esize, out.ctypes.data)
+    _norms2(ptrs.ctypes.data, lens.ctypes.data, len(lens), cut, kind, out.ctypes.data)
     if inside:
         out[i] = math.hypot(out[i], out[i + 1])
         out = np.delete(out, i + 1)
@@ -417,7 +421,8 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, esize: i
 
 
 def _load():
-    global _fn, _fn_bf16, _hist, _hist_known, _hist_known_bf16, _norms, _norms_bf16, _norms2, _sum, _finite
+    global _fn, _fn_bf16, _fn_f16, _hist, _hist_known, _hist_known_bf16, _hist_known_f16
+    global _norms, _norms_bf16, _norms_f16, _norms2, _sum, _finite
     global _helper_seconds, _shared_openmp, _set_parts
     if _fn is not None:
         return _fn or None
@@ -431,11 +436,12 @@ def _load():
                     log.info("tb_neuraldbg: the fused CPU statistics are not used (%s); torch's ops instead", e)
                 else:
                     _hist, _hist_known, _norms, _norms2 = lib.hist, lib.hist_known, lib.norms, lib.norms2
-                    _norms_bf16 = lib.norms_bf16
+                    _norms_bf16, _norms_f16 = lib.norms_bf16, lib.norms_f16
                     _sum, _finite, _helper_seconds = lib.sum, lib.finite, lib.helper_seconds
                     _shared_openmp, _set_parts = lib.shared_openmp, lib.set_parts
                     _set_parts(int(_shared_openmp and _in_parts))
                     _fn_bf16, _hist_known_bf16 = lib.moments_bf16, lib.hist_known_bf16
+                    _fn_f16, _hist_known_f16 = lib.moments_f16, lib.hist_known_f16
                     fn = lib.moments
             _fn = fn if fn is not None else False
     return _fn or None

@@ -52,15 +52,16 @@ _module = None  # the loaded extension, once built and checked
 _measure = None  # its measure(), once the fused kernel is set in it and checked
 _local = threading.local()  # each thread's arrays, by length (reused from step to step)
 
-# Status codes of grads.cpp: float32 values, none, any other, bfloat16 values.
-OK, NONE, OTHER, BF16 = 0, 1, 2, 3
+# Status codes of grads.cpp: float32 values, none, any other, bfloat16 values, float16 values.
+OK, NONE, OTHER, BF16, F16 = 0, 1, 2, 3, 4
+_KIND_OF_STATUS = np.array([0, 0, 0, 1, 2], dtype=np.int8)  # (cpu_kernel.KINDS' numbers)
 
 
 class Read:
     """One reading of the gradients of ``params``: ``ptrs``, ``lens`` and
     ``status`` (arrays of len(params): :data:`OK` float32 values,
-    :data:`BF16` bfloat16 ones, :data:`NONE`); keeps the gradients alive
-    while it is held (``holder``). Its arrays are reused by the thread's next
+    :data:`BF16` bfloat16 ones, :data:`F16` float16 ones, :data:`NONE`);
+    keeps the gradients alive while it is held (``holder``). Its arrays are reused by the thread's next
     reading of as many tensors: use them before."""
 
     __slots__ = ("ptrs", "lens", "status", "holder")
@@ -68,13 +69,14 @@ class Read:
     def __init__(self, ptrs, lens, status, holder):
         self.ptrs, self.lens, self.status, self.holder = ptrs, lens, status, holder
 
-    def bf16(self, keep: np.ndarray | None = None) -> np.ndarray | None:
-        """Which of the tensors (of those at ``keep``, indices) hold
-        bfloat16 values (booleans, :func:`cpu_kernel.norms_at`'s ``bf16``),
-        or None where none does."""
+    def kinds(self, keep: np.ndarray | None = None) -> np.ndarray | None:
+        """The kinds of values of the tensors (of those at ``keep``,
+        indices): :func:`cpu_kernel.norms_at`'s ``kinds``, or None where all
+        are float32."""
         status = self.status if keep is None else self.status[keep]
-        which = status == BF16
-        return which if which.any() else None
+        if (status == OK).all():
+            return None
+        return _KIND_OF_STATUS[status]
 
 
 def start() -> None:
@@ -101,17 +103,17 @@ def wait(timeout: float | None = None) -> bool:
 
 def read(params: list) -> Read | None:
     """The gradients of ``params`` (a list of tensors), or None: the reader
-    is not loaded (yet), or a gradient is not a dense float32 or bfloat16
-    CPU tensor (contiguous or channels_last: grads.cpp's plain_float32;
+    is not loaded (yet), or a gradient is not a dense float32, bfloat16 or
+    float16 CPU tensor (contiguous or channels_last: grads.cpp's plain_float32;
     another dtype or device, a subclass, one that requires grad): read
     those in Python."""
     return _read("read", params)
 
 
 def read_data(tensors: list) -> Read | None:
-    """:func:`read` of the tensors' own values (status :data:`OK` for each
-    or :data:`BF16`), or None, also when one is not a dense float32 or
-    bfloat16 CPU tensor."""
+    """:func:`read` of the tensors' own values (status :data:`OK`,
+    :data:`BF16` or :data:`F16` for each), or None, also when one is not a
+    dense float32, bfloat16 or float16 CPU tensor."""
     return _read("read_data", tensors)
 
 
@@ -194,7 +196,8 @@ def _measure_with_kernel(mod):
         return None
     address = ctypes.cast(cpu_kernel._fn, ctypes.c_void_p).value
     address_bf16 = ctypes.cast(cpu_kernel._fn_bf16, ctypes.c_void_p).value
-    mod.set_moments(address, address_bf16, cpu_kernel.MAX_ELEMENTS)
+    address_f16 = ctypes.cast(cpu_kernel._fn_f16, ctypes.c_void_p).value
+    mod.set_moments(address, address_bf16, address_f16, cpu_kernel.MAX_ELEMENTS)
     _check_measure(mod.measure)
     return mod.measure
 
@@ -270,15 +273,18 @@ def _check(mod) -> None:
     last.grad = torch.ones(2, 3, 2, 2, device=cpu).to(memory_format=torch.channels_last)
     half = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.bfloat16, device=cpu))  # a model trained in bfloat16
     half.grad = torch.ones(2, 2, dtype=torch.bfloat16, device=cpu)
-    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide, last, half]
-    ptrs, lens, status = np.empty(7, np.uint64), np.empty(7, np.int64), np.empty(7, np.int8)
+    f16 = torch.nn.Parameter(torch.zeros(3, dtype=torch.float16, device=cpu))  # in float16
+    f16.grad = torch.ones(3, dtype=torch.float16, device=cpu)
+    params = [plain, missing, strided, torch.zeros(1, device=cpu), wide, last, half, f16]
+    ptrs, lens, status = np.empty(8, np.uint64), np.empty(8, np.int64), np.empty(8, np.int8)
     other, holder = mod.read(params, ptrs.ctypes.data, lens.ctypes.data, status.ctypes.data)
-    want = [OK, NONE, OTHER, NONE, OTHER, OK, BF16]
+    want = [OK, NONE, OTHER, NONE, OTHER, OK, BF16, F16]
     if other != 2 or status.tolist() != want or holder is None:
         raise RuntimeError(f"the gradient reader's check failed: {status.tolist()} against {want}")
     if not (int(ptrs[0]) == plain.grad.data_ptr() and int(lens[0]) == 15
             and int(ptrs[5]) == last.grad.data_ptr() and int(lens[5]) == 24
-            and int(ptrs[6]) == half.grad.data_ptr() and int(lens[6]) == 4):
+            and int(ptrs[6]) == half.grad.data_ptr() and int(lens[6]) == 4
+            and int(ptrs[7]) == f16.grad.data_ptr() and int(lens[7]) == 3):
         raise RuntimeError("the gradient reader's check failed: the address or the size")
     ids, versions = np.empty(3, np.uint64), np.empty(3, np.int64)
     mod.marks([plain, missing, wide], ids.ctypes.data, versions.ctypes.data)
@@ -320,8 +326,9 @@ def _check_measure(measure) -> None:
         # (a transposed matrix: the same values in another order; not as a
         # batch, whose samples are not blocks)
         (measure(None, False, y.t(), False, False, None), [4.0, *my[:5]]),
-        # (bfloat16, a CPU autocast's: y's values are bfloat16's)
+        # (bfloat16 and float16, a CPU autocast's: y's values are theirs)
         (measure(None, False, y.bfloat16(), True, False, None), [4.0, 2.0, *my[:5], my[6]]),
+        (measure(None, False, y.half(), True, False, None), [4.0, 2.0, *my[:5], my[6]]),
     ):
         # (NaN where the kernel gives NaN: y holds one)
         if got is None or len(got) != len(want) or not all(a == b or (a != a and b != b) for a, b in zip(got, want)):

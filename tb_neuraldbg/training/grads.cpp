@@ -12,8 +12,8 @@
 //   addresses of uint64, int64 and int8 arrays of len(params) values.
 //   status[i]: 0 the gradient is a dense float32 CPU tensor (plain_float32:
 //   contiguous or channels_last; its data's address in ptrs[i], its size in
-//   lens[i]); 3 the same of bfloat16 values (a model trained in bfloat16);
-//   1 no gradient; 2 any other
+//   lens[i]); 3 the same of bfloat16 values, 4 of float16 ones (a model
+//   trained in them); 1 no gradient; 2 any other
 //   (another dtype or device, a layout, a tensor subclass, a gradient that
 //   requires grad): the caller reads that step in Python.
 //   other: how many have status 2. holder: keeps the gradients alive (a
@@ -33,9 +33,9 @@
 // all_require_grad(params) -> bool: whether every one requires grad (a
 //   parameter frozen since the last step is looked for at every step).
 //
-// set_moments(address, address_bf16, max_elements) -> None: the fused
-//   kernel's nd_moments_f32 and nd_moments_bf16 (moments.c, loaded by
-//   cpu_kernel.py), which measure calls.
+// set_moments(address, address_bf16, address_f16, max_elements) -> None:
+//   the fused kernel's nd_moments_f32, nd_moments_bf16 and nd_moments_f16
+//   (moments.c, loaded by cpu_kernel.py), which measure calls.
 //
 // measure(x, x_batched, y, y_dead, exact, bounds) -> tuple of floats, or None
 //   A module's first input ``x`` (or None) and output ``y`` in one call, for
@@ -48,10 +48,11 @@
 //   x_batched, y_dead, exact, bounds: a batched tensor is [size(0), units];
 //   bounds, None or a bounded activation's (mid, half, sign) as
 //   cpu_kernel.saturation_bounds gives them). None when the kernel does
-//   not take one of them (not a torch.Tensor or Parameter of dense float32
-//   or bfloat16 CPU values, plain_float32; a subclass, empty, too large, an output of
-//   one value; batched, a batch that is not the outermost dimension in
-//   memory) or is not set: the caller measures it as before.
+//   not take one of them (not a torch.Tensor or Parameter of dense float32,
+//   bfloat16 or float16 CPU values, plain_float32; a subclass, empty, too
+//   large, an output of one value; batched, a batch that is not the
+//   outermost dimension in memory) or is not set: the caller measures it
+//   as before.
 //   Holds the GIL while it reads a small activation (microseconds: letting
 //   it go would let the worker thread in, whom the training thread would
 //   then wait for); lets it go for a large one (kReleaseGil).
@@ -94,10 +95,11 @@ PyObject* raise_current(const char* otherwise) {
 // from the data pointer, in any order: contiguous, channels_last (a CNN's
 // activations, weights and gradients in that memory format), a transposed
 // matrix. The statistics the kernel takes do not depend on the order (dead
-// units: see tensor_moments). or_bf16: bfloat16 values too.
-bool plain_float32(const at::Tensor& t, bool or_bf16 = false) {
+// units: see tensor_moments). or_half: bfloat16 and float16 values too.
+bool plain_float32(const at::Tensor& t, bool or_half = false) {
   const auto type = t.scalar_type();
-  return t.layout() == c10::kStrided && (type == c10::kFloat || (or_bf16 && type == c10::kBFloat16)) &&
+  return t.layout() == c10::kStrided &&
+         (type == c10::kFloat || (or_half && (type == c10::kBFloat16 || type == c10::kHalf))) &&
          t.device().is_cpu() && !t.is_nested() && !t.unsafeGetTensorImpl()->is_python_dispatch() && t.has_storage() &&
          t.is_non_overlapping_and_dense() && !t.is_neg();
 }
@@ -143,7 +145,7 @@ PyObject* read_any(PyObject* args, bool of_grad) {
       held->push_back(g);
       ptrs[i] = reinterpret_cast<uint64_t>(g.const_data_ptr());
       lens[i] = g.numel();
-      status[i] = g.scalar_type() == c10::kBFloat16 ? 3 : 0;
+      status[i] = g.scalar_type() == c10::kBFloat16 ? 3 : g.scalar_type() == c10::kHalf ? 4 : 0;
     }
   } catch (...) {
     delete held;
@@ -213,21 +215,23 @@ PyObject* all_require_grad(PyObject*, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
-// nd_moments_f32 and nd_moments_bf16 of moments.c: (values, n, units, alive
-// scratch, bounds or nullptr, out[8]).
+// nd_moments_f32, nd_moments_bf16 and nd_moments_f16 of moments.c:
+// (values, n, units, alive scratch, bounds or nullptr, out[8]).
 using MomentsFn = int (*)(const void*, int64_t, int64_t, int32_t*, const float*, double*);
 MomentsFn moments_fn = nullptr;
 MomentsFn moments_bf16_fn = nullptr;
+MomentsFn moments_f16_fn = nullptr;
 int64_t max_elements = 0;
 
 PyObject* set_moments(PyObject*, PyObject* args) {
-  unsigned long long address, address_bf16;
+  unsigned long long address, address_bf16, address_f16;
   long long most;
-  if (!PyArg_ParseTuple(args, "KKL", &address, &address_bf16, &most)) {
+  if (!PyArg_ParseTuple(args, "KKKL", &address, &address_bf16, &address_f16, &most)) {
     return nullptr;
   }
   moments_fn = reinterpret_cast<MomentsFn>(address);
   moments_bf16_fn = reinterpret_cast<MomentsFn>(address_bf16);
+  moments_f16_fn = reinterpret_cast<MomentsFn>(address_f16);
   max_elements = most;
   Py_RETURN_NONE;
 }
@@ -246,10 +250,11 @@ bool tensor_moments(PyObject* obj, bool batched, int64_t least, const float* bou
     return false;
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (!plain_float32(t, /*or_bf16=*/true)) {
+  if (!plain_float32(t, /*or_half=*/true)) {
     return false;
   }
-  const MomentsFn fn = t.scalar_type() == c10::kFloat ? moments_fn : moments_bf16_fn;
+  const auto type = t.scalar_type();
+  const MomentsFn fn = type == c10::kFloat ? moments_fn : type == c10::kBFloat16 ? moments_bf16_fn : moments_f16_fn;
   const int64_t n = t.numel();
   if (n < least || n > max_elements) {
     return false;
@@ -287,7 +292,7 @@ PyObject* measure(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OpOppO", &x, &x_batched, &y, &y_dead, &exact, &bounds_obj)) {
     return nullptr;
   }
-  if (moments_fn == nullptr || moments_bf16_fn == nullptr) {
+  if (moments_fn == nullptr || moments_bf16_fn == nullptr || moments_f16_fn == nullptr) {
     Py_RETURN_NONE;
   }
   float bounds[3];

@@ -1180,7 +1180,7 @@ class Instrument:
         self._grad_norms = None
         if not params:
             return col
-        # Dense float32 or bfloat16 CPU gradients: their addresses and sizes
+        # Dense float32, bfloat16 or float16 CPU gradients: their addresses and sizes
         # in one C++ call, the norms from those (grad_reader: 0.3 against 2-3
         # ms for the 1,502 of a 1,000-module model).
         read = grad_reader.read(params) if self.grad_norms is S.stacked_norms and not self.exact else None
@@ -1215,7 +1215,7 @@ class Instrument:
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
         if read is not None:
             at = (read.ptrs, read.lens) if keep is None else (read.ptrs[keep], read.lens[keep])
-            stacked = K.norms_at(*at, read.bf16(keep))  # (read.holder keeps the gradients alive until here)
+            stacked = K.norms_at(*at, read.kinds(keep))  # (read.holder keeps the gradients alive until here)
             del read
             if stacked is not None:
                 col.add_stacked(stacked, grows, Key.GRAD_NORM, divisor=divisor)

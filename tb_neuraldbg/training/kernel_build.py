@@ -49,11 +49,14 @@ class Library(NamedTuple):
 
     moments: Any
     moments_bf16: Any
+    moments_f16: Any
     hist: Any
     hist_known: Any
     hist_known_bf16: Any
+    hist_known_f16: Any
     norms: Any
     norms_bf16: Any
+    norms_f16: Any
     norms2: Any
     sum: Any
     finite: Any
@@ -98,21 +101,23 @@ def build_and_check() -> Library:
     fn = lib.nd_moments_f32
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int
-    bf16 = lib.nd_moments_bf16
-    bf16.argtypes, bf16.restype = fn.argtypes, fn.restype
+    bf16, f16 = lib.nd_moments_bf16, lib.nd_moments_f16
+    bf16.argtypes, bf16.restype = f16.argtypes, f16.restype = fn.argtypes, fn.restype
     hist = lib.nd_hist_f32
     hist.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     hist.restype = ctypes.c_int
     hist_known = lib.nd_hist_known_f32
     hist_known.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     hist_known.restype = ctypes.c_int
-    hist_known_bf16 = lib.nd_hist_known_bf16
-    hist_known_bf16.argtypes, hist_known_bf16.restype = hist_known.argtypes, hist_known.restype
+    hist_known_bf16, hist_known_f16 = lib.nd_hist_known_bf16, lib.nd_hist_known_f16
+    for h in (hist_known_bf16, hist_known_f16):
+        h.argtypes, h.restype = hist_known.argtypes, hist_known.restype
     many = lib.nd_norms_f32
     many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     many.restype = ctypes.c_int
-    many_bf16 = lib.nd_norms_bf16
-    many_bf16.argtypes, many_bf16.restype = many.argtypes, many.restype
+    many_bf16, many_f16 = lib.nd_norms_bf16, lib.nd_norms_f16
+    for m in (many_bf16, many_f16):
+        m.argtypes, m.restype = many.argtypes, many.restype
     many2 = lib.nd_norms2
     many2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
     many2.restype = ctypes.c_int
@@ -131,15 +136,16 @@ def build_and_check() -> Library:
     shared = _shares_torchs_openmp(lib)
     in_parts(int(shared))
     _check(fn, hist, many, many2, total, finite, hist_known)
-    _check_bf16(bf16, hist_known, hist_known_bf16)
-    _check_norms_bf16(many_bf16, many2)
+    _check_16_bit(1, bf16, hist_known, hist_known_bf16)
+    _check_16_bit(2, f16, hist_known, hist_known_f16)
+    _check_norms_16(1, many_bf16, many2)
+    _check_norms_16(2, many_f16, many2)
     if shared and not _parts_agree(fn, hist_known, in_parts):
         log.info("tb_neuraldbg: the CPU kernel's reads in parts failed their check; its reads stay on one core")
         shared = False
     in_parts(0)  # (until the caller sets it)
-    return Library(
-        fn, bf16, hist, hist_known, hist_known_bf16, many, many_bf16, many2, total, finite, helper, in_parts, shared
-    )
+    return Library(fn, bf16, f16, hist, hist_known, hist_known_bf16, hist_known_f16, many, many_bf16, many_f16,
+                   many2, total, finite, helper, in_parts, shared)
 
 
 def _shares_torchs_openmp(lib) -> bool:
@@ -268,7 +274,7 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
     if not np.allclose(got, want, rtol=1e-6, atol=0):
         raise RuntimeError(f"the kernel's norms check failed: {got.tolist()} against {want}")
     got[:] = np.nan
-    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, 4, got.ctypes.data) in (0, 1)  # (1: read on one core)
+    cut_ok = many2(ptrs.ctypes.data, lens.ctypes.data, 3, 1, 0, got.ctypes.data) in (0, 1)  # (1: read on one core)
     if not (cut_ok and np.allclose(got, want, rtol=1e-6, atol=0)):
         raise RuntimeError(f"the kernel's two-core norms check failed: {got.tolist()} against {want}")
     summed, poisoned = total(x.ctypes.data, x.size), total(y.ctypes.data, y.size)
@@ -282,49 +288,32 @@ def _check(fn, hist, many, many2, total, finite, hist_known) -> None:
         raise RuntimeError("the kernel's finite check failed")
 
 
-def _check_bf16(fn, hist_known, hist_known_bf16) -> None:
-    """Known answers of the bfloat16 moments: float32 values cut to
-    bfloat16 (their top 16 bits), read as those floats; its saturated
-    values as torch's ops count a bfloat16 tensor's (the distance rounded to
-    bfloat16: 0.98828125, the bfloat16 under 0.99, is saturated at 0.99);
-    its histogram the float32 copy's."""
-    rows, units = 3, 4099
-    x = np.zeros((rows, units), dtype=np.float32)
-    x[0, ::3] = np.linspace(-3.0, 3.0, len(x[0, ::3]), dtype=np.float32)
-    x[1, 5], x[2, units - 1] = 0.98828125, -1.0
+def _as_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 values cut to bfloat16: their bit patterns (uint16), and the
+    values they hold as float32."""
     h = (x.view(np.uint32) >> 16).astype(np.uint16)
-    v = (h.astype(np.uint32) << 16).view(np.float32)  # the values as bfloat16 holds them
-    want = _numpy_moments(v) + [float((np.abs(v) >= np.float32(0.98828125)).sum())]
-    out = np.empty(8)
-    alive = np.empty(units, dtype=np.int32)
-    bounds = np.array([0.0, 0.99, -1.0], dtype=np.float32)
-    if fn(h.ctypes.data, h.size, units, alive.ctypes.data, bounds.ctypes.data, out.ctypes.data) != 0:
-        raise RuntimeError("the kernel refused its bfloat16 check")
-    if not np.allclose(out, want, rtol=1e-6, atol=0):
-        raise RuntimeError(f"the kernel's bfloat16 check failed: {out.tolist()} against {want}")
-    known = np.array([out[0], out[1], out[2], out[3] ** 2])
-    bins, bins_f32 = np.empty(16 + 5), np.empty(16 + 5)
-    hist_known_bf16(h.ctypes.data, h.size, 16, known.ctypes.data, bins.ctypes.data)
-    hist_known(v.ctypes.data, v.size, 16, known.ctypes.data, bins_f32.ctypes.data)
-    if bins.tolist() != bins_f32.tolist() or bins[:16].sum() != v.size:
-        raise RuntimeError(f"the kernel's bfloat16 histogram check failed: {bins.tolist()}")
-    y = np.array([0x3F80, 0x7F80, 0xFF80, 0x0000, 0x7FC0], dtype=np.uint16)  # 1, inf, -inf, 0, NaN
-    top = np.array([1.0, 0.0, 1.0], dtype=np.float32)
-    if fn(y.ctypes.data, y.size, 0, None, top.ctypes.data, out.ctypes.data) != 0 or not (
-        math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[7] == 2
-    ):
-        raise RuntimeError(f"the kernel's bfloat16 non-finite check failed: {out.tolist()}")
+    return h, (h.astype(np.uint32) << 16).view(np.float32)
 
 
-def _check_norms_bf16(norms, norms2) -> None:
-    """Known answers of the bfloat16 norms: float32 values cut to bfloat16,
-    normed as the floats they hold, in one call and in two parts; a square
-    over float32's range (1e20) still finite, a NaN and an inf kept."""
+def _as_f16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 values rounded to float16 (numpy rounds as c10::Half): their
+    bit patterns (uint16), and the values they hold as float32."""
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)
+    return h.view(np.uint16), h.astype(np.float32)
+
+
+def _check_norms_16(kind: int, norms, norms2) -> None:
+    """Known answers of the norms of 16-bit values (``kind`` 1 bfloat16, 2
+    float16: :data:`_16_BIT`): normed as the floats they hold, in one call
+    and in two parts; squares beyond float32's range (bfloat16's 1e20) still
+    finite, a NaN and an inf kept, squares below its smallest not 0."""
+    cut_to = _16_BIT[kind][1]
     x = np.linspace(-3.0, 3.0, 9001, dtype=np.float32)
-    x[17] = 1e20
-    y = np.array([1.0, np.inf, 2.0, np.nan, 1e-30], dtype=np.float32)
-    arrays = [(a.view(np.uint32) >> 16).astype(np.uint16) for a in (x[:4100], x[4100:], y[:3], y[3:], y[4:])]
-    floats = [(a.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for a in arrays]
+    x[17] = 1e20 if kind == 1 else 6e4
+    y = np.array([1.0, np.inf, 2.0, np.nan, 1e-30 if kind == 1 else 1e-7], dtype=np.float32)
+    arrays = [cut_to(a)[0] for a in (x[:4100], x[4100:], y[:3], y[3:], y[4:])]
+    floats = [cut_to(a)[1].astype(np.float64) for a in (x[:4100], x[4100:], y[:3], y[3:], y[4:])]
     want = [math.sqrt(float((f**2).sum())) for f in floats]
     ptrs = np.array([a.ctypes.data for a in arrays], dtype=np.uint64)
     lens = np.array([a.size for a in arrays], dtype=np.int64)
@@ -332,10 +321,55 @@ def _check_norms_bf16(norms, norms2) -> None:
         got = np.full(len(arrays), -1.0)
         if cut is None:
             norms(ptrs.ctypes.data, lens.ctypes.data, len(arrays), got.ctypes.data)
-        elif norms2(ptrs.ctypes.data, lens.ctypes.data, len(arrays), cut, 2, got.ctypes.data) not in (0, 1):
-            raise RuntimeError("the kernel refused its bfloat16 norms check")
-        if not (np.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True) and 9e19 < got[0] < np.inf and got[4] > 0):
-            raise RuntimeError(f"the kernel's bfloat16 norms check failed: {got.tolist()} against {want}")
+        elif norms2(ptrs.ctypes.data, lens.ctypes.data, len(arrays), cut, kind, got.ctypes.data) not in (0, 1):
+            raise RuntimeError("the kernel refused its 16-bit norms check")
+        if not (np.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True) and np.isfinite(got[0]) and got[4] > 0):
+            raise RuntimeError(f"the kernel's 16-bit norms check failed ({kind}): {got.tolist()} against {want}")
+
+
+#: The 16-bit kinds' known answers: (name, cut_to, the type's nearest value
+#: to 0.99 and the one under it, values of its own, bit patterns of 1, inf,
+#: -inf, 0 and a NaN).
+_16_BIT = {
+    1: ("bfloat16", _as_bf16, (0.98828125, 0.984375), (), (0x3F80, 0x7F80, 0xFF80, 0x0000, 0x7FC0)),
+    2: ("float16", _as_f16, (0.990234375, 0.98974609375), (3e-8, -6e-5, 65504.0),  # (subnormal, its largest)
+        (0x3C00, 0x7C00, 0xFC00, 0x0000, 0x7E00)),
+}
+
+
+def _check_16_bit(kind: int, fn, hist_known, hist_known_16) -> None:
+    """Known answers of the moments of 16-bit values (``kind`` 1 bfloat16, 2
+    float16): float32 values cut to the type, read as those floats; the
+    saturated ones as torch's ops count a tensor of that type's (the bound
+    0.99 rounded to the type: its nearest value is saturated, the one under
+    it is not); the histogram the float32 copy's; NaN and inf counted."""
+    name, cut_to, (at, under), own, specials = _16_BIT[kind]
+    units = 4099
+    x = np.zeros((3, units), dtype=np.float32)
+    x[0, ::3] = np.linspace(-3.0, 3.0, len(x[0, ::3]), dtype=np.float32)
+    x[1, 5], x[1, 6], x[2, units - 1] = at, under, -1.0
+    x[2, 7:7 + len(own)] = own
+    h, v = cut_to(x)
+    want = _numpy_moments(v) + [float((np.abs(v) >= np.float32(at)).sum())]
+    out = np.empty(8)
+    alive = np.empty(units, dtype=np.int32)
+    bounds = np.array([0.0, 0.99, -1.0], dtype=np.float32)
+    if fn(h.ctypes.data, h.size, units, alive.ctypes.data, bounds.ctypes.data, out.ctypes.data) != 0:
+        raise RuntimeError(f"the kernel refused its {name} check")
+    if not np.allclose(out, want, rtol=1e-6, atol=0):
+        raise RuntimeError(f"the kernel's {name} check failed: {out.tolist()} against {want}")
+    known = np.array([out[0], out[1], out[2], out[3] ** 2])
+    bins, bins_f32 = np.empty(16 + 5), np.empty(16 + 5)
+    hist_known_16(h.ctypes.data, h.size, 16, known.ctypes.data, bins.ctypes.data)
+    hist_known(v.ctypes.data, v.size, 16, known.ctypes.data, bins_f32.ctypes.data)
+    if bins.tolist() != bins_f32.tolist() or bins[:16].sum() != v.size:
+        raise RuntimeError(f"the kernel's {name} histogram check failed: {bins.tolist()}")
+    y = np.array(specials, dtype=np.uint16)  # 1, inf, -inf, 0, NaN
+    top = np.array([1.0, 0.0, 1.0], dtype=np.float32)
+    if fn(y.ctypes.data, y.size, 0, None, top.ctypes.data, out.ctypes.data) != 0 or not (
+        math.isnan(out[0]) and math.isnan(out[2]) and out[4] == 4 and out[5] == 3 and out[7] == 2
+    ):
+        raise RuntimeError(f"the kernel's {name} non-finite check failed: {out.tolist()}")
 
 
 def _parts_agree(fn, hist_known, in_parts) -> bool:

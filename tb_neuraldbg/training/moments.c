@@ -1,5 +1,5 @@
-/* One pass over a float32 CPU tensor (or a bfloat16 one: a CPU autocast's
- * activations, read as the floats they hold) for every statistic a full
+/* One pass over a float32 CPU tensor (or a bfloat16 or float16 one: a CPU
+ * autocast's activations, read as the floats they hold) for every statistic a full
  * step takes of it: min, max, sum, sum of squares, non-zeros, non-finite
  * values, NaNs, (batched, dim 0 the batch) the units that are zero in every
  * sample, and (a bounded activation's: tanh, sigmoid, hardtanh...) the
@@ -55,9 +55,10 @@ typedef struct {
 /* A bounded activation's flat ends, as stats.saturated tests them: a value
  * is saturated where max(d, sign * d) >= half, d = v - mid; sign -1: |v -
  * mid| >= half (both ends), +1: v >= mid (half 0: the top end only). In
- * float32, as torch's ops compute it on a float32 tensor (on a bfloat16
- * one, d rounded to bfloat16: ROUND, nd_moments_bf16), so that both count
- * the same values; a NaN is never saturated, an inf always. */
+ * float32, as torch's ops compute it on a float32 tensor (on a bfloat16 or
+ * float16 one, mid, half and d rounded to its type: ROUND, nd_moments_bf16),
+ * so that both count the same values; a NaN is never saturated, an inf
+ * always. */
 typedef struct {
     float mid, half, sign;
 } bounds_t;
@@ -138,28 +139,79 @@ typedef struct {
         } \
     }
 
-/* bfloat16 (a CPU autocast's activations): the top half of a float32, so
- * its value is exact as a float; a float rounded to it as torch rounds
- * (to nearest, ties to even: c10::BFloat16), for the saturation test of a
- * bfloat16 tensor, which torch's ops compute in bfloat16. (A NaN read from
- * a bfloat16 has its low 16 bits zero: it stays a NaN.) */
-static inline float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+/* A float's bits, and the float of bits (no conversion). */
+static inline uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_float(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
+/* bfloat16 (a CPU autocast's activations): the top half of a float32, so
+ * its value is exact as a float; a float rounded to it as torch rounds
+ * (to nearest, ties to even: c10::BFloat16), for the saturation test of a
+ * bfloat16 tensor, which torch's ops compute in bfloat16. (A NaN read from
+ * a bfloat16 has its low 16 bits zero: it stays a NaN.) */
+static inline float bf16_value(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
 static inline float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    const uint32_t u = float_bits(f);
+    return bits_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+/* float16 (IEEE half: a CPU autocast to float16, a model cast to it): its
+ * value as a float, exact, without a branch or a library call (the loops
+ * vectorise; GCC does not vectorise a _Float16 conversion): c10::Half's
+ * fp16_ieee_to_fp32_value. Normal values move their exponent (a float
+ * product by a power of two, exact); subnormal ones are a magic-number
+ * difference; inf and NaN map to inf and NaN. */
+static inline float f16_value(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t two_w = w + w;
+    const float normal = bits_float((two_w >> 4) + (0xe0u << 23)) * 0x1.0p-112f;
+    const float subnormal = bits_float((two_w >> 17) | (126u << 23)) - 0.5f;
+    /* (selected through a mask: a conditional expression here kept GCC 12
+     * from vectorising the loops) */
+    const uint32_t tiny = 0u - (uint32_t)(two_w < (1u << 27));
+    return bits_float((w & 0x80000000u) | (float_bits(subnormal) & tiny) | (float_bits(normal) & ~tiny));
+}
+
+/* A float rounded to float16 (to nearest, ties to even, as c10::Half
+ * rounds), as a float: 10 bits of significand kept in the normal range;
+ * below it (2^-14) a multiple of 2^-24; from 65520 (half an ulp over
+ * float16's largest) inf. The saturation test of a float16 tensor, which
+ * torch's ops compute in float16. (The subnormal sum is exact whether or
+ * not the compiler fuses its product and add: the product is exact.) */
+static inline float f16_round(float f) {
+    const float a = fabsf(f);
+    const uint32_t u = float_bits(f), sign = u & 0x80000000u;
+    const uint32_t normal = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+    const float subnormal = ((a * 0x1.0p24f + 0x1.0p23f) - 0x1.0p23f) * 0x1.0p-24f;
+    const uint32_t tiny = 0u - (uint32_t)(a < 0x1.0p-14f);
+    const uint32_t huge = 0u - (uint32_t)(a >= 65520.0f); /* (a NaN is not: it stays one) */
+    const uint32_t r = ((sign | float_bits(subnormal)) & tiny) | (normal & ~tiny);
+    return bits_float(((sign | 0x7f800000u) & huge) | (r & ~huge));
+}
+
+/* The kinds of values the kernel reads, and their sizes in bytes. */
+enum { F32 = 0, BF16 = 1, F16 = 2 };
+#define KIND_SIZE(kind) ((kind) == F32 ? 4 : 2)
+
+/* Value `i` of `x`, of a kind. */
+static inline float value_at(const void *x, int kind, int64_t i) {
+    if (kind == F32) return ((const float *)x)[i];
+    const uint16_t h = ((const uint16_t *)x)[i];
+    return kind == BF16 ? bf16_value(h) : f16_value(h);
 }
 
 /* A pass over values of type T (float32: LOAD and ROUND as they are;
- * bfloat16: read as floats, the saturation test rounded to bfloat16). */
+ * bfloat16 and float16: read as floats, the saturation test rounded to the
+ * tensor's type). */
 #define PASS(NAME, ATTR, T) \
     ATTR static void NAME(const void *xv, int64_t n, int32_t *restrict alive, const bounds_t *b, acc_t *a) { \
         const T *restrict x = (const T *)xv; \
@@ -179,6 +231,14 @@ PASS(pass_avx2, __attribute__((target("avx2,fma"))), float)
 PASS(pass_bf16_base, , uint16_t)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 PASS(pass_bf16_avx2, __attribute__((target("avx2,fma"))), uint16_t)
+#endif
+#undef LOAD
+#undef ROUND
+#define LOAD(k) f16_value(x[k])
+#define ROUND(f) f16_round(f)
+PASS(pass_f16_base, , uint16_t)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+PASS(pass_f16_avx2, __attribute__((target("avx2,fma"))), uint16_t)
 #endif
 #undef LOAD
 #undef ROUND
@@ -208,13 +268,19 @@ static pass_fn choose_bf16(void) {
     return pass_bf16_base;
 }
 
-/* The non-finite values and the NaNs among the `n` at `x` (a second pass,
- * only over a tensor that has one, or whose sums overflowed); `esize` 4:
- * float32, 2: bfloat16. */
-static void count_nonfinite(const void *x, int esize, int64_t n, int64_t *nonfinite, int64_t *nans) {
+static pass_fn choose_f16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (has_avx2()) return pass_f16_avx2;
+#endif
+    return pass_f16_base;
+}
+
+/* The non-finite values and the NaNs among the `n` at `x` of a kind (a
+ * second pass, only over a tensor that has one, or whose sums overflowed). */
+static void count_nonfinite(const void *x, int kind, int64_t n, int64_t *nonfinite, int64_t *nans) {
     int64_t bad = 0, nan = 0;
     for (int64_t i = 0; i < n; i++) {
-        float v = esize == 2 ? bf16_value(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+        float v = value_at(x, kind, i);
         bad += !(fabsf(v) <= FLT_MAX);
         nan += v != v;
     }
@@ -380,35 +446,54 @@ static void read_in_parts(pass_fn pass, const void *x, int esize, int64_t n, int
  * `bounds` (or NULL: saturated is -1): [mid, half, sign] of bounds_t. min
  * and max are NaN when a value is NaN (as torch.aminmax gives them).
  * Returns 0, or -1 for arguments it does not take. */
-static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
+static int moments(pass_fn pass, const void *x, int kind, int64_t n, int64_t units, int32_t *alive,
                    const bounds_t *bp, double *out);
+
+/* Bounds in the type's values: a top end at +inf (a bound beyond the
+ * type's largest value, rounded to it) counts the values that are +inf, as
+ * torch's `x >= inf` does; `v - inf` would be NaN for them. */
+static bounds_t at_inf(bounds_t b) {
+    if (b.sign > 0 && b.mid == INFINITY) b.mid = 0.f, b.half = INFINITY;
+    return b;
+}
 
 int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
     if (!pass) pass = choose();
     bounds_t b;
-    if (bounds) b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2];
-    return moments(pass, x, 4, n, units, alive, bounds ? &b : 0, out);
+    if (bounds) b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2], b = at_inf(b);
+    return moments(pass, x, F32, n, units, alive, bounds ? &b : 0, out);
 }
 
-/* nd_moments_f32 of bfloat16 values (`x`: their 16-bit patterns). The
- * saturated ones are tested as torch's ops test a bfloat16 tensor: the
- * distance to `mid` rounded to bfloat16, compared with `half` rounded to
- * it (the top end only: with the bound rounded to it). */
+/* The moments of 16-bit values of a kind (their bit patterns), whose
+ * saturated ones are tested as torch's ops test a tensor of that type:
+ * they cast a Python number to the tensor's type first, so `mid` and
+ * `half` are rounded to it (`round`), and the distance too (ROUND). */
+static int moments_16(pass_fn pass, int kind, float (*round)(float), const uint16_t *x, int64_t n, int64_t units,
+                      int32_t *alive, const float *bounds, double *out) {
+    bounds_t b;
+    if (bounds) b.mid = round(bounds[0]), b.half = round(bounds[1]), b.sign = bounds[2], b = at_inf(b);
+    return moments(pass, x, kind, n, units, alive, bounds ? &b : 0, out);
+}
+
+/* nd_moments_f32 of bfloat16 values (`x`: their 16-bit patterns). */
 int nd_moments_bf16(const uint16_t *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
     if (!pass) pass = choose_bf16();
-    bounds_t b;
-    if (bounds) {
-        b.mid = bounds[2] > 0 ? bf16_round(bounds[0]) : bounds[0];
-        b.half = bf16_round(bounds[1]), b.sign = bounds[2];
-    }
-    return moments(pass, x, 2, n, units, alive, bounds ? &b : 0, out);
+    return moments_16(pass, BF16, bf16_round, x, n, units, alive, bounds, out);
 }
 
-static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t units, int32_t *alive,
+/* nd_moments_f32 of float16 values (their 16-bit patterns). */
+int nd_moments_f16(const uint16_t *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
+    static pass_fn pass = 0;
+    if (!pass) pass = choose_f16();
+    return moments_16(pass, F16, f16_round, x, n, units, alive, bounds, out);
+}
+
+static int moments(pass_fn pass, const void *x, int kind, int64_t n, int64_t units, int32_t *alive,
                    const bounds_t *bp, double *out) {
     if (n <= 0 || (units > 0 && (n % units != 0 || !alive))) return -1;
+    const int esize = KIND_SIZE(kind);
     acc_t a = {0.0, 0.0, INFINITY, -INFINITY, 0, 0};
     if (units > 0) memset(alive, 0, (size_t)units * sizeof(int32_t));
     int parts = parts_for(n * esize / 4); /* (parts of PART_MIN * 4 bytes) */
@@ -419,7 +504,7 @@ static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t un
     /* A NaN or an inf makes the sum NaN or infinite (finite values whose
      * sum overflows too: then the count says 0). */
     int64_t nonfinite = 0, nans = 0;
-    if (!isfinite(a.sum)) count_nonfinite(x, esize, n, &nonfinite, &nans);
+    if (!isfinite(a.sum)) count_nonfinite(x, kind, n, &nonfinite, &nans);
     int64_t dead = -1;
     if (units > 0) {
         dead = 0;
@@ -444,7 +529,7 @@ static int moments(pass_fn pass, const void *x, int esize, int64_t n, int64_t un
  * truncated), so both give the same counts. Returns 1 without touching
  * `out` when a value is not finite (torch's general path handles those),
  * -1 for arguments it does not take. */
-static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
+static void bin_values(const void *x, int kind, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
                        double *out);
 
 int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double *out) {
@@ -484,16 +569,16 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
         q += bq;
     }
     if (bad) return 1;
-    bin_values(x, 4, n, stride, bins, lo, hi, out);
+    bin_values(x, F32, n, stride, bins, lo, hi, out);
     out[bins + 3] = s;
     out[bins + 4] = q;
     return 0;
 }
 
-/* The bins of n finite float32 values (every `stride`-th; `esize` 2:
- * bfloat16 ones, contiguous) from `x`, added into counts[0:bins]: (v - lo)
+/* The bins of n finite float32 values (every `stride`-th; bfloat16 or
+ * float16 ones: contiguous) from `x`, added into counts[0:bins]: (v - lo)
  * * scale, clamped to [0, bins - 1], truncated. */
-static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, float lo, float scale, int64_t bins,
+static void count_bins(const void *xv, int kind, int64_t n, int64_t stride, float lo, float scale, int64_t bins,
                        int64_t *counts) {
     /* Bin indices a chunk at a time (a loop that vectorises), counted into
      * four interleaved sub-histograms (neighbouring values often share a
@@ -504,12 +589,19 @@ static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, flo
     memset(sub, 0, sizeof sub);
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t m = n - i < 1024 ? n - i : 1024;
-        const float *p = esize == 4 ? (const float *)xv + i * stride : 0;
-        if (esize == 2) { /* (bfloat16, contiguous: read as the floats they hold) */
+        const float *p = kind == F32 ? (const float *)xv + i * stride : 0;
+        if (kind == BF16) { /* (contiguous: read as the floats they hold) */
             const uint16_t *h = (const uint16_t *)xv + i;
             _Pragma("omp simd")
             for (int64_t k = 0; k < m; k++) {
                 float t = (bf16_value(h[k]) - lo) * scale;
+                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
+            }
+        } else if (kind == F16) {
+            const uint16_t *h = (const uint16_t *)xv + i;
+            _Pragma("omp simd")
+            for (int64_t k = 0; k < m; k++) {
+                float t = (f16_value(h[k]) - lo) * scale;
                 idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
             }
         } else if (stride == 1) {
@@ -538,7 +630,7 @@ static void count_bins(const void *xv, int esize, int64_t n, int64_t stride, flo
 
 typedef struct {
     const void *x;
-    int esize;
+    int kind;
     int64_t n, stride, bins;
     float lo, scale;
     int64_t *counts; /* `parts` rows of `bins` */
@@ -548,32 +640,32 @@ static void bins_part(void *ctx, int p, int parts) {
     bins_job *j = (bins_job *)ctx;
     int64_t lo = j->n * p / parts, hi = j->n * (p + 1) / parts;
     if (hi > lo)
-        count_bins((const char *)j->x + lo * j->stride * j->esize, j->esize, hi - lo, j->stride, j->lo, j->scale,
-                   j->bins, j->counts + p * j->bins);
+        count_bins((const char *)j->x + lo * j->stride * KIND_SIZE(j->kind), j->kind, hi - lo, j->stride, j->lo,
+                   j->scale, j->bins, j->counts + p * j->bins);
 }
 
-/* The bins of n finite float32 values (every `stride`-th; `esize` 2:
- * bfloat16 ones, contiguous) whose min and max are `lo` and `hi`, into
+/* The bins of n finite values of a kind (float32 every `stride`-th;
+ * bfloat16, float16 contiguous) whose min and max are `lo` and `hi`, into
  * out[0:bins]; out[bins] = 0 (no non-finite value), out[bins + 1],
  * out[bins + 2] = lo, hi. From 2 MB, in parts on torch's threads (as the
  * moments: run_parts), each with its own counts, added after: the same
  * counts as one pass. */
-static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
+static void bin_values(const void *x, int kind, int64_t n, int64_t stride, int64_t bins, float lo, float hi,
                        double *out) {
     double width = (double)hi - (double)lo;
     if (width < 1e-30) width = 1e-30;
     float scale = (float)((double)bins / width);
-    int parts = parts_for(n * esize / 4);
+    int parts = parts_for(n * KIND_SIZE(kind) / 4);
     int64_t one[HIST_MAX_BINS];
     int64_t *counts = parts > 1 ? (int64_t *)calloc((size_t)parts * (size_t)bins, sizeof(int64_t)) : 0;
     if (counts) {
-        bins_job j = {x, esize, n, stride, bins, lo, scale, counts};
+        bins_job j = {x, kind, n, stride, bins, lo, scale, counts};
         run_parts(bins_part, &j, parts);
         for (int p = 1; p < parts; p++)
             for (int64_t k = 0; k < bins; k++) counts[k] += counts[p * bins + k];
     } else {
         memset(one, 0, sizeof one);
-        count_bins(x, esize, n, stride, lo, scale, bins, one);
+        count_bins(x, kind, n, stride, lo, scale, bins, one);
         counts = one;
     }
     for (int64_t k = 0; k < bins; k++) out[k] = (double)counts[k];
@@ -586,23 +678,28 @@ static void bin_values(const void *x, int esize, int64_t n, int64_t stride, int6
 /* nd_hist_f32 of n contiguous finite values whose min, max, sum and sum of
  * squares a full step's moments have just read (`known`: those four): the
  * binning pass only. -1 for arguments it does not take. */
-static int hist_known(const void *x, int esize, int64_t n, int64_t bins, const double *known, double *out) {
+static int hist_known(const void *x, int kind, int64_t n, int64_t bins, const double *known, double *out) {
     if (n <= 0 || bins <= 0 || bins > HIST_MAX_BINS) return -1;
-    bin_values(x, esize, n, 1, bins, (float)known[0], (float)known[1], out);
+    bin_values(x, kind, n, 1, bins, (float)known[0], (float)known[1], out);
     out[bins + 3] = known[2];
     out[bins + 4] = known[3];
     return 0;
 }
 
 int nd_hist_known_f32(const float *x, int64_t n, int64_t bins, const double *known, double *out) {
-    return hist_known(x, 4, n, bins, known, out);
+    return hist_known(x, F32, n, bins, known, out);
 }
 
 /* nd_hist_known_f32 of bfloat16 values (a CPU autocast's activation, whose
  * moments nd_moments_bf16 has just read), binned as the floats they hold:
  * the counts torch's path gives after its float32 copy. */
 int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double *known, double *out) {
-    return hist_known(x, 2, n, bins, known, out);
+    return hist_known(x, BF16, n, bins, known, out);
+}
+
+/* nd_hist_known_bf16 of float16 values. */
+int nd_hist_known_f16(const uint16_t *x, int64_t n, int64_t bins, const double *known, double *out) {
+    return hist_known(x, F16, n, bins, known, out);
 }
 
 /* The sum of `EXPR` (of each value `v`, read from `p` by `IN`) over the
@@ -658,23 +755,30 @@ int nd_hist_known_bf16(const uint16_t *x, int64_t n, int64_t bins, const double 
 typedef double (*sum_fn)(const float *restrict, int64_t);
 typedef double (*sum16_fn)(const uint16_t *restrict, int64_t);
 
-/* A sum and a sum of squares of float32 values, a sum of squares of
- * bfloat16 ones (the gradients of a model trained in bfloat16), for an
- * instruction set (ATTR). */
+/* A sum and a sum of squares of float32 values, sums of squares of
+ * bfloat16 and float16 ones (the gradients of a model trained in them),
+ * for an instruction set (ATTR). A float16 value's square is exact in a
+ * float too (11 significant bits: 22 in the square). */
 #define SUMS(SUFFIX, ATTR) \
     ATTR static double block_sum_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(float, AS_IS, v) \
     ATTR static double block_sqf_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(float, AS_IS, v * v) \
     ATTR static double block_sqd_##SUFFIX(const float *restrict p, int64_t m) WIDE_BLOCK(double, AS_IS, v * v) \
-    ATTR static double block_sqf16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+    ATTR static double block_sqf_bf16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
         WIDE_BLOCK(float, bf16_value, v * v) \
-    ATTR static double block_sqd16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+    ATTR static double block_sqd_bf16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
         WIDE_BLOCK(double, bf16_value, v * v) \
+    ATTR static double block_sqf_f16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+        WIDE_BLOCK(float, f16_value, v * v) \
+    ATTR static double block_sqd_f16_##SUFFIX(const uint16_t *restrict p, int64_t m) \
+        WIDE_BLOCK(double, f16_value, v * v) \
     ATTR static double sum_##SUFFIX(const float *restrict x, int64_t n) \
         BLOCKED(block_sum_##SUFFIX, 0, block_sum_##SUFFIX) \
     ATTR static double sumsq_##SUFFIX(const float *restrict x, int64_t n) \
         BLOCKED(block_sqf_##SUFFIX, SQUARES_LOST, block_sqd_##SUFFIX) \
-    ATTR static double sumsq16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
-        BLOCKED(block_sqf16_##SUFFIX, SQUARES_LOST, block_sqd16_##SUFFIX)
+    ATTR static double sumsq_bf16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
+        BLOCKED(block_sqf_bf16_##SUFFIX, SQUARES_LOST, block_sqd_bf16_##SUFFIX) \
+    ATTR static double sumsq_f16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
+        BLOCKED(block_sqf_f16_##SUFFIX, SQUARES_LOST, block_sqd_f16_##SUFFIX)
 
 SUMS(base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -688,28 +792,28 @@ static sum_fn choose_sum(int squares) {
     return squares ? sumsq_base : sum_base;
 }
 
-static sum16_fn choose_sumsq16(void) {
+/* The sum of squares of 16-bit values of a kind (BF16, F16). */
+static sum16_fn choose_sumsq16(int kind) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (choose() == pass_avx2) return sumsq16_avx2;
+    if (choose() == pass_avx2) return kind == BF16 ? sumsq_bf16_avx2 : sumsq_f16_avx2;
 #endif
-    return sumsq16_base;
+    return kind == BF16 ? sumsq_bf16_base : sumsq_f16_base;
 }
 
 static sum_fn sumsq32 = 0;
-static sum16_fn sumsq16 = 0;
+static sum16_fn sumsq16[3] = {0, 0, 0}; /* by kind */
 
-/* The L2 norms of `count` arrays of `esize`-byte values (4: float32, 2:
- * bfloat16) into out[i]. */
-static void norms_of(const uint64_t *ptrs, const int64_t *lens, int64_t count, int esize, double *out) {
+/* The L2 norms of `count` arrays of values of a kind into out[i]. */
+static void norms_of(const uint64_t *ptrs, const int64_t *lens, int64_t count, int kind, double *out) {
     /* (each chosen by the first call that needs it; a concurrent first call
      * chooses the same) */
     sum_fn f32 = sumsq32;
-    sum16_fn f16 = sumsq16;
-    if (esize == 2 && !f16) sumsq16 = f16 = choose_sumsq16();
-    if (esize == 4 && !f32) sumsq32 = f32 = choose_sum(1);
+    sum16_fn f16 = kind == F32 ? 0 : sumsq16[kind];
+    if (kind != F32 && !f16) sumsq16[kind] = f16 = choose_sumsq16(kind);
+    if (kind == F32 && !f32) sumsq32 = f32 = choose_sum(1);
     for (int64_t t = 0; t < count; t++) {
         const void *p = (const void *)(uintptr_t)ptrs[t];
-        out[t] = sqrt(esize == 2 ? f16((const uint16_t *)p, lens[t]) : f32((const float *)p, lens[t]));
+        out[t] = sqrt(kind == F32 ? f32((const float *)p, lens[t]) : f16((const uint16_t *)p, lens[t]));
     }
 }
 
@@ -720,7 +824,7 @@ static void norms_of(const uint64_t *ptrs, const int64_t *lens, int64_t count, i
  * them, overflow from 1.8e19 a value and would make an exploding gradient
  * read as a non-finite one: such a block is added again in double). */
 int nd_norms_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
-    norms_of(ptrs, lens, count, 4, out);
+    norms_of(ptrs, lens, count, F32, out);
     return 0;
 }
 
@@ -728,7 +832,13 @@ int nd_norms_f32(const uint64_t *ptrs, const int64_t *lens, int64_t count, doubl
  * squares add up in float as a float32 array's: torch's _foreach_norm of
  * them rounds each norm to bfloat16 (3 significant digits), these do not. */
 int nd_norms_bf16(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
-    norms_of(ptrs, lens, count, 2, out);
+    norms_of(ptrs, lens, count, BF16, out);
+    return 0;
+}
+
+/* nd_norms_bf16 of float16 arrays. */
+int nd_norms_f16(const uint64_t *ptrs, const int64_t *lens, int64_t count, double *out) {
+    norms_of(ptrs, lens, count, F16, out);
     return 0;
 }
 
@@ -736,7 +846,7 @@ typedef struct {
     const uint64_t *ptrs;
     const int64_t *lens;
     int64_t count, cut;
-    int esize;
+    int kind;
     double *out;
 } norms_job;
 
@@ -744,29 +854,30 @@ static void norms_part(void *ctx, int p, int parts) {
     (void)parts;
     norms_job *j = (norms_job *)ctx;
     if (p == 0)
-        norms_of(j->ptrs, j->lens, j->cut, j->esize, j->out);
+        norms_of(j->ptrs, j->lens, j->cut, j->kind, j->out);
     else
-        norms_of(j->ptrs + j->cut, j->lens + j->cut, j->count - j->cut, j->esize, j->out + j->cut);
+        norms_of(j->ptrs + j->cut, j->lens + j->cut, j->count - j->cut, j->kind, j->out + j->cut);
 }
 
 double nd_helper_seconds(void) { return (double)__atomic_load_n(&helper_ns, __ATOMIC_RELAXED) * 1e-9; }
 
-/* The norms of arrays of `esize`-byte values (nd_norms_f32, nd_norms_bf16)
- * in two parts, arrays [0, cut) and [cut, count), read by two of torch's
- * intra-op threads (see run_parts): a read of tens of megabytes (an MLP's
- * gradients) is bound by one core's memory bandwidth. Returns 1 when it was
- * all read here (no OpenMP, one thread), 0 when in two parts, -1 for an
- * esize it does not take. */
-int nd_norms2(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, int esize, double *out) {
-    if (esize != 2 && esize != 4) return -1;
-    if (cut <= 0 || cut >= count) return norms_of(ptrs, lens, count, esize, out), 1;
-    norms_of(ptrs, lens, 0, esize, out); /* (chooses the sum before the team reads it) */
-    norms_job j = {ptrs, lens, count, cut, esize, out};
+/* The norms of arrays of values of a kind (0 float32, 1 bfloat16, 2
+ * float16: nd_norms_f32, nd_norms_bf16, nd_norms_f16) in two parts, arrays
+ * [0, cut) and [cut, count), read by two of torch's intra-op threads (see
+ * run_parts): a read of tens of megabytes (an MLP's gradients) is bound by
+ * one core's memory bandwidth. Returns 1 when it was all read here (no
+ * OpenMP, one thread), 0 when in two parts, -1 for a kind it does not
+ * take. */
+int nd_norms2(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t cut, int kind, double *out) {
+    if (kind != F32 && kind != BF16 && kind != F16) return -1;
+    if (cut <= 0 || cut >= count) return norms_of(ptrs, lens, count, kind, out), 1;
+    norms_of(ptrs, lens, 0, kind, out); /* (chooses the sum before the team reads it) */
+    norms_job j = {ptrs, lens, count, cut, kind, out};
     int parts = team_parts(2);
     if (parts == 2)
         run_parts(norms_part, &j, 2);
     else
-        norms_of(ptrs, lens, count, esize, out);
+        norms_of(ptrs, lens, count, kind, out);
     return parts == 2 ? 0 : 1;
 }
 
