@@ -61,7 +61,8 @@ timeout 360 $PY benchmarks/overhead.py --device cuda --amp bf16 --models gpt --b
 
 part "4. overhead on small models, bound by Python and launches"
 timeout 150 $PY benchmarks/overhead.py --device cuda --models tiny,mlp --blocks 6 --steps 20 \
-    --modes bare,bare2,clip,watched --alternate 20 --own 20 2>&1 | tee "$OUT_DIR/overhead_small.txt" || failed+=("small-model overhead")
+    --modes bare,bare2,clip,watched --alternate 20 --own 20 2>&1 | tee "$OUT_DIR/overhead_small.txt" \
+    || failed+=("small-model overhead")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then

@@ -56,7 +56,8 @@ sys.exit(O.main({args + ['--warm', '1', '--own', '2']!r}))
 
 def test_gpu_checks_small_models_run_works_on_the_cpu():
     args = _gpu_check_overhead_args()[1]
-    for flag, value in (("--device", "cpu"), ("--blocks", "1"), ("--steps", "2"), ("--alternate", "2"), ("--own", "2")):
+    short = {"--device": "cpu", "--blocks": "1", "--steps": "2", "--alternate": "2", "--own": "2"}
+    for flag, value in short.items():
         args[args.index(flag) + 1] = value
     args[args.index("--models") + 1] = "tiny"  # (the MLP's steps on a CPU take long)
     code = f"""

@@ -61,8 +61,9 @@ class Read:
     """One reading of the gradients of ``params``: ``ptrs``, ``lens`` and
     ``status`` (arrays of len(params): :data:`OK` float32 values,
     :data:`BF16` bfloat16 ones, :data:`F16` float16 ones, :data:`NONE`);
-    keeps the gradients alive while it is held (``holder``). Its arrays are reused by the thread's next
-    reading of as many tensors: use them before."""
+    keeps the gradients alive while it is held (``holder``). Its arrays are
+    reused by the thread's next reading of as many tensors: use them
+    before."""
 
     __slots__ = ("ptrs", "lens", "status", "holder")
 
@@ -104,9 +105,9 @@ def wait(timeout: float | None = None) -> bool:
 def read(params: list) -> Read | None:
     """The gradients of ``params`` (a list of tensors), or None: the reader
     is not loaded (yet), or a gradient is not a dense float32, bfloat16 or
-    float16 CPU tensor (contiguous or channels_last: grads.cpp's plain_float32;
-    another dtype or device, a subclass, one that requires grad): read
-    those in Python."""
+    float16 CPU tensor (contiguous or channels_last: grads.cpp's
+    plain_float32; another dtype or device, a subclass, one that requires
+    grad): read those in Python."""
     return _read("read", params)
 
 
@@ -296,7 +297,7 @@ def _check(mod) -> None:
         raise RuntimeError(f"the gradient reader's marks check failed: {ids.tolist()}, {versions.tolist()}")
     other, holder = mod.read_data([plain, strided.grad, half], ptrs.ctypes.data, lens.ctypes.data,
                                   status.ctypes.data)
-    if other != 1 or status[:3].tolist() != [OK, OTHER, BF16] or int(ptrs[0]) != plain.data_ptr() or int(lens[0]) != 15:
+    if other != 1 or status[:3].tolist() != [OK, OTHER, BF16] or (int(ptrs[0]), int(lens[0])) != (plain.data_ptr(), 15):
         raise RuntimeError(f"the gradient reader's data check failed: {status[:3].tolist()}")
     frozen = torch.nn.Parameter(torch.zeros(1, device=cpu), requires_grad=False)
     if mod.all_require_grad([plain, wide]) is not True or mod.all_require_grad([plain, frozen]) is not False:
