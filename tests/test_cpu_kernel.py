@@ -503,6 +503,43 @@ def test_16_bit_tensors_get_the_kernels_norms_of_the_values_they_hold(threads, m
 
 
 @needs_kernel
+def test_random_tensors_of_every_kind_get_the_values_float64_and_torchs_ops_give():
+    # 600 random batches of the three kinds, values from vanishing to
+    # exploding, with dead units, zeros, a NaN or an inf: counts exact
+    # (non-zeros, non-finite, dead units, saturated values as
+    # stats.saturated), min and max exact, sums to float32's rounding; a
+    # norm whose squares add up beyond float32's range is inf, as torch's
+    # float32 dot, or the true one where no lane's partial sum overflowed.
+    rng = np.random.default_rng(7)
+    bounds = [(-0.99, 0.99), (0.01, 0.99), (None, 6.0), (-0.37, 0.81), (None, 0.5), (-1e-5, 3e-5)]
+    for trial in range(600):
+        dtype = (torch.float32, torch.bfloat16, torch.float16)[trial % 3]
+        rows, units = int(rng.integers(1, 7)), int(rng.integers(1, 300))
+        exp = rng.uniform(-6, 4) if dtype is torch.float16 else rng.uniform(-20, 20)
+        x = torch.from_numpy(rng.standard_normal((rows, units)).astype(np.float32) * np.float32(10.0**exp))
+        if trial % 4 == 0:
+            x = x.relu()
+        if trial % 5 == 0:
+            x[:, int(rng.integers(units))] = 0.0
+        if trial % 11 == 0:
+            x.view(-1)[int(rng.integers(x.numel()))] = (math.nan, math.inf, -math.inf)[trial % 3]
+        x = x.to(dtype)
+        lo, hi = bounds[trial % len(bounds)]
+        got = K.moments(x, units, K.saturation_bounds(lo, hi))
+        f = x.double()
+        nonfinite = int((~torch.isfinite(f)).sum())
+        counts = [int((x != 0).sum()), nonfinite, int(((x != 0).sum(0) == 0).sum()), int(S.saturated(x, lo, hi))]
+        assert got[4:] == counts, (trial, dtype, got, counts)
+        if nonfinite:
+            continue
+        assert got[0:2] == [float(f.min()), float(f.max())], (trial, dtype)
+        assert got[2] == pytest.approx(float(f.sum()), rel=1e-5, abs=1e-5 * float(f.abs().sum())), (trial, dtype)
+        flat = x.float().reshape(-1)
+        overflows = math.isinf(float(torch.dot(flat, flat)))
+        assert got[3] == pytest.approx(float(f.norm()), rel=1e-5) or (overflows and got[3] == math.inf), (trial, dtype)
+
+
+@needs_kernel
 def test_dense_tensors_in_another_memory_order_get_the_kernels_norms():
     # channels_last (a CNN's weights and gradients in that memory format),
     # and a transposed matrix through the C++ reader: the same values, in

@@ -169,8 +169,10 @@ def moments(
     value is -1. ``saturation``: :func:`saturation_bounds` of a bounded
     activation's ends (the count is ``stats.saturated``'s). min and max are
     NaN when a value is NaN (as ``torch.aminmax`` gives them); the sum and
-    the norm are non-finite exactly where torch's are (NaN and inf
-    propagate).
+    the norm are non-finite where torch's are (NaN and inf propagate), but
+    for a norm whose squares add up beyond float32's range (about 1.8e19):
+    torch's float32 dot is inf there, this one too unless none of its lanes'
+    partial sums overflowed (then the true norm).
     """
     if not takes(x):
         return None
