@@ -313,17 +313,21 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not (
         all(map(_PLAIN.__contains__, map(type, tensors)))
         and all(map(is_, map(_LAYOUT, tensors), repeat(torch.strided)))
-        and all(map(_KERNEL_DTYPES.__contains__, map(_DTYPE, tensors)))
         and all(map(_IS_CPU, tensors))
         and (all(map(torch.Tensor.is_contiguous, tensors)) or all(map(_dense, tensors)))
     ):
+        return None
+    if all(map(is_, map(_DTYPE, tensors), repeat(torch.float32))):
+        kinds = None  # (the common case: one pass)
+    elif all(map(_KERNEL_DTYPES.__contains__, map(_DTYPE, tensors))):
+        kinds = np.fromiter(map(KINDS.__getitem__, map(_DTYPE, tensors)), dtype=np.int8, count=len(tensors))
+    else:
         return None
     lens = np.fromiter(map(torch.Tensor.numel, tensors), dtype=np.int64, count=len(tensors))
     if not _norms_take(lens):
         return None
     ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
-    kinds = np.fromiter(map(KINDS.__getitem__, map(_DTYPE, tensors)), dtype=np.int8, count=len(tensors))
-    return _norms_of(ptrs, lens, kinds if kinds.any() else None)
+    return _norms_of(ptrs, lens, kinds)
 
 
 def norms_at(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None) -> torch.Tensor | None:
