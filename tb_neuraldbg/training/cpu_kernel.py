@@ -179,7 +179,8 @@ def moments(
     n = x.numel()
     if units and n % units:
         return None
-    fn = (_fn, _fn_bf16, _fn_f16)[KINDS[x.dtype]]  # (loaded by takes)
+    dtype = x.dtype
+    fn = _fn if dtype is torch.float32 else _fn_bf16 if dtype is torch.bfloat16 else _fn_f16  # (loaded by takes)
     # ctypes buffers, not numpy arrays: an array's .ctypes.data costs about
     # 1 us each, 2 us of a 6 us call on a small tensor (1,250 calls a full
     # step of a 1,000-module model).
