@@ -1,9 +1,9 @@
 /* One pass over a float32 CPU tensor (or a bfloat16 or float16 one: a CPU
- * autocast's activations, read as the floats they hold) for every statistic a full
- * step takes of it: min, max, sum, sum of squares, non-zeros, non-finite
- * values, NaNs, (batched, dim 0 the batch) the units that are zero in every
- * sample, and (a bounded activation's: tanh, sigmoid, hardtanh...) the
- * saturated values.
+ * autocast's activations, read as the floats they hold) for every
+ * statistic a full step takes of it: min, max, sum, sum of squares,
+ * non-zeros, non-finite values, NaNs, (batched, dim 0 the batch) the units
+ * that are zero in every sample, and (a bounded activation's: tanh,
+ * sigmoid, hardtanh...) the saturated values.
  *
  * Why C: torch has no op that takes several of these in one read, and each
  * of its reductions is a pass over memory (50-130 us a megabyte of a freshly
