@@ -117,6 +117,7 @@ def available() -> bool:
 #: dtype: float32, and bfloat16 and float16 (a CPU autocast's activations, a
 #: model cast to them), whose values it reads as the floats they are.
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_KIND_SIZE = (4, 2, 2)  # (bytes a value, by kind)
 _KERNEL_DTYPES = frozenset(KINDS)
 
 
@@ -368,7 +369,7 @@ def _norms_of_one_kind(ptrs: np.ndarray, lens: np.ndarray, kind: int) -> np.ndar
     """The norms (float64) of arrays of values of one of the :data:`KINDS`;
     from :data:`NORMS_SPLIT_ELEMENTS` float32 values' bytes on two cores."""
     total = int(lens.sum())
-    if total * (4 if kind == 0 else 2) >= 4 * NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
+    if total * _KIND_SIZE[kind] >= 4 * NORMS_SPLIT_ELEMENTS and _norms2 and torch.get_num_threads() > 1:
         return _norms_on_two_cores(ptrs, lens, total, kind)
     out = np.empty(len(lens))
     (_norms, _norms_bf16, _norms_f16)[kind](ptrs.ctypes.data, lens.ctypes.data, len(lens), out.ctypes.data)
@@ -410,7 +411,7 @@ def _norms_on_two_cores(ptrs: np.ndarray, lens: np.ndarray, total: int, kind: in
     i = int(np.searchsorted(ends, half, side="right"))  # the array holding value number `half`
     inside = half - int(ends[i] - lens[i])  # its values before the cut
     if inside:
-        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64((4 if kind == 0 else 2) * inside))
+        ptrs = np.insert(ptrs, i + 1, ptrs[i] + np.uint64(_KIND_SIZE[kind] * inside))
         lens = np.insert(lens, i + 1, lens[i] - inside)
         lens[i] = inside
         cut = i + 1

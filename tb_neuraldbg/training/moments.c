@@ -254,25 +254,14 @@ static int has_avx2(void) {
 #endif
 }
 
-static pass_fn choose(void) {
+/* The pass over values of a kind for this CPU. */
+static pass_fn choose(int kind) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_avx2()) return pass_avx2;
+    static const pass_fn avx2[3] = {pass_avx2, pass_bf16_avx2, pass_f16_avx2};
+    if (has_avx2()) return avx2[kind];
 #endif
-    return pass_base;
-}
-
-static pass_fn choose_bf16(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_avx2()) return pass_bf16_avx2;
-#endif
-    return pass_bf16_base;
-}
-
-static pass_fn choose_f16(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (has_avx2()) return pass_f16_avx2;
-#endif
-    return pass_f16_base;
+    static const pass_fn base[3] = {pass_base, pass_bf16_base, pass_f16_base};
+    return base[kind];
 }
 
 /* The non-finite values and the NaNs among the `n` at `x` of a kind (a
@@ -459,7 +448,7 @@ static bounds_t at_inf(bounds_t b) {
 
 int nd_moments_f32(const float *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
-    if (!pass) pass = choose();
+    if (!pass) pass = choose(F32);
     bounds_t b;
     if (bounds) b.mid = bounds[0], b.half = bounds[1], b.sign = bounds[2], b = at_inf(b);
     return moments(pass, x, F32, n, units, alive, bounds ? &b : 0, out);
@@ -479,14 +468,14 @@ static int moments_16(pass_fn pass, int kind, float (*round)(float), const uint1
 /* nd_moments_f32 of bfloat16 values (`x`: their 16-bit patterns). */
 int nd_moments_bf16(const uint16_t *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
-    if (!pass) pass = choose_bf16();
+    if (!pass) pass = choose(BF16);
     return moments_16(pass, BF16, bf16_round, x, n, units, alive, bounds, out);
 }
 
 /* nd_moments_f32 of float16 values (their 16-bit patterns). */
 int nd_moments_f16(const uint16_t *x, int64_t n, int64_t units, int32_t *alive, const float *bounds, double *out) {
     static pass_fn pass = 0;
-    if (!pass) pass = choose_f16();
+    if (!pass) pass = choose(F16);
     return moments_16(pass, F16, f16_round, x, n, units, alive, bounds, out);
 }
 
@@ -575,6 +564,13 @@ int nd_hist_f32(const float *x, int64_t n, int64_t stride, int64_t bins, double 
     return 0;
 }
 
+/* count_bins' bin of value `V` (clamped to [0, top], truncated) into idx[k]. */
+#define BIN_OF(V) \
+    { \
+        float t = ((V) - lo) * scale; \
+        idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t)); \
+    }
+
 /* The bins of n finite float32 values (every `stride`-th; bfloat16 or
  * float16 ones: contiguous) from `x`, added into counts[0:bins]: (v - lo)
  * * scale, clamped to [0, bins - 1], truncated. */
@@ -590,31 +586,15 @@ static void count_bins(const void *xv, int kind, int64_t n, int64_t stride, floa
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t m = n - i < 1024 ? n - i : 1024;
         const float *p = kind == F32 ? (const float *)xv + i * stride : 0;
-        if (kind == BF16) { /* (contiguous: read as the floats they hold) */
-            const uint16_t *h = (const uint16_t *)xv + i;
-            _Pragma("omp simd")
-            for (int64_t k = 0; k < m; k++) {
-                float t = (bf16_value(h[k]) - lo) * scale;
-                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
-            }
+        const uint16_t *h = kind == F32 ? 0 : (const uint16_t *)xv + i; /* (contiguous) */
+        if (kind == BF16) {
+            _Pragma("omp simd") for (int64_t k = 0; k < m; k++) BIN_OF(bf16_value(h[k]))
         } else if (kind == F16) {
-            const uint16_t *h = (const uint16_t *)xv + i;
-            _Pragma("omp simd")
-            for (int64_t k = 0; k < m; k++) {
-                float t = (f16_value(h[k]) - lo) * scale;
-                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
-            }
+            _Pragma("omp simd") for (int64_t k = 0; k < m; k++) BIN_OF(f16_value(h[k]))
         } else if (stride == 1) {
-            _Pragma("omp simd")
-            for (int64_t k = 0; k < m; k++) {
-                float t = (p[k] - lo) * scale;
-                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
-            }
+            _Pragma("omp simd") for (int64_t k = 0; k < m; k++) BIN_OF(p[k])
         } else {
-            for (int64_t k = 0; k < m; k++) {
-                float t = (p[k * stride] - lo) * scale;
-                idx[k] = (int32_t)(t < 0.f ? 0.f : (t > top ? top : t));
-            }
+            for (int64_t k = 0; k < m; k++) BIN_OF(p[k * stride])
         }
         int64_t k = 0;
         for (; k + 4 <= m; k += 4) {
@@ -753,7 +733,15 @@ int nd_hist_known_f16(const uint16_t *x, int64_t n, int64_t bins, const double *
 #define SQUARES_LOST !(b >= SUMSQ_FLOOR && b <= FLT_MAX)
 
 typedef double (*sum_fn)(const float *restrict, int64_t);
-typedef double (*sum16_fn)(const uint16_t *restrict, int64_t);
+typedef double (*sumsq_fn)(const void *, int64_t); /* (of values of a kind) */
+
+/* A sum of squares of values of type T (SQF, SQD: its blocks' in float and
+ * in double lanes) for an instruction set (ATTR). */
+#define SUMSQ(NAME, ATTR, T, SQF, SQD) \
+    ATTR static double NAME(const void *xv, int64_t n) { \
+        const T *restrict x = (const T *)xv; \
+        BLOCKED(SQF, SQUARES_LOST, SQD) \
+    }
 
 /* A sum and a sum of squares of float32 values, sums of squares of
  * bfloat16 and float16 ones (the gradients of a model trained in them),
@@ -773,48 +761,39 @@ typedef double (*sum16_fn)(const uint16_t *restrict, int64_t);
         WIDE_BLOCK(double, f16_value, v * v) \
     ATTR static double sum_##SUFFIX(const float *restrict x, int64_t n) \
         BLOCKED(block_sum_##SUFFIX, 0, block_sum_##SUFFIX) \
-    ATTR static double sumsq_##SUFFIX(const float *restrict x, int64_t n) \
-        BLOCKED(block_sqf_##SUFFIX, SQUARES_LOST, block_sqd_##SUFFIX) \
-    ATTR static double sumsq_bf16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
-        BLOCKED(block_sqf_bf16_##SUFFIX, SQUARES_LOST, block_sqd_bf16_##SUFFIX) \
-    ATTR static double sumsq_f16_##SUFFIX(const uint16_t *restrict x, int64_t n) \
-        BLOCKED(block_sqf_f16_##SUFFIX, SQUARES_LOST, block_sqd_f16_##SUFFIX)
+    SUMSQ(sumsq_##SUFFIX, ATTR, float, block_sqf_##SUFFIX, block_sqd_##SUFFIX) \
+    SUMSQ(sumsq_bf16_##SUFFIX, ATTR, uint16_t, block_sqf_bf16_##SUFFIX, block_sqd_bf16_##SUFFIX) \
+    SUMSQ(sumsq_f16_##SUFFIX, ATTR, uint16_t, block_sqf_f16_##SUFFIX, block_sqd_f16_##SUFFIX)
 
 SUMS(base, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 SUMS(avx2, __attribute__((target("avx2,fma"))))
 #endif
 
-static sum_fn choose_sum(int squares) {
+static sum_fn choose_sum(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (choose() == pass_avx2) return squares ? sumsq_avx2 : sum_avx2;
+    if (has_avx2()) return sum_avx2;
 #endif
-    return squares ? sumsq_base : sum_base;
+    return sum_base;
 }
 
-/* The sum of squares of 16-bit values of a kind (BF16, F16). */
-static sum16_fn choose_sumsq16(int kind) {
+/* The sum of squares of values of a kind for this CPU. */
+static sumsq_fn choose_sumsq(int kind) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (choose() == pass_avx2) return kind == BF16 ? sumsq_bf16_avx2 : sumsq_f16_avx2;
+    static const sumsq_fn avx2[3] = {sumsq_avx2, sumsq_bf16_avx2, sumsq_f16_avx2};
+    if (has_avx2()) return avx2[kind];
 #endif
-    return kind == BF16 ? sumsq_bf16_base : sumsq_f16_base;
+    static const sumsq_fn base[3] = {sumsq_base, sumsq_bf16_base, sumsq_f16_base};
+    return base[kind];
 }
 
-static sum_fn sumsq32 = 0;
-static sum16_fn sumsq16[3] = {0, 0, 0}; /* by kind */
+static sumsq_fn sumsq[3] = {0, 0, 0}; /* by kind */
 
 /* The L2 norms of `count` arrays of values of a kind into out[i]. */
 static void norms_of(const uint64_t *ptrs, const int64_t *lens, int64_t count, int kind, double *out) {
-    /* (each chosen by the first call that needs it; a concurrent first call
-     * chooses the same) */
-    sum_fn f32 = sumsq32;
-    sum16_fn f16 = kind == F32 ? 0 : sumsq16[kind];
-    if (kind != F32 && !f16) sumsq16[kind] = f16 = choose_sumsq16(kind);
-    if (kind == F32 && !f32) sumsq32 = f32 = choose_sum(1);
-    for (int64_t t = 0; t < count; t++) {
-        const void *p = (const void *)(uintptr_t)ptrs[t];
-        out[t] = sqrt(kind == F32 ? f32((const float *)p, lens[t]) : f16((const uint16_t *)p, lens[t]));
-    }
+    sumsq_fn f = sumsq[kind]; /* (chosen by the first call that needs it; a concurrent one chooses the same) */
+    if (!f) sumsq[kind] = f = choose_sumsq(kind);
+    for (int64_t t = 0; t < count; t++) out[t] = sqrt(f((const void *)(uintptr_t)ptrs[t], lens[t]));
 }
 
 /* L2 norms of `count` float32 arrays (`ptrs[i]`, `lens[i]` values each) into
@@ -886,7 +865,7 @@ int nd_norms2(const uint64_t *ptrs, const int64_t *lens, int64_t count, int64_t 
  * 10-40 us more on a small tensor. */
 double nd_sum_f32(const float *x, int64_t n) {
     static sum_fn sum = 0;
-    if (!sum) sum = choose_sum(0);
+    if (!sum) sum = choose_sum();
     return sum(x, n);
 }
 
