@@ -358,6 +358,31 @@ def test_assemble_takes_the_last_slot_of_a_single_key_and_sums_the_others():
     assert row[2, M["grad_norm"]] == 5.0 and np.isnan(row[0, M["grad_norm"]])
 
 
+def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
+    from tb_neuraldbg.training.collector import StepPacket
+    from tb_neuraldbg.training.rows import LAYOUTS, RowAssembler
+
+    rng = np.random.default_rng(0)
+    L = 6
+    kinds = [
+        (np.array([0, 1, 2, 3, 2]), np.array([Key.VALUE, Key.VALUE, Key.GRAD_NORM, Key.GRAD_NORM, Key.GRAD_NORM])),
+        (np.array([5, 1, 2, 3, 2]), np.array([Key.VALUE, Key.VALUE, Key.GRAD_NORM, Key.GRAD_NORM, Key.GRAD_NORM])),
+        (np.array([0, 1, 2, 3, 2]), np.array([Key.VALUE, Key.OUT_N, Key.GRAD_NORM, Key.WEIGHT_NORM, Key.GRAD_NORM])),
+    ]
+    assembler = RowAssembler()
+    for step in range(3 * LAYOUTS):  # kinds alternate, and more layouts than kept
+        rows, keys = kinds[step % 3] if step < 2 * LAYOUTS else (rng.integers(0, L, 5), kinds[0][1])
+        values = rng.standard_normal(5)
+        packet = StepPacket(step=step, rows=rows.copy(), keys=keys.copy(), layers=[], stats=False)
+        got = assembler.row(packet, values, L)
+        np.testing.assert_array_equal(got, S.assemble(values, rows, keys, L))
+        assert len(assembler.layouts) <= LAYOUTS
+    assert assembler.layout(StepPacket(0, kinds[0][0], kinds[0][1], [], False), L) is \
+        assembler.layout(StepPacket(1, kinds[0][0].copy(), kinds[0][1].copy(), [], False), L)
+    with pytest.raises(ValueError, match="read-only"):
+        assembler.layout(StepPacket(0, kinds[0][0], kinds[0][1], [], False), L).present[0, 0] = False
+
+
 def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
     from tb_neuraldbg.training.collector import CHUNK, Collector
 

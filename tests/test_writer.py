@@ -526,17 +526,31 @@ def test_a_step_that_goes_backwards_is_analysed_not_written(tmp_path, planned):
     assert tensor_steps(load(tmp_path), metadata.stats_tag("grad_norm")) == [5, 6, 7]
 
 
-def test_fast_row_summary_equals_the_builder_without_metadata():
+@pytest.mark.parametrize("layers", [0, 1, 5, 300])
+def test_fast_row_summary_equals_the_builder_without_metadata(layers):
     from tb_neuraldbg.format import summary
     from tb_neuraldbg.format.summary import row_summary_without_metadata
 
-    row = np.random.default_rng(1).random((5, len(metadata.METRICS)), dtype=np.float32)
-    row[2, 3] = np.nan
-    states = np.array([0, 1, 2, 255, 3], np.uint8)
-    ref = summary.stats_summary(row, states)
-    for v in ref.value:
-        v.ClearField("metadata")
-    assert row_summary_without_metadata(row, states) == ref
+    rng = np.random.default_rng(layers)
+    row = rng.standard_normal((layers, len(metadata.METRICS))).astype(np.float32)
+    row[rng.random(row.shape) < 0.2] = np.nan
+    row[rng.random(row.shape) < 0.05] = -np.inf
+    states = rng.integers(0, 256, layers).astype(np.uint8)
+    built = summary.stats_summary(row, states)
+    fast = row_summary_without_metadata(row.astype(np.float64), states)
+    # the same tags, in order, and the same arrays (make_tensor_proto writes
+    # a single value as float_val, not as bytes)
+    assert [v.tag for v in fast.value] == [v.tag for v in built.value]
+    for a, b in zip(fast.value, built.value):
+        assert not a.HasField("metadata")
+        x, y = tensor_util.make_ndarray(a.tensor), tensor_util.make_ndarray(b.tensor)
+        assert x.dtype == y.dtype and x.shape == y.shape == (layers,)
+        np.testing.assert_array_equal(x, y)
+    # the same protos as built a value at a time from the same bytes
+    values = summary._raw_values(row, states, summary._STATS_TAGS, metadata.TAG_STATES)
+    assert fast == summary.summary_pb2.Summary(value=values)
+    with pytest.raises(ValueError, match="states"):
+        row_summary_without_metadata(row, states[:-1] if layers else np.zeros(1, np.uint8))
 
 
 def test_end_of_run_events_get_their_own_step(tmp_path, planned):

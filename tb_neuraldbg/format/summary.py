@@ -6,6 +6,7 @@ event file, and tests (and synthetic logdirs) build them directly.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Iterable, Mapping, Sequence
 
@@ -80,10 +81,44 @@ ROW_TAGS = frozenset(_STATS_TAGS + [metadata.TAG_STATES])
 
 def row_summary_without_metadata(row: np.ndarray, states: np.ndarray) -> summary_pb2.Summary:
     """``stats_summary(row, states)`` without any metadata: what a row is
-    once its tags have been written to the file. Built from raw bytes (the
-    same TensorProto that ``make_tensor_proto`` gives for these dtypes): the
-    writer writes a row per step, and this is 5x faster."""
-    return summary_pb2.Summary(value=_raw_values(row, states, _STATS_TAGS, metadata.TAG_STATES))
+    once its tags have been written to the file. The writer writes a row per
+    step, so it is parsed from bytes (:func:`_row_frame` and the columns'
+    bytes, the same TensorProtos that ``make_tensor_proto`` gives), not built
+    a value at a time: 10x faster for a 100-layer row."""
+    row = np.asarray(row, dtype="<f4")
+    states = np.asarray(states, dtype=np.uint8)
+    if row.ndim != 2 or row.shape[1] != len(metadata.METRICS) or states.shape != row.shape[:1]:
+        raise ValueError(f"a row is float [L, {len(metadata.METRICS)}] with uint8 [L] states, "
+                         f"got {row.shape} and {states.shape}")
+    frame = _row_frame(row.shape[0])
+    cols = memoryview(np.ascontiguousarray(row.T).tobytes())
+    n = 4 * row.shape[0]
+    parts = []
+    for j, before in enumerate(frame[:-1]):
+        parts.append(before)
+        parts.append(cols[j * n: (j + 1) * n])
+    parts.append(frame[-1])
+    parts.append(states.tobytes())
+    return summary_pb2.Summary.FromString(b"".join(parts))
+
+
+@functools.lru_cache(maxsize=4)
+def _row_frame(num_rows: int) -> tuple[bytes, ...]:
+    """The serialized row of ``num_rows`` layers cut before each tensor's
+    content: for each metric and then the states, the bytes of a one-value
+    ``Summary`` (its tag, dtype and shape) up to its ``tensor_content``,
+    which protobuf writes last (the fields in number order). Concatenated
+    one-value Summaries are one Summary with all the values, in order."""
+    values = _raw_values(np.zeros((num_rows, len(metadata.METRICS)), np.float32),
+                         np.zeros(num_rows, np.uint8), _STATS_TAGS, metadata.TAG_STATES)
+    frame = []
+    for v in values:
+        whole = summary_pb2.Summary(value=[v]).SerializeToString()
+        content = len(v.tensor.tensor_content)
+        if whole[len(whole) - content:] != v.tensor.tensor_content:
+            raise AssertionError("protobuf no longer writes tensor_content last")
+        frame.append(whole[: len(whole) - content])
+    return tuple(frame)
 
 
 def _raw_values(row: np.ndarray, states: np.ndarray, stats_tags: Sequence[str],

@@ -33,20 +33,40 @@ from .collector import StepPacket
 __all__ = ["RowAssembler"]
 
 _M = metadata.METRIC_INDEX
-_FLAGS = [_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]]
+_FLAGS = np.array([_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]])
+
+
+#: Slot layouts kept (:class:`stats.SlotLayout`): a run's steps come in a
+#: few kinds (cheap, full statistics, histograms, replayed), each with its
+#: own layout, the same from one step of its kind to the next.
+LAYOUTS = 8
 
 
 class RowAssembler:
     """The rows of one run, in step order (it remembers which columns apply
-    to which module)."""
+    to which module, and the recent steps' slot layouts)."""
 
     def __init__(self):
         self.applies = np.zeros((0, len(_FLAGS)), dtype=bool)
+        self.layouts: dict[tuple, S.SlotLayout] = {}
+
+    def layout(self, packet: StepPacket, num_rows: int) -> S.SlotLayout:
+        """The slot layout of ``packet``: a kept one when a recent step had
+        the same rows and keys (compared whole), else a new one."""
+        rows = np.asarray(packet.rows, dtype=np.int64)
+        keys = np.asarray(packet.keys, dtype=np.int64)
+        key = (num_rows, rows.tobytes(), keys.tobytes())
+        layout = self.layouts.get(key)
+        if layout is None:
+            if len(self.layouts) >= LAYOUTS:
+                self.layouts.clear()  # (a run whose layout keeps changing: no gain to keep)
+            layout = self.layouts[key] = S.SlotLayout(rows, keys, num_rows)
+        return layout
 
     def row(self, packet: StepPacket, values: np.ndarray, num_rows: int) -> np.ndarray:
         """The float32 ``[num_rows, len(METRICS)]`` row of ``packet`` (whose
         host values are ``values``)."""
-        row = S.assemble(values, packet.rows, packet.keys, num_rows)
+        row = S.assemble(values, packet.rows, packet.keys, num_rows, self.layout(packet, num_rows))
         if len(self.applies) < num_rows:
             grown = np.zeros((num_rows, len(_FLAGS)), dtype=bool)
             grown[: len(self.applies)] = self.applies
@@ -59,5 +79,5 @@ class RowAssembler:
             self.applies[seen] = known[seen]
         elif len(ran) and not (row[:, S.NONFINITE_EVIDENCE] > 0).any():  # NaN > 0 is False
             ran = ran[ran < num_rows]
-            row[np.ix_(ran, _FLAGS)] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
+            row[ran[:, None], _FLAGS] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
         return row

@@ -51,6 +51,7 @@ __all__ = [
     "acc_dtype",
     "ACC_DTYPE",
     "assemble",
+    "SlotLayout",
     "histogram_parts",
     "one_thread",
     "one_thread_pays",
@@ -432,39 +433,59 @@ def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None
 
 _M = metadata.METRIC_INDEX
 #: The columns whose non-finite counts are a step's evidence (a clean step has none > 0).
-NONFINITE_EVIDENCE = [_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")]
+NONFINITE_EVIDENCE = np.array([_M[m] for m in ("act_nonfinite", "in_nonfinite", "grad_nonfinite", "gout_nonfinite")])
 # Keys with several slots per row (summed), the others have one.
 _MULTI = np.zeros(Key.COUNT, dtype=bool)
 _MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.GRAD_CARRIED, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE,
         Key.HIST]] = True
 
 
-class _Slots:
-    """The step vector scattered into one ``[Key.COUNT, L]`` table (a slot's
-    place is ``key * L + row``), with per-key accessors that are views of it.
+class SlotLayout:
+    """Where the slots of a step vector go in the ``[Key.COUNT, L]`` table of
+    :class:`_Slots`: what depends on the slots' rows and keys alone. Steps
+    of the same kind (every cheap step, every full one) have the same
+    layout, so :class:`.rows.RowAssembler` keeps the recent ones.
 
     Single-valued keys: a later slot of the same key and row replaces an
     earlier one (as numpy assigns in order). Multi-valued keys (one slot per
     parameter, per micro-batch) add up, in the order of the slots, in one
-    ``bincount`` for all of them.
+    ``bincount`` for all of them. ``present``: read-only, bool
+    ``[Key.COUNT, L]``, the places with at least one slot.
     """
 
-    def __init__(self, values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: int):
-        L = self.L = num_rows
-        size = Key.COUNT * L
+    __slots__ = ("num_rows", "single", "single_at", "summed", "summed_at", "present")
+
+    def __init__(self, rows: np.ndarray, keys: np.ndarray, num_rows: int):
+        L = self.num_rows = num_rows
+        rows = np.asarray(rows, dtype=np.int64)
+        keys = np.asarray(keys, dtype=np.int64)
         flat = keys * L + rows
         multi = _MULTI[keys]
-        single = ~multi
-        table = np.full(size, np.nan)
-        table[flat[single]] = values[single]
-        present = np.zeros(size, dtype=bool)
+        self.single = np.flatnonzero(~multi)
+        self.single_at = flat[self.single]
+        self.summed = np.flatnonzero(multi & (keys != Key.HIST))
+        self.summed_at = flat[self.summed]
+        present = np.zeros(Key.COUNT * L, dtype=bool)
         present[flat] = True
-        summed = multi & (keys != Key.HIST)
-        fm, vm = flat[summed], values[summed]
+        present.flags.writeable = False
+        self.present = present.reshape(Key.COUNT, L)
+
+
+class _Slots:
+    """The step vector scattered into one ``[Key.COUNT, L]`` table (a slot's
+    place is ``key * L + row``, see :class:`SlotLayout`), with per-key
+    accessors that are views of it."""
+
+    def __init__(self, values: np.ndarray, layout: SlotLayout):
+        L = self.L = layout.num_rows
+        size = Key.COUNT * L
+        table = np.full(size, np.nan)
+        table[layout.single_at] = values[layout.single]
+        vm = values[layout.summed]
         self.table = table.reshape(Key.COUNT, L)
-        self.present_table = present.reshape(Key.COUNT, L)
-        self.sums = np.bincount(fm, weights=vm, minlength=size).reshape(Key.COUNT, L)
-        self.squares = np.bincount(fm, weights=vm * vm, minlength=size).reshape(Key.COUNT, L)
+        self.present_table = layout.present
+        self.sums = np.bincount(layout.summed_at, weights=vm, minlength=size).reshape(Key.COUNT, L)
+        self.squares = np.bincount(layout.summed_at, weights=vm * vm, minlength=size).reshape(Key.COUNT, L)
 
     def present(self, key: int) -> np.ndarray:
         """Rows that have at least one slot of this key."""
@@ -489,21 +510,23 @@ def _flag(evidence: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, np.where(np.isfinite(evidence), 0.0, 1.0), np.nan)
 
 
-def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: int) -> np.ndarray:
+def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: int,
+             layout: SlotLayout | None = None) -> np.ndarray:
     """The float32 ``[num_rows, len(METRICS)]`` row of one step.
 
     ``values``, ``rows`` and ``keys`` are parallel 1-d arrays (the step vector
     and its slot descriptions, host constants included; ``HIST`` slots are
     ignored here). Everything not measured is NaN. Non-finite counts are exact
     where an exact count was taken (``*_NF`` slots) and otherwise 1 for "at
-    least one" (from the sum/norm, which propagate NaN and inf).
+    least one" (from the sum/norm, which propagate NaN and inf). ``layout``:
+    ``SlotLayout(rows, keys, num_rows)`` when the caller keeps it.
     """
     values = np.asarray(values, dtype=np.float64)
-    rows = np.asarray(rows, dtype=np.int64)
-    keys = np.asarray(keys, dtype=np.int64)
     L = num_rows
+    if layout is None:
+        layout = SlotLayout(rows, keys, L)
     row = np.full((L, len(metadata.METRICS)), np.nan)
-    slots = _Slots(values, rows, keys, L)
+    slots = _Slots(values, layout)
     pick = slots.pick
 
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

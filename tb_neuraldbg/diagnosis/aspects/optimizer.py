@@ -16,6 +16,8 @@ from ._base import HEALTHY, METRIC, STATE, UNMEASURED, Aspect, blank
 __all__ = ["Optimizer", "Rate"]
 
 _M = METRIC
+#: The columns of a param group's hyperparameters (its id first).
+_FACTS = np.array([_M["opt_group"], _M["lr"], _M["weight_decay"], _M["momentum"]])
 
 
 class Rate(NamedTuple):
@@ -84,10 +86,12 @@ class Optimizer(Aspect):
         """The hyperparameters of each param group at this step: their
         discontinuities, and the collapse of the rate."""
         mod = self.kinds.is_mod
-        facts = row[mod][:, [_M["opt_group"], _M["lr"], _M["weight_decay"], _M["momentum"]]]
-        if self._facts_prev is None or not np.array_equal(facts, self._facts_prev, equal_nan=True):
-            # (recomputed only when some fact changed: most steps reuse it)
-            self._facts_prev = facts
+        facts = row[:, _FACTS][mod]
+        seen = facts.tobytes()
+        if seen != self._facts_prev:
+            # (recomputed only when some fact changed: most steps reuse it;
+            # a NaN of other bits than the last one's recomputes the same)
+            self._facts_prev = seen
             group = facts[:, 0]
             known = np.isfinite(group) & (group >= 0)
             lr_rows = facts[known, 1]
