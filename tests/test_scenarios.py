@@ -180,9 +180,9 @@ def test_the_same_run_gives_the_same_events_whatever_the_worker_lag(name, mode, 
     fast = train(spec, str(tmp_path / "fast"))
     process = Worker._process
 
-    def slow(self, packet):
+    def slow(self, packet, *assembled):
         time.sleep(0.004)
-        return process(self, packet)
+        return process(self, packet, *assembled)
 
     monkeypatch.setattr(Worker, "_process", slow)
     lagging = train(spec, str(tmp_path / "slow"))

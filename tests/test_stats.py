@@ -358,6 +358,50 @@ def test_assemble_takes_the_last_slot_of_a_single_key_and_sums_the_others():
     assert row[2, M["grad_norm"]] == 5.0 and np.isnan(row[0, M["grad_norm"]])
 
 
+def _random_step_slots(rng, L, n_slots):
+    """Slots of every key on random rows (repeats included), an input
+    reference pointing to an earlier row, GOUT_CLEAN on some rows."""
+    rows = rng.integers(0, L, n_slots)
+    keys = rng.integers(0, Key.COUNT, n_slots)
+    keys[keys == Key.HIST] = Key.VALUE
+    ref = (keys == Key.IN_REF) & (rows == 0)
+    rows[ref] = 1  # (row 0 has no earlier row)
+    return rows, keys
+
+
+def _random_values(rng, rows, keys):
+    v = rng.standard_normal(len(rows)) * 10.0 ** rng.integers(-3, 4, len(rows))
+    v[rng.random(len(v)) < 0.1] = np.nan
+    v[rng.random(len(v)) < 0.05] = np.inf
+    counts = np.isin(keys, [Key.OUT_N, Key.IN_N, Key.OUT_UNITS, Key.IN_UNITS])
+    v[counts] = rng.integers(1, 100, counts.sum())
+    ref = keys == Key.IN_REF
+    v[ref] = [rng.integers(0, r) for r in rows[ref]]
+    clean = keys == Key.GOUT_CLEAN
+    v[clean] = 1.0
+    nf = np.isin(keys, [Key.OUT_NF, Key.IN_NF, Key.GOUT_NF, Key.GRAD_NF])
+    v[nf] = np.where(rng.random(nf.sum()) < 0.8, 0.0, 2.0)
+    return v
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_assembling_steps_together_gives_each_steps_own_row(seed):
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(2, 12))
+    rows, keys = _random_step_slots(rng, L, int(rng.integers(0, 80)))
+    layout = S.SlotLayout(rows, keys, L)
+    values = [_random_values(rng, rows, keys) for _ in range(int(rng.integers(1, 9)))]
+    if seed % 2:  # steps whose evidence is clean: their unread output gradients are implied 0
+        for v in values:
+            v[~np.isfinite(v)] = 1.0
+            v[np.isin(keys, [Key.OUT_NF, Key.IN_NF, Key.GOUT_NF, Key.GRAD_NF])] = 0.0
+    together = S.assemble_steps(np.stack(values), layout)
+    for i, v in enumerate(values):
+        alone = S.assemble(v, rows, keys, L)
+        np.testing.assert_array_equal(together[i], alone)
+        np.testing.assert_array_equal(alone, S.assemble(v, rows, keys, L, layout))
+
+
 def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
     from tb_neuraldbg.training.collector import StepPacket
     from tb_neuraldbg.training.rows import LAYOUTS, RowAssembler

@@ -492,6 +492,67 @@ def test_a_module_first_seen_later_is_appended(tmp_path, planned):
     assert gn[3][4] > 0 and np.isnan(gn[1][1]) is np.False_
 
 
+def _late_module_run(logdir):
+    """A model whose second branch first runs at step 13 (inside a burst of
+    the worker), trained for 40 steps; (stats of every row, states, events)."""
+    from tb_neuraldbg.offline.reader import read_logdir
+    from tests.scenarios.harness import read_events
+
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.act = nn.ReLU()
+            self.b = nn.Linear(8, 2)
+            self.c = nn.Linear(8, 2)
+
+        def forward(self, x, late):
+            h = self.act(self.a(x))
+            return self.b(h) + (self.c(h) if late else 0.0)
+
+    torch.manual_seed(0)
+    model = Late()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    crit = nn.CrossEntropyLoss()
+    with DebugWriter(logdir) as w:
+        w.watch(model, optimizer=opt, criterion=crit)
+        for step in range(40):
+            opt.zero_grad()
+            x = torch.randn(16, 4) * (1e30 if step == 30 else 1.0)  # a non-finite step: its replay
+            crit(model(x, step >= 13), torch.randint(0, 2, (16,))).backward()
+            opt.step()
+    (run,) = read_logdir(logdir)
+    return run.stats, run.states, read_events(logdir)
+
+
+def test_a_burst_assembled_together_writes_what_one_step_at_a_time_writes(tmp_path, monkeypatch):
+    from tb_neuraldbg.training import worker
+    from tb_neuraldbg.training.rows import RowAssembler
+
+    together = _late_module_run(str(tmp_path / "together"))
+    calls = []
+    real = RowAssembler.assembled
+    monkeypatch.setattr(RowAssembler, "assembled", lambda self, *a: calls.append(len(a[0])) or real(self, *a))
+    assert _late_module_run(str(tmp_path / "again")) is not None and max(calls) > 1  # bursts were assembled
+    monkeypatch.setattr(worker, "BURST", 1)  # one packet at a time: no burst to assemble
+    alone = _late_module_run(str(tmp_path / "alone"))
+
+    def broken(self, *a):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(worker, "BURST", 8)
+    monkeypatch.setattr(RowAssembler, "assembled", broken)
+    with pytest.warns(RuntimeWarning, match="writer burst failed: RuntimeError: boom"):
+        fallback = _late_module_run(str(tmp_path / "fallback"))
+    assert together[0].shape[:2] == (40, 7)  # <input>, a, act, b, <loss>, <optimizer>, then c
+    assert np.isnan(together[0][:13, 6]).all() and np.isfinite(together[0][20:30, 6, metadata.METRIC_INDEX["grad_norm"]]).all()
+    assert together[2][0], "the non-finite step gives events"
+    for other in (alone, fallback):
+        np.testing.assert_array_equal(together[0], other[0])
+        np.testing.assert_array_equal(together[1], other[1])
+        assert together[2] == other[2]
+
+
 def test_interpreter_exit_flushes_everything(tmp_path):
     # What the atexit handler runs (a subprocess would cost seconds of import).
     from tb_neuraldbg.training.writer import _close_all_at_exit
@@ -652,7 +713,7 @@ def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
     model = tiny()
     w = DebugWriter(str(tmp_path))
     w.watch(model)
-    monkeypatch.setattr(w._worker, "_process", lambda packet: release.wait(30))
+    monkeypatch.setattr(w._worker, "_process", lambda packet, *assembled: release.wait(30))
     model(torch.randn(4, 4)).sum().backward()
     w.record()
     t = time.monotonic()
@@ -753,7 +814,7 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
     inst = Instrument(tiny(), packets.put, config)
     worker = W.Worker(None, inst, config, packets, failure=TrainingFailure)
     done = []
-    monkeypatch.setattr(worker, "_process", lambda packet: done.append(packet.step))
+    monkeypatch.setattr(worker, "_process", lambda packet, *assembled: done.append(packet.step))
     monkeypatch.setattr(worker, "_finish", lambda: None)  # (no writer here to finish)
 
     def packet(step):

@@ -63,10 +63,32 @@ class RowAssembler:
             layout = self.layouts[key] = S.SlotLayout(rows, keys, num_rows)
         return layout
 
-    def row(self, packet: StepPacket, values: np.ndarray, num_rows: int) -> np.ndarray:
+    def assembled(self, packets: list, values: list, num_rows: list) -> list:
+        """:func:`stats.assemble` of each packet (with its host values and
+        row count), consecutive packets of one layout in one
+        :func:`stats.assemble_steps` call (a burst's cheap steps: one call
+        for all of them). Only computes: :meth:`row` then finishes each
+        row, in step order."""
+        layouts = [self.layout(p, n) for p, n in zip(packets, num_rows)]
+        out: list = []
+        i = 0
+        while i < len(packets):
+            j = i + 1
+            while j < len(packets) and layouts[j] is layouts[i]:
+                j += 1
+            out.extend(S.assemble_steps(np.stack(values[i:j]), layouts[i]))
+            i = j
+        return out
+
+    def row(self, packet: StepPacket, values: np.ndarray, num_rows: int,
+            assembled: np.ndarray | None = None) -> np.ndarray:
         """The float32 ``[num_rows, len(METRICS)]`` row of ``packet`` (whose
-        host values are ``values``)."""
-        row = S.assemble(values, packet.rows, packet.keys, num_rows, self.layout(packet, num_rows))
+        host values are ``values``; ``assembled``: its row from
+        :meth:`assembled`, when the caller has it)."""
+        if assembled is not None:
+            row = assembled
+        else:
+            row = S.assemble(values, packet.rows, packet.keys, num_rows, self.layout(packet, num_rows))
         if len(self.applies) < num_rows:
             grown = np.zeros((num_rows, len(_FLAGS)), dtype=bool)
             grown[: len(self.applies)] = self.applies

@@ -51,6 +51,7 @@ __all__ = [
     "acc_dtype",
     "ACC_DTYPE",
     "assemble",
+    "assemble_steps",
     "SlotLayout",
     "histogram_parts",
     "one_thread",
@@ -444,12 +445,13 @@ class SlotLayout:
     """Where the slots of a step vector go in the ``[Key.COUNT, L]`` table of
     :class:`_Slots`: what depends on the slots' rows and keys alone. Steps
     of the same kind (every cheap step, every full one) have the same
-    layout, so :class:`.rows.RowAssembler` keeps the recent ones.
+    layout, so :class:`.rows.RowAssembler` keeps the recent ones, and
+    assembles a burst's steps of one layout together (:func:`assemble_steps`).
 
     Single-valued keys: a later slot of the same key and row replaces an
-    earlier one (as numpy assigns in order). Multi-valued keys (one slot per
-    parameter, per micro-batch) add up, in the order of the slots, in one
-    ``bincount`` for all of them. ``present``: read-only, bool
+    earlier one (only the last is kept here). Multi-valued keys (one slot
+    per parameter, per micro-batch) add up, in the order of the slots, in
+    one ``bincount`` for all of them. ``present``: read-only, bool
     ``[Key.COUNT, L]``, the places with at least one slot.
     """
 
@@ -461,7 +463,10 @@ class SlotLayout:
         keys = np.asarray(keys, dtype=np.int64)
         flat = keys * L + rows
         multi = _MULTI[keys]
-        self.single = np.flatnonzero(~multi)
+        single = np.flatnonzero(~multi)
+        # the last slot of each place: the first of the reversed order
+        _, last = np.unique(flat[single][::-1], return_index=True)
+        self.single = single[::-1][last]
         self.single_at = flat[self.single]
         self.summed = np.flatnonzero(multi & (keys != Key.HIST))
         self.summed_at = flat[self.summed]
@@ -472,32 +477,35 @@ class SlotLayout:
 
 
 class _Slots:
-    """The step vector scattered into one ``[Key.COUNT, L]`` table (a slot's
-    place is ``key * L + row``, see :class:`SlotLayout`), with per-key
-    accessors that are views of it."""
+    """``n`` step vectors of one layout scattered into one ``[n, Key.COUNT,
+    L]`` table (a slot's place is ``key * L + row``, see :class:`SlotLayout`),
+    with per-key accessors (``[n, L]``) that are views of it."""
 
     def __init__(self, values: np.ndarray, layout: SlotLayout):
-        L = self.L = layout.num_rows
+        n, L = len(values), layout.num_rows
         size = Key.COUNT * L
-        table = np.full(size, np.nan)
-        table[layout.single_at] = values[layout.single]
-        vm = values[layout.summed]
-        self.table = table.reshape(Key.COUNT, L)
+        table = np.full((n, size), np.nan)
+        table[:, layout.single_at] = values[:, layout.single]
+        # one bincount for every step: step i's places are offset by i * size
+        # (each bin still adds its own step's slots, in their order)
+        at = (np.arange(n)[:, None] * size + layout.summed_at).reshape(-1)
+        vm = values[:, layout.summed].reshape(-1)
+        self.table = table.reshape(n, Key.COUNT, L)
         self.present_table = layout.present
-        self.sums = np.bincount(layout.summed_at, weights=vm, minlength=size).reshape(Key.COUNT, L)
-        self.squares = np.bincount(layout.summed_at, weights=vm * vm, minlength=size).reshape(Key.COUNT, L)
+        self.sums = np.bincount(at, weights=vm, minlength=n * size).reshape(n, Key.COUNT, L)
+        self.squares = np.bincount(at, weights=vm * vm, minlength=n * size).reshape(n, Key.COUNT, L)
 
     def present(self, key: int) -> np.ndarray:
-        """Rows that have at least one slot of this key."""
+        """Rows that have at least one slot of this key ([L], the same at every step)."""
         return self.present_table[key]
 
     def pick(self, key: int) -> np.ndarray:
         """Per-row value of a single-valued key (NaN where absent)."""
-        return self.table[key]
+        return self.table[:, key]
 
     def sum(self, key: int, square: bool = False) -> np.ndarray:
         """Per-row sum (of squares) of a multi-valued key (NaN where absent)."""
-        return np.where(self.present_table[key], (self.squares if square else self.sums)[key], np.nan)
+        return np.where(self.present_table[key], (self.squares if square else self.sums)[:, key], np.nan)
 
     def norm(self, key: int) -> np.ndarray:
         """Per-row L2 norm from per-tensor norms: sqrt of the sum of squares."""
@@ -521,11 +529,20 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
     least one" (from the sum/norm, which propagate NaN and inf). ``layout``:
     ``SlotLayout(rows, keys, num_rows)`` when the caller keeps it.
     """
-    values = np.asarray(values, dtype=np.float64)
-    L = num_rows
     if layout is None:
-        layout = SlotLayout(rows, keys, L)
-    row = np.full((L, len(metadata.METRICS)), np.nan)
+        layout = SlotLayout(rows, keys, num_rows)
+    return assemble_steps(np.asarray(values, dtype=np.float64)[None], layout)[0]
+
+
+def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
+    """The float32 ``[n, L, len(METRICS)]`` rows of ``n`` steps of one
+    layout (``values``: float64 ``[n, slots]``), each the row that
+    :func:`assemble` gives for its step alone, in the numpy calls of one
+    (elementwise: the same values; the worker assembles a burst's steps of a
+    layout together)."""
+    values = np.asarray(values, dtype=np.float64)
+    L = layout.num_rows
+    row = np.full((len(values), L, len(metadata.METRICS)), np.nan)
     slots = _Slots(values, layout)
     pick = slots.pick
 
@@ -535,14 +552,14 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         s = pick(Key.OUT_SUM)
         mn, mx, q, nz = pick(Key.OUT_MIN), pick(Key.OUT_MAX), pick(Key.OUT_NORM), pick(Key.OUT_NZ)
         mean = s / n
-        row[:, _M["act_mean"]] = mean
+        row[..., _M["act_mean"]] = mean
         var = (q * q - s * mean) / np.maximum(n - 1, 1)
         # Rounding can make a zero variance slightly negative; NaN stays NaN.
-        row[:, _M["act_std"]] = np.sqrt(np.where(var < 0, 0.0, var))
-        row[:, _M["act_absmax"]] = np.maximum(-mn, mx)
-        row[:, _M["act_zero_frac"]] = 1.0 - nz / n
-        row[:, _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
-        row[:, _M["act_sat_frac"]] = pick(Key.OUT_SAT) / n
+        row[..., _M["act_std"]] = np.sqrt(np.where(var < 0, 0.0, var))
+        row[..., _M["act_absmax"]] = np.maximum(-mn, mx)
+        row[..., _M["act_zero_frac"]] = 1.0 - nz / n
+        row[..., _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
+        row[..., _M["act_sat_frac"]] = pick(Key.OUT_SAT) / n
         flag = _flag(s, slots.present(Key.OUT_SUM))
         # Where min/max were taken they decide: a float sum of finite values
         # can overflow to inf, and aminmax returns NaN when there is a NaN.
@@ -550,67 +567,76 @@ def assemble(values: np.ndarray, rows: np.ndarray, keys: np.ndarray, num_rows: i
         mm_finite = np.isfinite(mn) & np.isfinite(mx)
         flag = np.where(mm_known, np.where(mm_finite, 0.0, 1.0), flag)
         nf = pick(Key.OUT_NF)
-        row[:, _M["act_nonfinite"]] = np.where(np.isnan(nf), flag, nf)
+        row[..., _M["act_nonfinite"]] = np.where(np.isnan(nf), flag, nf)
 
         # First input (functional activations upstream of the module).
         in_n = pick(Key.IN_N)
-        row[:, _M["in_zero_frac"]] = 1.0 - pick(Key.IN_NZ) / in_n
-        row[:, _M["in_dead_frac"]] = pick(Key.IN_DEAD) / pick(Key.IN_UNITS)
+        row[..., _M["in_zero_frac"]] = 1.0 - pick(Key.IN_NZ) / in_n
+        row[..., _M["in_dead_frac"]] = pick(Key.IN_DEAD) / pick(Key.IN_UNITS)
         in_nf = pick(Key.IN_NF)
         in_flag = _flag(pick(Key.IN_SUM), slots.present(Key.IN_SUM))
-        row[:, _M["in_nonfinite"]] = np.where(np.isnan(in_nf), in_flag, in_nf)
+        row[..., _M["in_nonfinite"]] = np.where(np.isnan(in_nf), in_flag, in_nf)
         ref = pick(Key.IN_REF)
         has_ref = ~np.isnan(ref)
         inherit = ~np.isnan(pick(Key.OUT_INHERIT))
-        if has_ref.any():
-            src = ref[has_ref].astype(np.int64)
-            # A reference points to an earlier row, which may itself inherit
-            # (ReLU -> Tanh): repeat until the chain is resolved (each pass
-            # resolves at least one more link, so L passes always suffice).
-            for _ in range(L):
-                before = row[:, _M["act_nonfinite"]].copy()
-                for dst_m, src_m in (
-                    ("in_zero_frac", "act_zero_frac"),
-                    ("in_dead_frac", "act_dead_frac"),
-                    ("in_nonfinite", "act_nonfinite"),
-                ):
-                    row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
-                row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
-                if np.array_equal(before, row[:, _M["act_nonfinite"]], equal_nan=True):
-                    break
-        elif inherit.any():
-            row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
+        with_ref = has_ref.any(axis=1)
+        for i in np.flatnonzero(with_ref):
+            _resolve_refs(row[i], has_ref[i], ref[i][has_ref[i]].astype(np.int64), inherit[i])
+        just_inherit = inherit & ~with_ref[:, None]
+        if just_inherit.any():
+            row[..., _M["act_nonfinite"]] = np.where(just_inherit, row[..., _M["in_nonfinite"]],
+                                                     row[..., _M["act_nonfinite"]])
 
         # Gradient w.r.t. the output (a tensor hook in backward).
         gout_nf = pick(Key.GOUT_NF)
         gout_flag = _flag(slots.sum(Key.GOUT_SUM), slots.present(Key.GOUT_SUM))
-        row[:, _M["gout_nonfinite"]] = np.where(np.isnan(gout_nf), gout_flag, gout_nf)
+        row[..., _M["gout_nonfinite"]] = np.where(np.isnan(gout_nf), gout_flag, gout_nf)
 
         # Parameters.
         gn = slots.norm(Key.GRAD_NORM)
-        row[:, _M["grad_norm"]] = gn
+        row[..., _M["grad_norm"]] = gn
         gnf = slots.sum(Key.GRAD_NF)
         gflag = _flag(gn, slots.present(Key.GRAD_NORM))
-        row[:, _M["grad_nonfinite"]] = np.where(np.isnan(gnf), gflag, gnf)
-        row[:, _M["grad_missing"]] = pick(Key.GRAD_MISSING)
-        row[:, _M["weight_norm"]] = slots.norm(Key.WEIGHT_NORM)
-        row[:, _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
-        row[:, _M["value"]] = pick(Key.VALUE)
-        row[:, _M["scale"]] = pick(Key.SCALE)
+        row[..., _M["grad_nonfinite"]] = np.where(np.isnan(gnf), gflag, gnf)
+        row[..., _M["grad_missing"]] = pick(Key.GRAD_MISSING)
+        row[..., _M["weight_norm"]] = slots.norm(Key.WEIGHT_NORM)
+        row[..., _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
+        row[..., _M["value"]] = pick(Key.VALUE)
+        row[..., _M["scale"]] = pick(Key.SCALE)
         # Host-side facts of the step (optimizer_facts.py).
-        row[:, _M["grad_carried"]] = slots.norm(Key.GRAD_CARRIED)
-        row[:, _M["ran_without_grad"]] = pick(Key.RAN_NO_GRAD)
-        row[:, _M["opt_group"]] = pick(Key.OPT_GROUP)
-        row[:, _M["lr"]] = pick(Key.OPT_LR)
-        row[:, _M["weight_decay"]] = pick(Key.OPT_WD)
-        row[:, _M["momentum"]] = pick(Key.OPT_MOMENTUM)
+        row[..., _M["grad_carried"]] = slots.norm(Key.GRAD_CARRIED)
+        row[..., _M["ran_without_grad"]] = pick(Key.RAN_NO_GRAD)
+        row[..., _M["opt_group"]] = pick(Key.OPT_GROUP)
+        row[..., _M["lr"]] = pick(Key.OPT_LR)
+        row[..., _M["weight_decay"]] = pick(Key.OPT_WD)
+        row[..., _M["momentum"]] = pick(Key.OPT_MOMENTUM)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
-        implied = slots.present(Key.GOUT_CLEAN) & np.isnan(row[:, _M["gout_nonfinite"]])
-        if implied.any() and not (row[:, NONFINITE_EVIDENCE] > 0).any():  # (NaN > 0 is False)
-            row[implied, _M["gout_nonfinite"]] = 0.0
+        implied = slots.present(Key.GOUT_CLEAN) & np.isnan(row[..., _M["gout_nonfinite"]])
+        if implied.any():
+            clean = ~(row[..., NONFINITE_EVIDENCE] > 0).any(axis=(1, 2))  # (NaN > 0 is False)
+            row[..., _M["gout_nonfinite"]] = np.where(implied & clean[:, None], 0.0, row[..., _M["gout_nonfinite"]])
     return row.astype(np.float32)
+
+
+def _resolve_refs(row: np.ndarray, has_ref: np.ndarray, src: np.ndarray, inherit: np.ndarray) -> None:
+    """One step's input statistics taken from the rows they refer to
+    (``src``: the earlier row whose output is this row's input), in place.
+    A reference points to an earlier row, which may itself inherit (ReLU ->
+    Tanh): repeat until the chain is resolved (each pass resolves at least
+    one more link, so L passes always suffice)."""
+    for _ in range(len(row)):
+        before = row[:, _M["act_nonfinite"]].copy()
+        for dst_m, src_m in (
+            ("in_zero_frac", "act_zero_frac"),
+            ("in_dead_frac", "act_dead_frac"),
+            ("in_nonfinite", "act_nonfinite"),
+        ):
+            row[has_ref, _M[dst_m]] = row[src, _M[src_m]]
+        row[inherit, _M["act_nonfinite"]] = row[inherit, _M["in_nonfinite"]]
+        if np.array_equal(before, row[:, _M["act_nonfinite"]], equal_nan=True):
+            break
 
 
 def histogram_parts(run: np.ndarray, bins: int = HIST_BINS) -> dict:

@@ -202,9 +202,23 @@ class Worker:
         return max(1, min(BURST, self.instrument.batches.held - 2))
 
     def _process_all(self, pending: list) -> None:
-        for packet in pending:
-            self._safe("step", self._process, packet)
+        # The burst's rows first, in one go (the same rows as one at a
+        # time: where that fails, each packet assembles its own).
+        ready = self._safe("burst", self._assemble, pending) if len(pending) > 1 else None
+        for i, packet in enumerate(pending):
+            self._safe("step", self._process, packet, *(ready[i] if ready else ()))
         pending.clear()
+
+    def _assemble(self, packets: list) -> list:
+        """(host values, assembled row) of each packet: the row count a
+        packet gets is the layer list's length once it has grown to that
+        packet's (see :meth:`_grow_layers`)."""
+        values = [p.host_values() for p in packets]
+        counts, n = [], len(self.layers)
+        for p in packets:
+            n = max(n, len(p.layers))
+            counts.append(n)
+        return list(zip(values, self.rows.assembled(packets, values, counts)))
 
     def _safe(self, what: str, fn, *args):
         try:
@@ -325,12 +339,16 @@ class Worker:
             blocks=metadata.BLOCK_ROWS,
         )
 
-    def _process(self, packet: StepPacket) -> None:
+    def _process(self, packet: StepPacket, values: np.ndarray | None = None,
+                 assembled: np.ndarray | None = None) -> None:
         step = packet.step
-        values = packet.host_values()
+        if values is None:
+            values = packet.host_values()
         self._grow_layers(packet.layers, step)
         L = len(self.layers)
-        row = self.rows.row(packet, values, L)
+        if assembled is not None and assembled.shape[0] != L:
+            assembled = None  # (the layer list grew otherwise than foreseen)
+        row = self.rows.row(packet, values, L, assembled)
         per_rank, seen = None, row  # seen: what the diagnosis gets
         if self.ranks is not None:
             # Every rank, every step, in step order: the collective pairs up.
