@@ -65,19 +65,18 @@ class RowAssembler:
 
     def assembled(self, packets: list, values: list, num_rows: list) -> list:
         """:func:`stats.assemble` of each packet (with its host values and
-        row count), consecutive packets of one layout in one
+        row count), the packets of one layout in one
         :func:`stats.assemble_steps` call (a burst's cheap steps: one call
-        for all of them). Only computes: :meth:`row` then finishes each
-        row, in step order."""
-        layouts = [self.layout(p, n) for p, n in zip(packets, num_rows)]
-        out: list = []
-        i = 0
-        while i < len(packets):
-            j = i + 1
-            while j < len(packets) and layouts[j] is layouts[i]:
-                j += 1
-            out.extend(S.assemble_steps(np.stack(values[i:j]), layouts[i]))
-            i = j
+        for all of them; a step's row depends on its own values only). Only
+        computes: :meth:`row` then finishes each row, in step order."""
+        groups: dict[int, tuple] = {}
+        for i, (p, n) in enumerate(zip(packets, num_rows)):
+            layout = self.layout(p, n)
+            groups.setdefault(id(layout), (layout, []))[1].append(i)
+        out: list = [None] * len(packets)
+        for layout, idx in groups.values():
+            for i, row in zip(idx, S.assemble_steps(np.stack([values[i] for i in idx]), layout)):
+                out[i] = row
         return out
 
     def row(self, packet: StepPacket, values: np.ndarray, num_rows: int,
