@@ -295,6 +295,8 @@ class WorkerParts:
 
     def install(self):
         self._wrap(row_module.RowAssembler, "row", "assemble")
+        if hasattr(row_module.RowAssembler, "assembled"):  # (a burst's rows, first; since 2026-12-06)
+            self._wrap(row_module.RowAssembler, "assembled", "assemble")
         self._wrap(worker_module.Worker, "_write_row", "write")
         self._wrap(worker_module.Worker, "_grow_layers", "write")
         import tb_neuraldbg.diagnosis as diagnosis
