@@ -1076,3 +1076,36 @@ def test_activation_shortcut_on_unmeasured_steps_moves_the_state_as_the_full_rul
         for field in ("ema", "max", "count"):
             assert np.array_equal(getattr(getattr(a, track), field), getattr(getattr(b, track), field),
                                   equal_nan=True), (track, field)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_quiet_step_noted_alone_leaves_the_hysteresis_as_a_full_update_does(seed):
+    """The engine notes a step where no measured row differs from its
+    confirmed state and nothing is pending with update_quiet(): the same
+    state, and the same transitions afterwards, as update()."""
+    from tb_neuraldbg.diagnosis.transitions import UNMEASURED, Hysteresis
+
+    rng = np.random.default_rng(seed)
+    L, codes = 7, [UNMEASURED, 0, 0, 0, 1, 2]
+    persist = np.array([4, 2, 1, 3])
+    full, quick = Hysteresis(L, persist), Hysteresis(L, persist)
+    quiet_steps = 0
+    for step in range(300):
+        raw = np.array(rng.choice(codes, L), dtype=np.int16)
+        if rng.random() < 0.7:  # mostly steps that agree with what is confirmed
+            raw = np.where(rng.random(L) < 0.3, UNMEASURED, full.confirmed).astype(np.int16)
+        known = raw != UNMEASURED
+        ev = lambda: (np.full(L, float(step)), np.zeros(L))  # noqa: E731
+        expected = full.update(step, raw, ev)
+        if not (known & (raw != quick.confirmed)).any() and not quick.pending:
+            quiet_steps += 1
+            if known.any():
+                quick.update_quiet(step, known)
+            got = []
+        else:
+            got = quick.update(step, raw, ev)
+        assert got == expected
+        for name in Hysteresis._ARRAYS:
+            np.testing.assert_array_equal(getattr(quick, name), getattr(full, name), err_msg=name)
+        assert (quick._pending, quick._all_seen) == (full._pending, full._all_seen)
+    assert 30 < quiet_steps < 280

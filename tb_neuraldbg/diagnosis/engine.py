@@ -18,7 +18,7 @@ from .explain import event_message
 from .rootcause import Failure, find_root_cause
 from .states import ASPECTS, EVIDENCE, Classifier
 from .thresholds import Thresholds
-from .transitions import Hysteresis
+from .transitions import UNMEASURED, Hysteresis
 
 __all__ = ["Engine", "EVENT_KIND", "persistence"]
 
@@ -145,7 +145,20 @@ class Engine:
         raws = self._clf.classify(step, row, confirmed)
         new: list[Failure] = []
         last = self._last
-        for aspect, (raw, onset) in raws.items():
+        # Every aspect's measured rows against its confirmed states at once:
+        # an aspect where none differs and nothing is pending (most, at most
+        # steps) only notes which rows were seen. Until a transition: it
+        # can change another aspect's states (take_pending below).
+        raw_all = np.stack([np.asarray(raw, dtype=np.int16) for raw, _ in raws.values()])
+        known_all = raw_all != UNMEASURED
+        differs = (known_all & (raw_all != np.stack([confirmed[a] for a in raws]))).any(axis=1).tolist()
+        measured = known_all.any(axis=1).tolist()
+        for j, (aspect, (raw, onset)) in enumerate(raws.items()):
+            hyst = self._hyst[aspect]
+            if not new and not differs[j] and not hyst.pending:
+                if measured[j]:
+                    hyst.update_quiet(step, known_all[j])
+                continue
             cols = self._cols[aspect]
             conf = confirmed[aspect]
 
@@ -155,7 +168,7 @@ class Engine:
                 idx = np.arange(n)
                 return self._clf.evidence(aspect, code, row[idx, c], last[idx, c])
 
-            for tr in self._hyst[aspect].update(step, raw, evidence, onset):
+            for tr in hyst.update(step, raw, evidence, onset):
                 if aspect == "fwd" and tr.to_code == _S["nonfinite"]:
                     # an explosion of this output, not yet confirmed, led here
                     pre = self._hyst["act"].take_pending(tr.index, (_S["act_exploding"],))

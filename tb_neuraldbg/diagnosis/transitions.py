@@ -104,9 +104,7 @@ class Hysteresis:
         known = raw != UNMEASURED
         if not known.any():
             return []
-        if not self._all_seen:
-            self._first[known & (self._first < 0)] = step
-            self._all_seen = bool((self._first >= 0).all())
+        self._note_seen(step, known)
         differs = known & (raw != self.confirmed)
         if self._pending:
             # back to the confirmed state: any pending run is broken
@@ -169,6 +167,25 @@ class Hysteresis:
             self._count[i] = 0
             self._pre_code[i] = UNMEASURED
         return out
+
+    @property
+    def pending(self) -> bool:
+        """Some layer has a run waiting for confirmation (or had one at the
+        last step that changed anything)."""
+        return self._pending
+
+    def update_quiet(self, step: int, known: np.ndarray) -> None:
+        """:meth:`update` of a step whose measured rows (``known``, at least
+        one) all hold their confirmed state, with nothing :attr:`pending`:
+        only when each row was seen changes (the engine finds such steps for
+        all its aspects at once)."""
+        self._note_seen(step, known)
+        self._seen[known] = step
+
+    def _note_seen(self, step: int, known: np.ndarray) -> None:
+        if not self._all_seen:
+            self._first[known & (self._first < 0)] = step
+            self._all_seen = bool((self._first >= 0).all())
 
     def take_pending(self, i: int, codes) -> Transition | None:
         """Confirm layer ``i``'s unconfirmed run if its state is in ``codes``.
