@@ -427,6 +427,25 @@ def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
         assembler.layout(StepPacket(0, kinds[0][0], kinds[0][1], [], False), L).present[0, 0] = False
 
 
+def test_row_assembler_assembles_a_large_layout_a_few_steps_at_a_time(monkeypatch):
+    from tb_neuraldbg.training import rows as rows_module
+    from tb_neuraldbg.training.collector import StepPacket
+
+    rng = np.random.default_rng(3)
+    L = 9
+    rows, keys = _random_step_slots(rng, L, 60)
+    cheap = [StepPacket(step=s, rows=rows, keys=keys, layers=[], stats=False) for s in range(5)]
+    values = [_random_values(rng, rows, keys) for _ in cheap]
+    monkeypatch.setattr(rows_module, "TOGETHER", 2 * Key.COUNT * L)  # two steps a call
+    calls = []
+    real = S.assemble_steps
+    monkeypatch.setattr(S, "assemble_steps", lambda v, layout: calls.append(len(v)) or real(v, layout))
+    got = rows_module.RowAssembler().assembled(cheap, values, [L] * len(cheap))
+    assert calls == [2, 2, 1]
+    for row, v in zip(got, values):
+        np.testing.assert_array_equal(row, real(v[None], S.SlotLayout(rows, keys, L))[0])
+
+
 def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
     from tb_neuraldbg.training.collector import CHUNK, Collector
 
