@@ -610,8 +610,19 @@ def test_fast_row_summary_equals_the_builder_without_metadata(layers):
     # the same protos as built a value at a time from the same bytes
     values = summary._raw_values(row, states, summary._STATS_TAGS, metadata.TAG_STATES)
     assert fast == summary.summary_pb2.Summary(value=values)
+    assert summary._row_frame(layers) is not None  # (the fast path was taken)
     with pytest.raises(ValueError, match="states"):
         row_summary_without_metadata(row, states[:-1] if layers else np.zeros(1, np.uint8))
+
+
+def test_a_row_summary_without_its_frame_is_built_a_value_at_a_time(monkeypatch):
+    from tb_neuraldbg.format import summary
+
+    row = np.arange(6 * len(metadata.METRICS), dtype=np.float32).reshape(6, -1)
+    states = np.arange(6, dtype=np.uint8)
+    fast = summary.row_summary_without_metadata(row, states)
+    monkeypatch.setattr(summary, "_row_frame", lambda n: None)  # (a protobuf writing another order)
+    assert summary.row_summary_without_metadata(row, states) == fast
 
 
 def test_end_of_run_events_get_their_own_step(tmp_path, planned):
