@@ -75,12 +75,11 @@ class RowAssembler:
         :func:`stats.assemble_steps` call (a burst's cheap steps: one call
         for all of them; a step's row depends on its own values only). Only
         computes: :meth:`row` then finishes each row, in step order."""
-        groups: dict[int, tuple] = {}
+        groups: dict[S.SlotLayout, list] = {}  # (a kept layout is one object: keyed by identity)
         for i, (p, n) in enumerate(zip(packets, num_rows)):
-            layout = self.layout(p, n)
-            groups.setdefault(id(layout), (layout, []))[1].append(i)
+            groups.setdefault(self.layout(p, n), []).append(i)
         out: list = [None] * len(packets)
-        for layout, idx in groups.values():
+        for layout, idx in groups.items():
             per_call = max(1, TOGETHER // (S.Key.COUNT * max(1, layout.num_rows)))
             for k in range(0, len(idx), per_call):
                 part = idx[k: k + per_call]
