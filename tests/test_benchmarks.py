@@ -116,3 +116,22 @@ def test_reads_in_parts_benchmark_runs_under_both_policies():
     for block in blocks:
         ratios = re.findall(r"in parts +\d+ us \((\d+\.\d+)x\), A/A (\d+\.\d+)x", block)
         assert len(ratios) == 5 and all(float(a) > 0 and float(b) > 0 for a, b in ratios)
+
+
+def test_compile_overhead_benchmark_prints_every_mode_against_its_bare_one():
+    # dynamo alone (--backend eager): the same loops as inductor's, in seconds
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "compile_overhead.py"), "--backend", "eager",
+         "--blocks", "1", "--steps", "2", "--alternate", "2"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert "OMP_WAIT_POLICY=PASSIVE" in r.stdout
+    blocks, alternated = r.stdout.split("alternated:")
+    for mode in ("eager", "eager_aa", "eager+watch", "compiled", "compiled_aa", "compiled+watch"):
+        block = re.search(rf"^  {re.escape(mode)} +(\d+\.\d+) ms/step  x(\d+\.\d+) ", blocks, re.M)
+        alt = re.search(rf"^  {re.escape(mode)} +\d+\.\d+ ms/step  wall x(\d+\.\d+)  cpu x(\d+\.\d+)", alternated, re.M)
+        assert block and alt, (mode, r.stdout)
+        assert float(block.group(1)) > 0 and float(alt.group(2)) > 0
+        if mode in ("eager", "compiled"):  # the reference of its kind
+            assert block.group(2) == "1.000" and alt.group(1) == "1.000", r.stdout
