@@ -5,7 +5,9 @@ small CIFAR ResNet, batch 32), ``transformer`` (encoder, d_model 256, 4
 layers, seq 128, batch 16), ``big`` (1,000 watched modules: 250 pre-norm MLP
 blocks of LayerNorm, Linear, GELU, Linear, d 64, 512 tokens), ``tiny`` (25 of
 those blocks at d 16, 16 tokens: a step bound by Python and dispatch, the
-regime of a small model on a GPU; run it with ``--threads 1``) and ``gpt`` (a
+regime of a small model on a GPU; run it with ``--threads 1``), ``micro`` (a
+two-layer MLP whose step takes 0.2 ms: the writer's fixed cost a step is
+several times the step; ``--threads 1`` too) and ``gpt`` (a
 GPT-2-medium-sized decoder, 355M parameters, seq 1024, batch 8: for
 ``--device cuda --amp bf16``).
 
@@ -194,6 +196,14 @@ def tiny():
     return Deep(d=16, blocks=25), (4, 4, 16), 10
 
 
+def micro():
+    """A two-layer MLP (32 -> 64 -> 10, batch 32) whose step takes a fifth of
+    a millisecond on one thread: the smallest models (a policy network, a
+    toy experiment), where the writer's fixed cost a step is several times
+    the step itself."""
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), (32, 32), 10
+
+
 class Attention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -244,7 +254,7 @@ def gpt():
 
 
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
-          "big": big, "tiny": tiny, "gpt": gpt}
+          "big": big, "tiny": tiny, "micro": micro, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},

@@ -407,6 +407,48 @@ def test_real_engine_gets_every_row(tmp_path):
         assert w._worker.engine.num_classes == 2  # from the CrossEntropyLoss logits
 
 
+def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
+    from tb_neuraldbg.training import optimizer_facts, worker
+
+    # A part of the commit made 20 ms slower: it runs inside the commit's own
+    # guarded hook body, and is counted once, not once per nested guard.
+    commit = optimizer_facts.StepFacts.commit
+
+    def slow_commit(self, *args):
+        time.sleep(0.02)
+        return commit(self, *args)
+
+    monkeypatch.setattr(optimizer_facts.StepFacts, "commit", slow_commit)
+    # ... and each step 10 ms more of the worker thread's CPU
+    process = worker.Worker._process
+
+    def busy_process(self, *args):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.01:
+            pass
+        return process(self, *args)
+
+    monkeypatch.setattr(worker.Worker, "_process", busy_process)
+    with DebugWriter(str(tmp_path)) as w:
+        fit(w, tiny(), 0)
+        info = w.stats_info
+        assert info["steps_recorded"] == 0
+        assert info["hooks_ms_per_step"] is None and info["worker_ms_per_step"] is None
+        opt = w._handle.instrument.optimizer
+        model = w._handle.instrument.model
+        crit = nn.CrossEntropyLoss()
+        for _ in range(3 * worker.BURST):
+            opt.zero_grad()
+            crit(model(to_device(torch.randn(8, 4))), to_device(torch.randint(0, 2, (8,)))).backward()
+            opt.step()
+        w.flush()
+        info = w.stats_info
+    assert info["steps_recorded"] == 3 * worker.BURST
+    assert 20 <= info["hooks_ms_per_step"] < 39, info
+    assert info["worker_ms_per_step"] >= 9.9, info
+    assert info["steps_analysed"] == 3 * worker.BURST
+
+
 # -- size ---------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from itertools import repeat
+from time import perf_counter_ns
 from operator import attrgetter, is_
 import warnings
 import weakref
@@ -213,6 +214,12 @@ class Instrument:
         # after the first non-finite one; always during a replay).
         self.exact = False
         self.replays = 0  # steps re-run so far
+        # What the writer costs in training: the steps recorded, and the
+        # nanoseconds spent in the hooks' bodies (every _guard, nested ones
+        # counted once; a replay included), read by DebugWriter.stats_info.
+        self.steps_recorded = 0
+        self.hook_ns = 0
+        self._in_guard = False
         # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion (the logits' class dim), for
@@ -481,6 +488,10 @@ class Instrument:
         """
         if part in self._broken or self._removed:
             return None
+        outer = not self._in_guard  # (the clock read twice a hook, not at every nested part)
+        if outer:
+            self._in_guard = True
+            t0 = perf_counter_ns()
         try:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
@@ -489,6 +500,10 @@ class Instrument:
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
             return None
+        finally:
+            if outer:
+                self._in_guard = False
+                self.hook_ns += perf_counter_ns() - t0
 
     def _raise_pending(self) -> None:
         failure = self.pending_failure
@@ -1513,6 +1528,7 @@ class Instrument:
             step=step, rows=rows, keys=keys, layers=list(self.layers), stats=full, host=host, ran=ran
         )
         self.step = step + 1
+        self.steps_recorded += 1
         self._reset_iteration()  # (schedules the next step: after the step moved)
         self._committed = True
         self.sink(packet)

@@ -125,6 +125,10 @@ class Worker:
         self.last_events_step = -1
         self.steps_analysed = 0
         self.rows_written = 0
+        # The thread's CPU seconds over the steps analysed after its first
+        # burst (which imports the diagnosis): DebugWriter.stats_info.
+        self.cpu_s = 0.0
+        self.cpu_steps = 0
         self.warned: set[str] = set()
         self._seen_fw = None
         self._seen_tags: set[str] = set()
@@ -202,11 +206,15 @@ class Worker:
         return max(1, min(BURST, self.instrument.batches.held - 2))
 
     def _process_all(self, pending: list) -> None:
+        t0, counted = time.thread_time(), self.steps_analysed > 0
         # The burst's rows first, in one go (the same rows as one at a
         # time: where that fails, each packet assembles its own).
         ready = self._safe("burst", self._assemble, pending) if len(pending) > 1 else None
         for i, packet in enumerate(pending):
             self._safe("step", self._process, packet, *(ready[i] if ready else ()))
+        if counted:
+            self.cpu_s += time.thread_time() - t0
+            self.cpu_steps += len(pending)
         pending.clear()
 
     def _assemble(self, packets: list) -> list:

@@ -364,14 +364,29 @@ class DebugWriter(SummaryWriter):
     @property
     def stats_info(self) -> dict:
         """Counters of the current (or last) worker: steps analysed, rows
-        written, and whether the diagnosis engine is running."""
+        written, and whether the diagnosis engine is running; and what the
+        writer costs, measured as it runs: ``steps_recorded`` (steps its
+        hooks recorded), ``hooks_ms_per_step`` (milliseconds a step spent in
+        its hooks' bodies on the training side, replays included) and
+        ``worker_ms_per_step`` (CPU milliseconds a step of its background
+        thread, after the first burst, which imports the diagnosis); None
+        before there is a step to average over. With the training loop's own
+        step time they say what leaving the writer on costs: the hooks'
+        time always adds to the step; the thread's where training needs the
+        core or Python's GIL it runs on (a step bound by Python: a small
+        model, often on a GPU)."""
         w = self._worker or self._last_worker
         if w is None:
             return {}
+        inst = w.instrument
+        steps = inst.steps_recorded
         return {
             "steps_analysed": w.steps_analysed,
             "rows_written": w.rows_written,
             "engine": w.engine is not None and not w.engine_broken,
+            "steps_recorded": steps,
+            "hooks_ms_per_step": inst.hook_ns / 1e6 / steps if steps else None,
+            "worker_ms_per_step": w.cpu_s * 1e3 / w.cpu_steps if w.cpu_steps else None,
         }
 
 
