@@ -161,6 +161,16 @@ class Collector:
         if not self.c_nonfinite and not all(map(math.isfinite, values)):
             self.c_nonfinite = True
 
+    def measured_many(self, rows: Sequence[int], key: int, values: np.ndarray) -> None:
+        """Host values measured for many rows at once (a numpy array, one per
+        entry of ``rows``: the fused kernel's gradient norms): kept as
+        :meth:`const_many` keeps its values, and checked by
+        :func:`all_finite` as :meth:`measured`'s are."""
+        values = np.asarray(values, dtype=np.float64)
+        self.c_arrays.append((np.asarray(rows, dtype=np.int64), np.full(len(values), key, dtype=np.int64), values))
+        if not self.c_nonfinite and not np.isfinite(values).all():
+            self.c_nonfinite = True
+
     def const_many(self, rows: np.ndarray, key: int, values: np.ndarray) -> None:
         """Host values for many rows at once (numpy arrays of one length)."""
         rows = np.asarray(rows, dtype=np.int64)

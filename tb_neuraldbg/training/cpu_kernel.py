@@ -51,7 +51,7 @@ from . import kernel_build
 
 __all__ = [
     "ENV", "MAX_ELEMENTS", "PART_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "histogram_known",
-    "moments", "norms", "norms_at", "reads_in_parts", "saturation_bounds", "set_enabled", "set_reads_in_parts",
+    "moments", "norms", "norms_at", "norms_at_host", "reads_in_parts", "saturation_bounds", "set_enabled", "set_reads_in_parts",
     "takes", "total",
 ]
 
@@ -329,7 +329,7 @@ def norms(tensors: list) -> torch.Tensor | None:
     if not _norms_take(lens):
         return None
     ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), dtype=np.uint64, count=len(tensors))
-    return _norms_of(ptrs, lens, kinds)
+    return torch.from_numpy(_norms_of(ptrs, lens, kinds))
 
 
 def norms_at(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None) -> torch.Tensor | None:
@@ -337,6 +337,15 @@ def norms_at(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None
     sizes (int64), of the :data:`KINDS` ``kinds`` gives (an int8 array, or
     None: all float32), which the caller keeps alive during the call
     (``grad_reader``); None where :func:`norms` would not take them."""
+    host = norms_at_host(ptrs, lens, kinds)
+    return None if host is None else torch.from_numpy(host)
+
+
+def norms_at_host(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None) -> np.ndarray | None:
+    """:func:`norms_at`'s values as a float32 numpy array: for a caller that
+    keeps them on the host (the gradient norms of a step: a tensor made of
+    them would be reshaped, concatenated and read back, torch ops whose code
+    has gone cold since the last step)."""
     if not _enabled or not len(lens):
         return None
     if not (_norms if _norms is not None else (_load() and _norms)) or not _norms_take(lens):
@@ -352,7 +361,8 @@ def _norms_take(lens: np.ndarray) -> bool:
     return total <= NORMS_MEAN_ELEMENTS * len(lens) or torch.get_num_threads() <= NORMS_FEW_THREADS
 
 
-def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> torch.Tensor:
+def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> np.ndarray:
+    """The norms, float32 (as torch's of float32 tensors)."""
     first = 0 if kinds is None else int(kinds[0])
     if kinds is None or (kinds == first).all():
         out = _norms_of_one_kind(ptrs, lens, first)
@@ -362,7 +372,7 @@ def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> t
             idx = np.flatnonzero(kinds == kind)
             out[idx] = _norms_of_one_kind(np.ascontiguousarray(ptrs[idx]), np.ascontiguousarray(lens[idx]), kind)
     with np.errstate(over="ignore"):  # a norm above float32's range is inf, as torch's; no warning in training
-        return torch.from_numpy(out.astype(np.float32))
+        return out.astype(np.float32)
 
 
 def _norms_of_one_kind(ptrs: np.ndarray, lens: np.ndarray, kind: int) -> np.ndarray:

@@ -347,7 +347,7 @@ class Instrument:
         self._checked = False
         self._replay_col: Collector | None = None
         # (params, their gradient norms before any division), from backward
-        self._grad_norms: tuple[list, Any] | None = None  # (a stacked tensor, or 0-d ones on several devices)
+        self._grad_norms: tuple[list, Any] | None = None  # (a stacked tensor, 0-d ones on several devices, or host numbers)
         self._schedule()
 
     def _find_devices(self) -> None:
@@ -1230,9 +1230,17 @@ class Instrument:
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
         if read is not None:
             at = (read.ptrs, read.lens) if keep is None else (read.ptrs[keep], read.lens[keep])
-            stacked = K.norms_at(*at, read.kinds(keep))  # (read.holder keeps the gradients alive until here)
+            host = K.norms_at_host(*at, read.kinds(keep))  # (read.holder keeps the gradients alive until here)
             del read
-            if stacked is not None:
+            if host is not None and divisor is None:
+                # Kept on the host, as numbers: no tensor to reshape, stack
+                # and read back (torch ops gone cold since the last step:
+                # 30-40 us a step in situ).
+                col.measured_many(grows, Key.GRAD_NORM, host)
+                self._grad_norms = (gparams, host)
+                return col
+            if host is not None:  # (divided by the scale as a tensor, on its device: as everywhere else)
+                stacked = torch.from_numpy(host)
                 col.add_stacked(stacked, grows, Key.GRAD_NORM, divisor=divisor)
                 self._grad_norms = (gparams, stacked)
                 return col
@@ -1370,7 +1378,9 @@ class Instrument:
         again = [replayed.get(id(p)) for p in gparams]
         if any(g is None for g in again):
             return "the replay's backward reached other parameters"
-        if isinstance(norms, torch.Tensor):
+        if isinstance(norms, np.ndarray):  # (the fused kernel's, kept on the host)
+            was = torch.from_numpy(np.isfinite(norms))
+        elif isinstance(norms, torch.Tensor):
             was = torch.isfinite(norms.float())
         else:
             was = torch.isfinite(torch.stack([n.float().cpu() for n in norms]))
