@@ -135,3 +135,18 @@ def test_compile_overhead_benchmark_prints_every_mode_against_its_bare_one():
         assert float(block.group(1)) > 0 and float(alt.group(2)) > 0
         if mode in ("eager", "compiled"):  # the reference of its kind
             assert block.group(2) == "1.000" and alt.group(1) == "1.000", r.stdout
+
+
+def test_worker_process_benchmark_writes_the_same_rows_from_a_child():
+    # the measurement of a worker in a child process (benchmarks/worker_process.py)
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "worker_process.py"), "--models", "micro",
+         "--blocks", "1", "--steps", "12"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    for mode in ("bare2", "thread", "child"):
+        m = re.search(rf"^  {mode} +wall (\d+\.\d+), median block (\d+\.\d+) .*CPU (\d+\.\d+)$", r.stdout, re.M)
+        assert m and all(float(v) > 0 for v in m.groups()), (mode, r.stdout)
+    # 32 steps each (20 before the blocks, 12 in them): written, and the same
+    assert "rows and states written (32 steps): the same from the thread and from the child" in r.stdout, r.stdout
