@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The writer's CUDA path, checked on a fresh CUDA machine that has torch (and
 # tensorboard, numpy, pytest: nothing is installed; the script says what is
-# missing). Planned for about 6 minutes on one H200; every part has its own time limit.
+# missing). Planned for about 7 minutes on one H200; every part has its own time limit.
 #
 #   1. the writer's tests on cuda: tests/test_writer.py and
 #      tests/test_instrument.py with TB_NEURALDBG_TEST_DEVICE=cuda;
@@ -21,7 +21,10 @@
 #      by Python and kernel launches (tiny: 101 modules of microsecond ops;
 #      the benchmark MLP): the writer's fixed cost a step, its worker's Python
 #      sharing the GIL with the training thread's (about 1.3x on the CPU's
-#      tiny model, docs/COST.md).
+#      tiny model, docs/COST.md);
+#   5. benchmarks/worker_process.py on those small models: the worker in a
+#      child process against the worker's thread (on the CPU, tiny 1.43x ->
+#      1.22x): what that design would save on a GPU.
 #
 # Usage, from anywhere: bash benchmarks/gpu_check.sh [OUT_DIR]   (default /tmp/gpu_check)
 # Exit status: 0 when every part passed, 1 otherwise, 2 when the machine lacks something.
@@ -63,6 +66,10 @@ part "4. overhead on small models, bound by Python and launches"
 timeout 150 $PY benchmarks/overhead.py --device cuda --models tiny,mlp --blocks 6 --steps 20 \
     --modes bare,bare2,clip,watched --alternate 20 --own 20 2>&1 | tee "$OUT_DIR/overhead_small.txt" \
     || failed+=("small-model overhead")
+
+part "5. the worker in a child process, on the small models"
+timeout 150 $PY benchmarks/worker_process.py --device cuda --models tiny,micro --blocks 8 --steps 64 2>&1 \
+    | tee "$OUT_DIR/worker_process.txt" || failed+=("worker in a child process")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then

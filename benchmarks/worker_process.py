@@ -7,8 +7,9 @@ whatever the model's size) holds the GIL the training thread needs, so
 training waits for it, core to spare or not (docs/COST.md). Here the same
 ``Worker`` runs in a child process instead (``python -c``, not
 multiprocessing, whose spawn re-runs an unguarded script), fed one binary
-message a step through a pipe by the instrument's sink on the training
-thread (the step vector, its rows and keys; the layer list when it grows).
+message a step through a pipe (the step vector, its rows and keys; the layer
+list when it grows) by a sender thread that the instrument's sink queues
+each step's packet for, as it does for the worker's thread.
 Each Event the child's worker would write comes back as bytes, and a
 receiver thread of the training process hands them to its own event file's
 writer thread (the user's scalars go to that file too, and TensorBoard reads
@@ -24,6 +25,7 @@ blocks), the training process's CPU ratio (the child's not counted), and
 whether the rows and states the two writers wrote are the same.
 
 Usage: python benchmarks/worker_process.py [--models tiny,micro] [--threads 1] [--blocks 12] [--steps 64]
+                                          [--device cuda]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # before torch is imported: idle thre
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402
+import queue  # noqa: E402
 import statistics  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
@@ -151,8 +154,12 @@ while True:
 
 
 class ChildWorker:
-    """The instrument's sink (one pipe write a step) and the receiver thread
-    that writes what the child's worker sends back into ``writer``'s event file."""
+    """The instrument's sink (a queue, as the writer's), a sender thread
+    (a packet's values, once its device copy is done, in one pipe write) and
+    a receiver thread that writes what the child's worker sends back into
+    ``writer``'s event file."""
+
+    _SYNC, _END = object(), object()
 
     def __init__(self, instrument, writer: DebugWriter, scratch: str):
         env = dict(os.environ)
@@ -164,11 +171,28 @@ class ChildWorker:
         self.records = writer._get_file_writer().event_writer._async_writer  # (TensorBoard's, private)
         self.layers = 0
         self.acks = threading.Semaphore(0)
+        self.queue = queue.SimpleQueue()
+        self.sender = threading.Thread(target=self._send_all, daemon=True)
         self.receiver = threading.Thread(target=self._receive, daemon=True)
+        self.sender.start()
         self.receiver.start()
 
     def __call__(self, packet) -> None:
-        values = packet.host_values()
+        self.queue.put(packet)
+
+    def _send_all(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is self._SYNC:
+                self._send(b"S")
+            elif item is self._END:
+                self._send(b"E")
+                return
+            else:
+                self._send_packet(item)
+
+    def _send_packet(self, packet) -> None:
+        values = packet.host_values()  # (on CUDA: waits here for the copy, not in training)
         layers = b""
         if len(packet.layers) != self.layers:
             self.layers = len(packet.layers)
@@ -200,11 +224,11 @@ class ChildWorker:
                 self.records.write(src.read(n))
 
     def sync(self) -> None:
-        self._send(b"S")
+        self.queue.put(self._SYNC)
         self.acks.acquire()
 
     def close(self) -> None:
-        self._send(b"E")
+        self.queue.put(self._END)
         self.acks.acquire()
         self.proc.stdin.close()
         self.proc.wait()
@@ -222,10 +246,11 @@ def _rows(logdir: str) -> dict:
     return {t: [(e.step, tensor_util.make_ndarray(e.tensor_proto).tobytes()) for e in acc.Tensors(t)] for t in tags}
 
 
-def measure(name: str, blocks: int, steps: int) -> None:
+def measure(name: str, blocks: int, steps: int, device: torch.device) -> None:
     torch.manual_seed(0)
-    base, shape, classes = overhead.MODELS[name]()
-    x, y = torch.randn(*shape), torch.randint(0, classes, (shape[0],))
+    with device:
+        base, shape, classes = overhead.MODELS[name]()
+        x, y = torch.randn(*shape), torch.randint(0, classes, (shape[0],))
     crit = nn.CrossEntropyLoss()
     tmp = tempfile.mkdtemp(prefix=f"worker_process_{name}_")
 
@@ -250,6 +275,8 @@ def measure(name: str, blocks: int, steps: int) -> None:
                 self.child.sync()
             elif self.writer is not None:
                 self.writer._worker.sync(60)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
 
         def close(self):
             if self.child is not None:
@@ -288,14 +315,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--blocks", type=int, default=12)
     p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args(argv)
     if os.name != "posix":
         print("needs a POSIX system (select() on a pipe)")
         return 1
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {a.threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
+    device = torch.device(a.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {a.threads} threads"
+    print(f"torch {torch.__version__}, {where}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     for name in a.models.split(","):
-        measure(name, a.blocks, a.steps)
+        measure(name, a.blocks, a.steps, device)
     return 0
 
 
