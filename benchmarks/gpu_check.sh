@@ -22,9 +22,9 @@
 #      the benchmark MLP): the writer's fixed cost a step, its worker's Python
 #      sharing the GIL with the training thread's (about 1.3x on the CPU's
 #      tiny model, docs/COST.md);
-#   5. benchmarks/worker_process.py on those small models: the worker in a
-#      child process against the worker's thread (on the CPU, tiny 1.43x ->
-#      1.22x): what that design would save on a GPU.
+#   5. watch(analysis="process") on the small models: the worker in a child
+#      process against the worker's thread (on the CPU, tiny 1.28-1.34x ->
+#      1.22x), where a step waits for Python.
 #
 # Usage, from anywhere: bash benchmarks/gpu_check.sh [OUT_DIR]   (default /tmp/gpu_check)
 # Exit status: 0 when every part passed, 1 otherwise, 2 when the machine lacks something.
@@ -68,8 +68,9 @@ timeout 150 $PY benchmarks/overhead.py --device cuda --models tiny,mlp --blocks 
     || failed+=("small-model overhead")
 
 part "5. the worker in a child process, on the small models"
-timeout 150 $PY benchmarks/worker_process.py --device cuda --models tiny,micro --blocks 8 --steps 64 2>&1 \
-    | tee "$OUT_DIR/worker_process.txt" || failed+=("worker in a child process")
+timeout 150 $PY benchmarks/overhead.py --device cuda --models tiny,micro --blocks 8 --steps 64 \
+    --modes bare,bare2,watched,process 2>&1 | tee "$OUT_DIR/overhead_process.txt" \
+    || failed+=("worker in a child process")
 
 echo
 if [ ${#failed[@]} -eq 0 ]; then

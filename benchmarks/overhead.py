@@ -24,7 +24,9 @@ what the parts save), ``hooks_kept``
 (default settings with the module hooks kept on at cheap steps, as before
 2026-12-03's last round), ``no_blocks`` (default settings without the block
 summaries the worker writes every 8 rows: their cost), ``every_step``
-(``watch(nonfinite="every_step")``) and ``watched_hand`` (default settings,
+(``watch(nonfinite="every_step")``), ``process`` (``watch(analysis="process")``:
+the worker in a child process, whose CPU the process time does not count)
+and ``watched_hand`` (default settings,
 no criterion watched: the loss is computed by hand from a cast and a view of
 the output, so a replay would need the kept gradient of the model's output,
 whose memory shows in ``peak``). Each block runs every mode, in an order
@@ -256,9 +258,10 @@ def gpt():
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
           "big": big, "tiny": tiny, "micro": micro, "gpt": gpt}
 MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
-         "one_core", "hooks_kept", "no_blocks")
+         "one_core", "hooks_kept", "no_blocks", "process")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {}}
+         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {},
+         "process": {"analysis": "process"}}
 
 
 #: ``--amp``: an autocast's type, or the type a model and its inputs are cast to.

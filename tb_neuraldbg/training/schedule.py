@@ -20,11 +20,13 @@ import torch
 from .._version import __version__
 from ..format import metadata
 
-__all__ = ["WatchConfig", "knobs_doc", "NONFINITE_MODES"]
+__all__ = ["WatchConfig", "knobs_doc", "ANALYSIS_MODES", "NONFINITE_MODES"]
 
 _KNOBS_MARK = "Knobs:"
 #: The ways of ``watch(nonfinite=...)``: see :class:`WatchConfig`.
 NONFINITE_MODES = ("replay", "every_step")
+#: Where ``watch(analysis=...)`` analyses the steps: see :class:`WatchConfig`.
+ANALYSIS_MODES = ("thread", "process")
 
 
 @dataclass
@@ -74,6 +76,17 @@ class WatchConfig:
     start_step: the step of the first record (e.g. when resuming).
     save_batches: save the batch behind a data anomaly or the first
         non-finite event into the run directory as .npz.
+    analysis: where the rows, the diagnosis and the summaries are made:
+        "thread" (the default: a background thread of the training
+        process) or "process" (a child process, fed one message a step,
+        whose events come back into this run's event file; POSIX). Where a
+        step is bound by Python (a small model, often on a GPU) the
+        thread's Python holds the GIL that training needs: on the CPU, a
+        5 ms step of 101 small modules costs 1.22x watched this way
+        against 1.28-1.34x. The child starts in about a second, so
+        on_error="raise" may raise later after an event. A distributed
+        run, or a machine where the child cannot start, uses the thread
+        (with a warning).
     """
 
     include: Any = None
@@ -89,6 +102,7 @@ class WatchConfig:
     start_step: int = 0
     save_batches: bool = True
     nonfinite: str = "replay"
+    analysis: str = "thread"
 
     def __post_init__(self):
         for name in ("stats_every", "full_steps", "ring"):
@@ -103,6 +117,8 @@ class WatchConfig:
             raise ValueError(f"on_error must be 'warn' or 'raise', got {self.on_error!r}")
         if self.nonfinite not in NONFINITE_MODES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_MODES}, got {self.nonfinite!r}")
+        if self.analysis not in ANALYSIS_MODES:
+            raise ValueError(f"analysis must be one of {ANALYSIS_MODES}, got {self.analysis!r}")
         if self.max_layers is not None and self.max_layers < 1:
             raise ValueError(f"max_layers must be >= 1 or None, got {self.max_layers!r}")
 

@@ -136,6 +136,11 @@ class Worker:
         self.blocks = blocks.BlockBuilder()
         self._block_opened = 0.0  # time.monotonic() of the open block's first row
 
+    @property
+    def engine_running(self) -> bool:
+        """The diagnosis engine exists and has not failed."""
+        return self.engine is not None and not self.engine_broken
+
     # -- thread plumbing --------------------------------------------------
 
     def start(self) -> None:

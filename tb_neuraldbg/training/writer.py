@@ -209,6 +209,7 @@ class DebugWriter(SummaryWriter):
         start_step: int = 0,
         save_batches: bool = True,
         nonfinite: str = "replay",
+        analysis: str = "thread",
     ) -> WatchHandle:
         """Watch ``model``; returns a handle whose ``remove()`` takes the hooks off.
 
@@ -259,10 +260,15 @@ class DebugWriter(SummaryWriter):
                 gather = distributed.RankGather.create(everyone=self.ranks == "each")
             if distributed.has_dtensors(model.parameters()):
                 instrument.norms = instrument.grad_norms = distributed.sharded_norms
-            worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+            worker = self._new_worker(instrument, config, packets, gather)
             handle = WatchHandle(self, model, instrument)
             handle.watch_added_modules()
-            worker.start()
+            try:
+                worker.start()
+            except OSError as e:  # (a child process that cannot start: the thread)
+                _warn_thread(f"the worker process could not start ({type(e).__name__}: {e})")
+                worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+                worker.start()
         except BaseException:
             instrument.remove()
             instrument.release()
@@ -355,6 +361,17 @@ class DebugWriter(SummaryWriter):
 
     # -- internals --------------------------------------------------------
 
+    def _new_worker(self, instrument, config, packets, gather):
+        """The thread's worker, or with ``analysis="process"`` the child's
+        (not in a distributed run: its collectives are this process's)."""
+        if config.analysis == "process":
+            if gather is None:
+                from .worker_process import ProcessWorker
+
+                return ProcessWorker(self, instrument, config, packets, failure=TrainingFailure)
+            _warn_thread("a distributed run gathers its ranks' rows on the worker's thread")
+        return Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+
     def _stop_worker(self) -> None:
         if self._worker is not None:
             self._worker.stop(_CLOSE_TIMEOUT)
@@ -383,11 +400,17 @@ class DebugWriter(SummaryWriter):
         return {
             "steps_analysed": w.steps_analysed,
             "rows_written": w.rows_written,
-            "engine": w.engine is not None and not w.engine_broken,
+            "engine": w.engine_running,
             "steps_recorded": steps,
             "hooks_ms_per_step": inst.hook_ns / 1e6 / steps if steps else None,
             "worker_ms_per_step": w.cpu_s * 1e3 / w.cpu_steps if w.cpu_steps else None,
         }
+
+
+def _warn_thread(why: str) -> None:
+    msg = f"{distributed.tag()}: watch(analysis='process'): {why}; the steps are analysed on the writer's thread"
+    warnings.warn(msg, RuntimeWarning, stacklevel=4)
+    log.warning(msg)
 
 
 def _in_use(ref: "weakref.ref[DebugWriter]") -> bool:
