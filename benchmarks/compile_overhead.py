@@ -114,7 +114,8 @@ def main() -> None:
             r.steps(a.steps, x, y, crit)
             r.caught_up()
             times[m].append((time.perf_counter() - t0) / a.steps)
-    print(f"blocks: {a.blocks} x {a.steps} steps a mode; ratio to the bare mode of its kind, median (min-max) over blocks")
+    print(f"blocks: {a.blocks} x {a.steps} steps a mode; ratio to the bare mode of its kind, "
+          "median (min-max) over blocks")
     eager_med = statistics.median(times["eager"])
     for m in names:
         ratios = [t / tb for t, tb in zip(times[m], times[bare_of(m)])]

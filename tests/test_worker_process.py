@@ -135,3 +135,17 @@ def test_the_child_judges_by_the_run_s_thresholds(tmp_path):
     assert any(e["kind"] == "vanishing_gradient" for batch in events for e in batch), events
     assert thread[metadata.TAG_EVENTS] == process[metadata.TAG_EVENTS]
     assert thread[metadata.TAG_STATES] == process[metadata.TAG_STATES]
+
+
+def test_a_step_that_cannot_be_sent_costs_that_step_only(tmp_path, monkeypatch):
+    send = ProcessWorker._send_packet
+
+    def flaky(self, packet):
+        if packet.step == 5:
+            raise ValueError("a packet that cannot be sent")
+        return send(self, packet)
+
+    monkeypatch.setattr(ProcessWorker, "_send_packet", flaky)
+    with pytest.warns(RuntimeWarning, match="writer step failed: ValueError"):
+        train(tmp_path, 12, analysis="process")
+    assert [s for s, _ in contents(tmp_path)[metadata.TAG_STATES]] == [s for s in range(12) if s != 5]

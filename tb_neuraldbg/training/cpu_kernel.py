@@ -51,8 +51,8 @@ from . import kernel_build
 
 __all__ = [
     "ENV", "MAX_ELEMENTS", "PART_ELEMENTS", "available", "finite", "helper_seconds", "histogram", "histogram_known",
-    "moments", "norms", "norms_at", "norms_at_host", "reads_in_parts", "saturation_bounds", "set_enabled", "set_reads_in_parts",
-    "takes", "total",
+    "moments", "norms", "norms_at", "norms_at_host", "reads_in_parts", "saturation_bounds", "set_enabled",
+    "set_reads_in_parts", "takes", "total",
 ]
 
 log = logging.getLogger(__name__)

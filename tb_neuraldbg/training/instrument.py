@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import math
 from itertools import repeat
-from time import perf_counter_ns
 from operator import attrgetter, is_
+from time import perf_counter_ns
 import warnings
 import weakref
 from typing import Any, Callable
@@ -347,7 +347,8 @@ class Instrument:
         self._checked = False
         self._replay_col: Collector | None = None
         # (params, their gradient norms before any division), from backward
-        self._grad_norms: tuple[list, Any] | None = None  # (a stacked tensor, 0-d ones on several devices, or host numbers)
+        # (a stacked tensor, 0-d ones on several devices, or host numbers)
+        self._grad_norms: tuple[list, Any] | None = None
         self._schedule()
 
     def _find_devices(self) -> None:
@@ -1235,7 +1236,7 @@ class Instrument:
             if host is not None and divisor is None:
                 # Kept on the host, as numbers: no tensor to reshape, stack
                 # and read back (torch ops gone cold since the last step:
-                # 30-40 us a step in situ).
+                # 116 -> 106 us a step of _measure_grads on the tiny model).
                 col.measured_many(grows, Key.GRAD_NORM, host)
                 self._grad_norms = (gparams, host)
                 return col

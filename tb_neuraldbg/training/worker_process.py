@@ -94,6 +94,7 @@ class ProcessWorker:
         self._acks: collections.deque = collections.deque()  # threading.Events, in the order sent
         self._lock = threading.Lock()
         self._dead = False
+        self._warned_step = False
         self._layers = 0
         self._counts = (0, 0, True, 0.0, 0)
 
@@ -222,6 +223,10 @@ class ProcessWorker:
                 self._died("its input closed")
                 self._take_over(item)
                 return
+            except Exception as e:  # noqa: BLE001 -- a step not sent costs that step only
+                if not self._warned_step:
+                    self._warned_step = True
+                    _warn(f"writer step failed: {type(e).__name__}: {e}")
 
     def _send_packet(self, p: StepPacket) -> None:
         values = p.host_values()  # (on CUDA: waits here for the copy, not in training)
