@@ -386,7 +386,8 @@ class DebugWriter(SummaryWriter):
         hooks recorded), ``hooks_ms_per_step`` (milliseconds a step spent in
         its hooks' bodies on the training side, replays included) and
         ``worker_ms_per_step`` (CPU milliseconds a step of its background
-        thread, after the first burst, which imports the diagnosis); None
+        thread, or with ``analysis="process"`` of its child process, after
+        the first burst, which imports the diagnosis); None
         before there is a step to average over. With the training loop's own
         step time they say what leaving the writer on costs: the hooks'
         time always adds to the step; the thread's where training needs the
