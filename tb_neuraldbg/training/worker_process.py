@@ -22,10 +22,9 @@ and the worker's thread takes over from the next step (its diagnosis starts
 again; the rows the child held, its ring's last ``ring`` steps and those
 in flight to it, are lost).
 
-The child is ``python -m tb_neuraldbg.training.worker_process`` (started
-with :mod:`subprocess`, not :mod:`multiprocessing`, whose spawn runs the
-user's script again where it has no ``__main__`` guard); it ends when its
-input ends. Messages are binary (numpy arrays' bytes) and JSON; nothing is
+The child is ``python -c`` calling :func:`serve` (started with
+:mod:`subprocess`, not :mod:`multiprocessing`, whose spawn runs the user's
+script again where it has no ``__main__`` guard); it ends with the run. Messages are binary (numpy arrays' bytes) and JSON; nothing is
 unpickled. POSIX only (file descriptors passed to the child).
 """
 
@@ -59,6 +58,13 @@ log = logging.getLogger("tb_neuraldbg")
 # A packet: step, K of the cross-entropy (-1: unknown), full statistics,
 # values, layer-list JSON bytes (0: unchanged), ran rows (-1: None), batches held.
 _PACKET = struct.Struct("<qqbqqqq")
+_CHILD_MAIN = """import sys
+root, out_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if root not in sys.path:
+    sys.path.append(root)
+from tb_neuraldbg.training.worker_process import serve
+serve(out_fd, reply_fd)
+"""
 _LENGTH = struct.Struct("<q")
 # An acknowledgement's counters: steps analysed, rows written, engine running,
 # CPU seconds and the steps they cover.
@@ -128,13 +134,14 @@ class ProcessWorker:
             raise OSError("a worker process needs a POSIX system")
         out_r, out_w = os.pipe()  # child -> here
         reply_r, reply_w = os.pipe()  # here -> child: the answers to its requests
+        # The package as this process imported it, a source checkout too:
+        # appended to the child's path (not put first through PYTHONPATH,
+        # where a site directory would come before the standard library).
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tb_neuraldbg.training.worker_process", str(out_w), str(reply_r)],
-                stdin=subprocess.PIPE, pass_fds=(out_w, reply_r), env=env, close_fds=True)
+                [sys.executable, "-c", _CHILD_MAIN, root, str(out_w), str(reply_r)],
+                stdin=subprocess.PIPE, pass_fds=(out_w, reply_r), close_fds=True)
         except BaseException:
             os.close(out_r)
             os.close(reply_w)
@@ -513,6 +520,3 @@ def serve(out_fd: int, reply_fd: int) -> None:
             ack()
             return
 
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
