@@ -63,10 +63,10 @@ def data(n=64, batch=8, seed=0):
     return torch.utils.data.DataLoader(ds, batch_size=batch)
 
 
-def trainer_for(L, root, **kw):
+def trainer_for(L, root, watch=None, **kw):
     from tb_neuraldbg.integrations.lightning import NeuralDbgCallback
 
-    cb = NeuralDbgCallback()
+    cb = NeuralDbgCallback(**(watch or {}))
     loggers = importlib.import_module(L.__name__ + ".loggers")
     kw.setdefault("max_epochs", 3)
     t = L.Trainer(
@@ -83,11 +83,13 @@ def trainer_for(L, root, **kw):
     return t, cb
 
 
+@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=pytest.mark.skipif(
+    os.name != "posix", reason="the worker process needs a POSIX system"))])
 @pytest.mark.parametrize("ns", NAMESPACES)
-def test_a_healthy_module_with_self_crit_is_one_healthy_run_beside_lightnings_scalars(tmp_path, ns):
+def test_a_healthy_module_with_self_crit_is_one_healthy_run_beside_lightnings_scalars(tmp_path, ns, analysis):
     L = importlib.import_module(ns)
     model = make_module(L)
-    t, cb = trainer_for(L, tmp_path, log_every_n_steps=1)
+    t, cb = trainer_for(L, tmp_path, watch={"analysis": analysis}, log_every_n_steps=1)
     t.fit(model, data(), data(16, seed=1))
     assert cb.writer is None  # closed at fit end
     runs = read_logdir(str(tmp_path))
@@ -96,6 +98,7 @@ def test_a_healthy_module_with_self_crit_is_one_healthy_run_beside_lightnings_sc
     assert "crit" not in run.layer_names and {"net.0", "net.2"} <= set(run.layer_names)
     assert run.num_steps == t.global_step == 24  # validation steps are not training steps
     assert run.diagnosis["status"] == "healthy", run.events
+    assert run.config["analysis"] == analysis
     # Lightning's own scalars are in the same run directory.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

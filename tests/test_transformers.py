@@ -3,6 +3,8 @@ download, CPU): accelerate's optimizer unwrapped, the model's own loss as
 <loss> over whole optimizer steps, gradient norms equal to the Trainer's
 logged grad_norm, one run with report_to="tensorboard"."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -34,7 +36,7 @@ def tiny_gpt2():
     return transformers.GPT2LMHeadModel(config)
 
 
-def train(tmp_path, accumulation=1, steps=6):
+def train(tmp_path, accumulation=1, steps=6, **watch):
     from tb_neuraldbg.integrations.transformers import NeuralDbgCallback
 
     model = tiny_gpt2()
@@ -53,14 +55,16 @@ def train(tmp_path, accumulation=1, steps=6):
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    cb = NeuralDbgCallback()
+    cb = NeuralDbgCallback(**watch)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb])
     trainer.train()
     return trainer, cb, losses
 
 
-def test_trainer_run_is_one_run_with_hfs_scalars_and_equal_grad_norms(tmp_path):
-    trainer, cb, losses = train(tmp_path)
+@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=pytest.mark.skipif(
+    os.name != "posix", reason="the worker process needs a POSIX system"))])
+def test_trainer_run_is_one_run_with_hfs_scalars_and_equal_grad_norms(tmp_path, analysis):
+    trainer, cb, losses = train(tmp_path, analysis=analysis)
     assert cb.writer is None
     runs = read_logdir(str(tmp_path))
     assert len(runs) == 1
@@ -81,6 +85,7 @@ def test_trainer_run_is_one_run_with_hfs_scalars_and_equal_grad_norms(tmp_path):
     np.testing.assert_allclose(total, logged, rtol=1e-4)
     lr = run.stats[:, run.layer_names.index(metadata.PSEUDO_OPTIMIZER), M["value"]]
     assert np.isfinite(lr).all()
+    assert run.config["analysis"] == analysis
 
 
 def test_gradient_accumulation_records_the_whole_step_loss(tmp_path):
