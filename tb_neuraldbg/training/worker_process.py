@@ -24,8 +24,9 @@ in flight to it, are lost).
 
 The child is ``python -c`` calling :func:`serve` (started with
 :mod:`subprocess`, not :mod:`multiprocessing`, whose spawn runs the user's
-script again where it has no ``__main__`` guard); it ends with the run. Messages are binary (numpy arrays' bytes) and JSON; nothing is
-unpickled. POSIX only (file descriptors passed to the child).
+script again where it has no ``__main__`` guard); it ends with the run.
+Messages are binary (numpy arrays' bytes) and JSON; nothing is unpickled.
+POSIX only (file descriptors passed to the child).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import json
 import logging
 import os
 import queue
+import select
 import struct
 import subprocess
 import sys
@@ -58,6 +60,11 @@ log = logging.getLogger("tb_neuraldbg")
 # A packet: step, K of the cross-entropy (-1: unknown), full statistics,
 # values, layer-list JSON bytes (0: unchanged), ran rows (-1: None), batches held.
 _PACKET = struct.Struct("<qqbqqqq")
+_LENGTH = struct.Struct("<q")
+# An acknowledgement's counters: steps analysed, rows written, engine running,
+# CPU seconds and the steps they cover.
+_COUNTS = struct.Struct("<qqbdq")
+# The child's program: the package root, then its two file descriptors.
 _CHILD_MAIN = """import sys
 root, out_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if root not in sys.path:
@@ -65,10 +72,6 @@ if root not in sys.path:
 from tb_neuraldbg.training.worker_process import serve
 serve(out_fd, reply_fd)
 """
-_LENGTH = struct.Struct("<q")
-# An acknowledgement's counters: steps analysed, rows written, engine running,
-# CPU seconds and the steps they cover.
-_COUNTS = struct.Struct("<qqbdq")
 
 
 def _json(obj) -> bytes:
@@ -310,8 +313,8 @@ class ProcessWorker:
                     f = json.loads(data)
                     self.instrument.fail_at_next_hook(self.failure(f["diagnosis"], f["events"]))
                 elif kind == b"B":
-                    path = self._save_batch(json.loads(data)) or ""
-                    os.write(self._reply, _LENGTH.pack(len(path.encode())) + path.encode())
+                    path = (self._save_batch(json.loads(data)) or "").encode()
+                    os.write(self._reply, _LENGTH.pack(len(path)) + path)
         except (OSError, ValueError, struct.error) as e:
             self._died(f"{type(e).__name__}: {e}")
             return
@@ -445,8 +448,7 @@ def serve(out_fd: int, reply_fd: int) -> None:
             got += k
         return bytes(buf)
 
-    def send(data: bytes) -> None:
-        out.write(data)
+    send = out.write
 
     def ask(event: dict) -> str:
         out.write(b"B" + _json(event))
@@ -475,11 +477,9 @@ def serve(out_fd: int, reply_fd: int) -> None:
     worker = ChildWorker(writer, instrument, config, queue.SimpleQueue(), failure=_Failure)
 
     def ack() -> None:
-        e = worker.engine is not None and not worker.engine_broken
-        out.write(b"K" + _COUNTS.pack(worker.steps_analysed, worker.rows_written, e, worker.cpu_s, worker.cpu_steps))
+        out.write(b"K" + _COUNTS.pack(worker.steps_analysed, worker.rows_written, worker.engine_running,
+                                     worker.cpu_s, worker.cpu_steps))
         out.flush()
-
-    import select
 
     layers: list = []
     pending: list = []
