@@ -13,8 +13,13 @@ GPT-2-medium-sized decoder, 355M parameters, seq 1024, batch 8: for
 
 Modes (``--modes``), identical copies of the model trained in one process:
 ``bare`` (the loop alone), ``bare2`` (the same loop again: the A/A control,
-whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: one
-pass over the gradients, the floor of a per-step gradient check), ``watched``
+whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: a read of the gradients for
+their norms, then a read and a write of them for the in-place multiply it
+always does), ``norms`` (the loop plus the per-parameter gradient norms
+alone, computed as the writer computes them, the C kernel's read where it
+takes the gradients, else torch's, and their finiteness read on the host:
+the one pass that per-layer gradient norms every step cannot skip, the floor
+of the writer's defaults), ``watched``
 (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
 cost a user can choose instead), ``torch_stats`` (default settings with the
@@ -44,8 +49,9 @@ checksummed) and of torch's other threads in the CPU kernel's reads in parts
 (the gradient norms, large activations), and the worker's parts (assemble the row, the diagnosis
 engine, the summaries' protobuf and writes). ``--own N``: N single steps
 that time the writer's own CPU, its hooks on the training thread and its
-threads, and ``clip_grad_norm_`` the same way in a third loop (the floor the
-issue sets: one read of the gradients), with the writer's cost above it.
+threads, and ``clip_grad_norm_`` and the gradient norms alone (``norms``)
+the same way in loops of their own (the floors), with the writer's cost above
+each.
 ``--alternate N``: N rounds in which every mode trains one step in turn (a
 writer per watched mode for the whole pass, its worker caught up after each
 step): neighbouring steps see the same machine, so the drift that makes
@@ -85,6 +91,7 @@ from tb_neuraldbg import DebugWriter  # noqa: E402
 from tb_neuraldbg.training import cpu_kernel  # noqa: E402
 from tb_neuraldbg.training import rows as row_module  # noqa: E402
 from tb_neuraldbg.training import worker as worker_module  # noqa: E402
+from tb_neuraldbg.training.stats import stacked_norms  # noqa: E402
 
 # -- models ---------------------------------------------------------------------
 
@@ -257,7 +264,7 @@ def gpt():
 
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
           "big": big, "tiny": tiny, "micro": micro, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
+MODES = ("bare", "bare2", "clip", "norms", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
          "one_core", "hooks_kept", "no_blocks", "process")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
          "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {},
@@ -279,6 +286,19 @@ class _NoBlocks:
 
     def close(self, final=False):
         return None
+
+def grad_norms_finite(params) -> bool:
+    """Mode ``norms``: each parameter's gradient norm, computed as the
+    writer's hooks compute them (``stats.stacked_norms``: the C kernel's read
+    of the CPU gradients it takes, else torch's ``_foreach_norm``), and
+    whether all are finite, read on the host (the writer's check of every
+    step; on CUDA its one planned synchronisation)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = stacked_norms(grads)
+    if not isinstance(norms, torch.Tensor):
+        norms = torch.stack(norms)
+    return bool(torch.isfinite(norms).all())
+
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
 
@@ -369,8 +389,9 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
     """Training-thread CPU time per step of the bare loop, of the watched
     loop's hooks (watched ``mode``), of the writer's threads (timed per
     thread: less disturbed by other processes than wall time), and of
-    ``clip_grad_norm_`` in a third loop (the floor, timed the same way: the
-    training thread's share of one read of the gradients); and the means of
+    ``clip_grad_norm_`` and of mode ``norms``'s norms in loops of their own
+    (the floors, timed the same way: the training thread's CPU, and the
+    norms' reads in parts on torch's threads); and the means of
     the bare and the watched loop's whole steps on the training thread
     (PyTorch's slower calls of hooked modules, which the hooks' own time
     does not see)."""
@@ -379,28 +400,34 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
         model, shape, classes = MODELS[name]()
     bare = Runner("bare", model, shape, classes, device, amp)
     clip = Runner("clip", copy.deepcopy(model), shape, classes, device, amp)
+    norms = Runner("norms", copy.deepcopy(model), shape, classes, device, amp)
     hooks = [0.0]
     with timed_hooks(hooks), tempfile.TemporaryDirectory(prefix=f"overhead_{name}_") as tmp:
         watched = Runner(mode, copy.deepcopy(model), shape, classes, device, amp)
         bare.steps(2)
         clip.steps(2)
+        norms.steps(2)
         watched.begin_block(tmp, 1000 - 3, 3)
-        bare_cpu, watched_cpu, hooks[0], clip.clip_s = [], [], 0.0, 0.0
+        bare_cpu, watched_cpu, hooks[0], clip.clip_s, norms.clip_s = [], [], 0.0, 0.0, 0.0
+        not_writer = 0.0  # the norms' reads in parts on torch's threads: counted with the writer's threads
         w0 = watched._worker_cpu()
         for _ in range(steps):  # interleaved single steps
             t0 = time.thread_time()
             bare.steps(1)
             bare_cpu.append(time.thread_time() - t0)
             clip.steps(1)
+            h0 = cpu_kernel.helper_seconds()
+            norms.steps(1)
+            not_writer += cpu_kernel.helper_seconds() - h0
             t0 = time.thread_time()
             watched.steps(1)
             watched_cpu.append(time.thread_time() - t0)
         watched._sync()
-        worker = watched._worker_cpu() - w0
+        worker = watched._worker_cpu() - w0 - not_writer
         watched.end_block()
     b = statistics.median(bare_cpu)
     return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps,
-            "clip_ms": 1000 * clip.clip_s / steps,
+            "clip_ms": 1000 * clip.clip_s / steps, "norms_ms": 1000 * norms.clip_s / steps,
             # Means (the full steps included), the watched step's whole
             # training-thread time: PyTorch's slower calls of hooked modules too.
             "bare_mean_ms": 1000 * statistics.fmean(bare_cpu), "watched_mean_ms": 1000 * statistics.fmean(watched_cpu)}
@@ -433,7 +460,7 @@ class Runner:
         self.classes = classes
         self.writer = None
         self.worker_s = 0.0
-        self.clip_s = 0.0  # training-thread CPU seconds inside clip_grad_norm_ (mode "clip")
+        self.clip_s = 0.0  # training-thread CPU seconds inside clip_grad_norm_ or the norms (modes "clip", "norms")
         self.peak = 0
 
     def begin_block(self, logdir, start_step, warm):
@@ -499,6 +526,10 @@ class Runner:
                 t0 = time.thread_time()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1e9)
                 self.clip_s += time.thread_time() - t0
+            elif self.mode == "norms":  # (torch's threads in the kernel's reads in parts count too)
+                t0, h0 = time.thread_time(), cpu_kernel.helper_seconds()
+                grad_norms_finite(self.model.parameters())
+                self.clip_s += time.thread_time() - t0 + cpu_kernel.helper_seconds() - h0
             self.opt.step()
 
     def timed(self, n):
@@ -649,7 +680,7 @@ def main(argv=None) -> int:
     print(f"{args.blocks} blocks x {args.steps} timed steps per mode (+{args.warm} untimed per fresh writer),"
           f" modes interleaved")
     print("ratio to 'bare' in the same block: median (min-max) over blocks; wall = step time,")
-    print("cpu = process CPU time (all threads); bare2 is the A/A control (the noise), clip the floor")
+    print("cpu = process CPU time (all threads); bare2 is the A/A control (the noise); clip and norms: floors")
     parts = WorkerParts().install()
     for name in (n.strip() for n in args.models.split(",") if n.strip()):
         r = measure(name, modes, args.blocks, args.steps, args.warm, device, args.amp, parts)
@@ -674,10 +705,11 @@ def main(argv=None) -> int:
             print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"
                   f" training thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the"
                   f" bare loop's training thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
-            own, floor = o["hooks_ms"] + o["worker_ms"], o["clip_ms"]
-            print(f"    clip_grad_norm_ alone, timed the same way: {floor:.2f} ms (1 + {floor / o['bare_ms']:.3f});"
-                  f" the writer {'above' if own >= floor else 'below'} that floor: {own - floor:+.2f} ms"
-                  f" ({100 * (own - floor) / o['bare_ms']:+.1f} %)")
+            own = o["hooks_ms"] + o["worker_ms"]
+            for what, floor in (("clip_grad_norm_", o["clip_ms"]), ("the gradient norms", o["norms_ms"])):
+                print(f"    {what} alone, timed the same way: {floor:.2f} ms (1 + {floor / o['bare_ms']:.3f});"
+                      f" the writer {'above' if own >= floor else 'below'} that floor: {own - floor:+.2f} ms"
+                      f" ({100 * (own - floor) / o['bare_ms']:+.1f} %)")
             extra = o["watched_mean_ms"] - o["bare_mean_ms"]
             print(f"    the training thread's whole step, mean: {o['watched_mean_ms']:.1f} ms against the bare"
                   f" loop's {o['bare_mean_ms']:.1f} ms: {extra:+.2f} ms ({100 * extra / o['bare_mean_ms']:+.1f} %,"

@@ -110,6 +110,32 @@ sys.exit(O.main(["--models", "mlp", "--modes", "bare,watched", "--blocks", "1", 
     assert "own CPU time per step (watched, 2 steps" in out, out
 
 
+def test_overhead_norms_floor_reads_every_gradient_and_prints_its_figures():
+    # Mode "norms": the writer's own norms (the kernel's read where it takes
+    # the gradients, else torch's), a NaN in any gradient seen on the host.
+    code = f"""
+import sys, torch
+sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
+import overhead as O
+from torch import nn
+m = nn.Sequential(nn.Linear(64, 600), nn.ReLU(), nn.Linear(600, 4))
+m(torch.randn(8, 64)).sum().backward()
+assert O.grad_norms_finite(m.parameters())
+for p in m.parameters():
+    p.grad.view(-1)[-1] = float("nan")
+    assert not O.grad_norms_finite(m.parameters()), p.shape
+    p.grad.view(-1)[-1] = 0.0
+m[0].weight.grad = None  # (a parameter without a gradient: left out)
+assert O.grad_norms_finite(m.parameters())
+O.MODELS["mlp"] = lambda: (nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)), (8, 16), 4)
+sys.exit(O.main(["--models", "mlp", "--modes", "bare,clip,norms,watched", "--blocks", "1", "--steps", "2",
+                 "--warm", "1", "--own", "2"]))
+"""
+    out = run_python(code, {"PYTHONPATH": ROOT}, timeout=300)
+    assert re.search(r"^  norms\s+\d\.\d{3} ", out, re.M), out
+    assert re.search(r"the gradient norms alone, timed the same way: \d+\.\d+ ms", out), out
+
+
 def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
     script = os.path.join(ROOT, "benchmarks", "gpu_syncs.py")
     with open(os.path.join(ROOT, "benchmarks", "gpu_check.sh")) as f:
