@@ -11,49 +11,15 @@ result travels to the worker as a :class:`StepPacket`, whose
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from . import cpu_kernel
+from .slots import StepPacket
 
 __all__ = ["StepPacket", "Collector", "all_finite", "host_finite"]
-
-
-@dataclass
-class StepPacket:
-    """Everything the worker needs for one step.
-
-    :meth:`host_values` gives the step vector; ``rows`` and
-    ``keys`` describe each value (see :class:`stats.Key`); ``layers`` is the
-    full layer list at this step (it only grows).
-    """
-
-    step: int
-    rows: np.ndarray
-    keys: np.ndarray
-    layers: list
-    stats: bool
-    host: list = field(default_factory=list)  # numpy arrays, or (pinned, event): see Collector.finish
-    # Rows whose module ran at a step whose hooks measured nothing (a cheap
-    # step of nonfinite="replay" that needed no replay: as its hooks noted
-    # them, or as the last hooked step did); None otherwise.
-    ran: np.ndarray | None = None
-
-    def host_values(self) -> np.ndarray:
-        """The step vector, float64, once its device copies are done (this
-        waits for them: call it on the worker, never in training)."""
-        parts = []
-        for p in self.host:
-            if isinstance(p, tuple):  # CUDA: wait on the worker, not in training
-                pinned, event = p
-                event.synchronize()
-                parts.append(pinned.numpy().astype(np.float64))
-            else:
-                parts.append(np.asarray(p, dtype=np.float64))
-        return np.concatenate(parts) if parts else np.zeros(0)
 
 
 class Collector:
@@ -230,7 +196,11 @@ class Collector:
                 pinned = torch.empty(flat.shape, dtype=flat.dtype, device="cpu", pin_memory=True)
                 pinned.copy_(flat, non_blocking=True)
                 event = torch.cuda.Event()
-                event.record()
+                # On the stream the copy went to, the current one of the values'
+                # device: not the current device's, which differs for a model on
+                # "cuda:1" trained without torch.cuda.set_device (the event would
+                # then not wait for the copy).
+                event.record(torch.cuda.current_stream(dev))
                 host.append((pinned, event))
             else:
                 host.append(flat.detach().cpu().numpy())
