@@ -122,6 +122,19 @@ def test_a_child_that_cannot_start_leaves_the_thread(tmp_path, monkeypatch):
     assert np.array(contents(tmp_path)[metadata.TAG_STATES]).shape[0] == 5
 
 
+def test_the_child_runs_without_torch(tmp_path, monkeypatch):
+    # (torch is a second and 200 MB of the child's start: the worker needs numpy and protobuf only)
+    from tb_neuraldbg.training import worker_process
+
+    seen = tmp_path / "modules.json"
+    monkeypatch.setattr(worker_process, "_CHILD_MAIN", worker_process._CHILD_MAIN + (
+        "import json\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))\n"))
+    w = train(tmp_path / "run", 60, nan_at=40, flush_at=50, analysis="process")  # (an event, a batch saved)
+    assert w._last_worker.fallback is None and w.stats_info["steps_analysed"] == 60
+    assert any(f.startswith("neuraldbg_batch_step40") for f in os.listdir(tmp_path / "run"))
+    assert json.loads(seen.read_text()) == []
+
 
 def test_the_child_judges_by_the_run_s_thresholds(tmp_path):
     from tb_neuraldbg.diagnosis import Thresholds

@@ -2,8 +2,10 @@
 
 Along the data path: ``modules`` (which modules are rows, what each gets),
 ``instrument`` (the hooks), ``collector`` (one step's device values),
-``worker`` (the background thread: rows, diagnosis, writes; ``worker_process``
-runs it in a child process, ``watch(analysis="process")``), ``batches`` (the
+``slots`` (a step's values as the worker gets them, and their rows: numpy
+only), ``worker`` (the background thread: rows, diagnosis, writes;
+``worker_process`` runs it in a child process without torch,
+``watch(analysis="process")``), ``batches`` (the
 batch behind an event), ``filewriter`` (the event file, unable to raise
 into training), ``writer`` (``DebugWriter``, the public face); beside them
 ``schedule`` (the settings of ``watch()``), ``stats`` (the reductions),

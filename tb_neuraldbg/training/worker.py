@@ -36,19 +36,20 @@ import queue
 import threading
 import time
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ..format import blocks, metadata, summary
-from . import distributed
-from . import stats as S
-from .collector import StepPacket
+from . import slots as S
 from .filewriter import GuardedFileWriter
-from .instrument import Instrument
 from .rows import RowAssembler
 from .schedule import WatchConfig
-from .stats import Key
+from .slots import Key, StepPacket
+
+if TYPE_CHECKING:
+    from . import distributed
+    from .instrument import Instrument
 
 __all__ = ["Worker"]
 
@@ -136,6 +137,12 @@ class Worker:
         self.blocks = blocks.BlockBuilder()
         self._block_opened = 0.0  # time.monotonic() of the open block's first row
 
+    def tag(self) -> str:
+        """The prefix of the worker's messages (:func:`.distributed.tag`)."""
+        from . import distributed  # (torch's: a worker process's child takes its parent's tag instead)
+
+        return distributed.tag()
+
     @property
     def engine_running(self) -> bool:
         """The diagnosis engine exists and has not failed."""
@@ -169,7 +176,7 @@ class Worker:
             return False
         self.thread.join(timeout)
         if self.thread.is_alive():
-            msg = f"{distributed.tag()}: the writer's worker did not finish within {timeout} s; the last steps may be missing"
+            msg = f"{self.tag()}: the writer's worker did not finish within {timeout} s; the last steps may be missing"
             warnings.warn(msg, RuntimeWarning)
             log.warning(msg)
             return False
@@ -243,7 +250,7 @@ class Worker:
     def _warn_once(self, what: str, e: BaseException) -> None:
         if what not in self.warned:
             self.warned.add(what)
-            msg = f"{distributed.tag()}: writer {what} failed: {type(e).__name__}: {e}"
+            msg = f"{self.tag()}: writer {what} failed: {type(e).__name__}: {e}"
             warnings.warn(msg, RuntimeWarning)
             log.warning(msg)
 
@@ -273,7 +280,9 @@ class Worker:
             fw.add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
         else:
             self._add(summary.stats_summary(row, states), step)
-        if per_rank is not None:
+        if per_rank is not None:  # (a distributed run: torch is there)
+            from . import distributed
+
             self._add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
@@ -432,7 +441,7 @@ class Worker:
                 d["batch_file"] = os.path.basename(path)
             dicts.append(d)
             if d.get("severity") == "error":
-                log.warning("%s: step %s, %s: %s", distributed.tag(), d.get("step"), d.get("layer"), d.get("message"))
+                log.warning("%s: step %s, %s: %s", self.tag(), d.get("step"), d.get("layer"), d.get("message"))
         self._add(summary.events_summary(dicts), step)
         self.last_events_step = step
         self._write_diagnosis(step)

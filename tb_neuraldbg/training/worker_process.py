@@ -48,9 +48,8 @@ import warnings
 import numpy as np
 
 from ..format import metadata
-from . import distributed
-from .collector import StepPacket
 from .schedule import WatchConfig
+from .slots import StepPacket
 from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker
 
 __all__ = ["ProcessWorker", "serve"]
@@ -210,7 +209,7 @@ class ProcessWorker:
         stored = cfg.to_json(optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
                              scaler=inst.scaler is not None, num_classes=None, blocks=metadata.BLOCK_ROWS)
         return {"log_dir": str(getattr(self.writer, "log_dir", "")), "config": fields, "thresholds": thresholds,
-                "stored": stored}
+                "stored": stored, "tag": _tag()}
 
     def _run(self) -> None:
         while True:
@@ -332,8 +331,14 @@ class ProcessWorker:
             return None
 
 
+def _tag() -> str:
+    from . import distributed  # (the training process's side: torch is there)
+
+    return distributed.tag()
+
+
 def _warn(msg: str) -> None:
-    msg = f"{distributed.tag()}: {msg}"
+    msg = f"{_tag()}: {msg}"
     warnings.warn(msg, RuntimeWarning)
     log.warning(msg)
 
@@ -468,6 +473,9 @@ def serve(out_fd: int, reply_fd: int) -> None:
     back = _Back(send)
 
     class ChildWorker(Worker):
+        def tag(self) -> str:
+            return init["tag"]
+
         def _file_writer(self):
             return back
 
