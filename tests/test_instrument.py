@@ -690,6 +690,36 @@ def test_what_cheap_steps_measure(mode):
     assert rec.value("0", "in_nonfinite") == 0
 
 
+@pytest.mark.parametrize("mode", ["replay", "every_step"])
+def test_hyperparameters_a_group_lacks_are_no_non_finite_values(mode):
+    # Adagrad has no momentum, and the first layer is in no group (a bug the
+    # diagnosis reports): their columns are NaN, but they are not measured
+    # values, so no clean step counts as one with a non-finite value:
+    # every_step stays on its flags, and the batch kept as a NaN's is the
+    # NaN step's (on the CPU, where a step's values are on the host at once).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.Adagrad(model[2].parameters(), lr=0.01)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit, nonfinite=mode)
+    make = batches((4, 6), 2)
+    for step in range(8):
+        x, y = make()
+        if step == 6:
+            x = x.clone()
+            x[1, 2] = math.nan
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        if step == 5:
+            assert not rec.inst.exact and rec.inst.batches._suspect is None
+    assert np.isnan(rec.value("2", "momentum", 5)) and np.isnan(rec.value("0", "lr", 5))
+    assert rec.value("2", "lr", 5) == pytest.approx(0.01) and rec.value("0", "opt_group", 5) == -1
+    assert rec.value("<input>", "act_nonfinite", 6) == 1
+    if DEVICE.type == "cpu":
+        assert rec.inst.batches._suspect[0] == 6
+
+
 def test_update_ratio_and_weight_norm_follow_their_cadence():
     model = mlp()
     rec, _ = train(model, batches((8, 12), 4), steps=12, recorder_kwargs=dict(stats_every=5, update_every=10))

@@ -202,13 +202,18 @@ class StepFacts:
         if values != self._values_key:
             self._values_key = values
             c_rows, c_keys, c_vals = [], [], []
-            nan = (math.nan, math.nan, math.nan)
             for r, gi in self._row_group.items():
-                hyper = values[gi] if gi >= 0 else nan
+                hyper = values[gi] if gi >= 0 else ()
                 for key, v in zip((Key.OPT_GROUP, Key.OPT_LR, Key.OPT_WD, Key.OPT_MOMENTUM), (gi,) + hyper):
-                    c_rows.append(r)
-                    c_keys.append(key)
-                    c_vals.append(float(v))
+                    # A hyperparameter the group does not have gets no slot
+                    # (its column is NaN all the same): a step's host values
+                    # are then non-finite only where a measured value is,
+                    # which keeps a batch as a non-finite one's (batches.py)
+                    # and switches nonfinite="every_step" to exact counts.
+                    if not math.isnan(v):
+                        c_rows.append(r)
+                        c_keys.append(key)
+                        c_vals.append(float(v))
             arrays = (np.asarray(c_rows, dtype=np.int64), np.asarray(c_keys, dtype=np.int64),
                       np.asarray(c_vals, dtype=np.float64))
             for a in arrays:
