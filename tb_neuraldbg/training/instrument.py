@@ -78,6 +78,7 @@ _MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
 _IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
 _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
 _GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
+_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 
 
 def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool, saturated: bool) -> tuple[int, ...]:
@@ -661,7 +662,8 @@ class Instrument:
             # The first module usually gets this very tensor: it then reuses
             # these statistics instead of reading the batch again.
             self._prev_out = (weakref.ref(x), 0, _version_of(x))
-        x = x.detach()
+        if x.requires_grad:  # (a batch seldom does: the detached alias costs a few microseconds)
+            x = x.detach()
         if K.takes(x):
             # One C pass on this thread: switching torch to one intra-op
             # thread around it (for torch's reductions) made the pass itself
@@ -1504,8 +1506,15 @@ class Instrument:
         if self._loss is not None:
             loss = self._loss.float()
             loss = loss if loss.numel() == 1 else loss.mean()
-            col.add(loss, self._loss_row, Key.VALUE)
-            col.add(loss, self._loss_row, Key.OUT_SUM)  # its non-finite flag
+            if type(loss) is torch.Tensor and loss.is_cpu:
+                # Read now (no device to wait for): on a cheap step it is the
+                # step's one device value, and its stack at the step's end
+                # cost more than this read.
+                value = loss.item()
+                col.measured(self._loss_row, _LOSS_KEYS, (value, value))
+            else:
+                col.add(loss, self._loss_row, Key.VALUE)
+                col.add(loss, self._loss_row, Key.OUT_SUM)  # its non-finite flag
         if self.optimizer is not None and self.optimizer.param_groups:
             lr = self.optimizer.param_groups[0].get("lr")
             if isinstance(lr, torch.Tensor):
