@@ -4,8 +4,9 @@ Counted with ``torch.cuda.set_sync_debug_mode``: none of the writer's own
 with ``nonfinite="every_step"`` (mode "error" must raise nothing); with the
 default ``nonfinite="replay"`` one a step, the planned read of the step's
 non-finite check, and none of its own with a GradScaler (the scaler's
-found-inf read decides). No replay without a non-finite value, and a NaN
-planted in the batch under a GradScaler is replayed once.
+found-inf read decides); over cheap steps, full-statistics steps and
+histogram and update-ratio steps. No replay without a non-finite value, and
+a NaN planted in the batch under a GradScaler is replayed once.
 
 ``--device cpu`` runs the same loops on the CPU (bf16 autocast, a CPU
 GradScaler) without counting synchronisations, which only CUDA has: the
@@ -29,6 +30,9 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 
 STEPS = 25  # steps 12..36: cheap ones and two full-statistics steps (20, 30)
+# Histograms and update ratios at those two steps too (every 100 by default):
+# every kind of step runs under the sync check.
+EVERY = {"hist_every": 10, "update_every": 10}
 
 
 class Checks:
@@ -80,7 +84,7 @@ def run(dev, mode, scaler, debug, poison_at=None):
     writer = inst = None
     if mode:
         writer = DebugWriter(tempfile.mkdtemp())
-        inst = writer.watch(model, optimizer=opt, criterion=crit, scaler=sc, nonfinite=mode).instrument
+        inst = writer.watch(model, optimizer=opt, criterion=crit, scaler=sc, nonfinite=mode, **EVERY).instrument
 
     def step(i):
         opt.zero_grad(set_to_none=True)
