@@ -1,7 +1,7 @@
 """One step's data on its way from the hooks to the worker.
 
 The hooks add 0-d device tensors (and a few 1-d runs) to a :class:`Collector`
-with the row and the :class:`stats.Key` each describes; at the step's end
+with the row and the :class:`slots.Key` each describes; at the step's end
 :meth:`Collector.finish` stacks them once per device and dtype and starts one
 host copy per device (non-blocking into pinned memory on CUDA), and the
 result travels to the worker as a :class:`StepPacket`, whose

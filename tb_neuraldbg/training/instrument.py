@@ -813,7 +813,7 @@ class Instrument:
                 # gradient read). So a full step reads none (a third of such
                 # a step of the 1,000-module model: a read and a call from
                 # autograd per module) and its flag is 0 where the step's
-                # evidence is clean (stats.assemble).
+                # evidence is clean (slots.assemble).
                 self._col.const(row, Key.GOUT_CLEAN, 1)
                 return
             # A leaf (a parameter returned as is) would keep the hook beyond

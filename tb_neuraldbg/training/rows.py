@@ -1,4 +1,4 @@
-"""One step's row on the host: :func:`stats.assemble`, plus what a clean cheap step implies.
+"""One step's row on the host: :func:`slots.assemble`, plus what a clean cheap step implies.
 
 On a cheap step of ``watch(nonfinite="replay")`` the hooks measure no module:
 the modules that ran (:attr:`StepPacket.ran`) are those a forward hook noted,
@@ -16,7 +16,7 @@ finite and the step was not replayed (it could not be), those columns stay
 NaN: not known. A value the rule cannot see: a NaN that reaches neither the
 loss nor a parameter (only the batch's own gradient), which cannot
 change training. (A clean full step's output-gradient flags are implied
-the same way, in :func:`stats.assemble`.)
+the same way, in :func:`slots.assemble`.)
 
 The decision uses the row's own values only, so it is the same for every
 run of the same data, however far the worker lags behind training.
@@ -36,7 +36,7 @@ _M = metadata.METRIC_INDEX
 _FLAGS = np.array([_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]])
 
 
-#: Slot layouts kept (:class:`stats.SlotLayout`): a run's steps come in a
+#: Slot layouts kept (:class:`slots.SlotLayout`): a run's steps come in a
 #: few kinds (cheap, full statistics, histograms, replayed), each with its
 #: own layout, the same from one step of its kind to the next.
 LAYOUTS = 8
@@ -70,9 +70,9 @@ class RowAssembler:
         return layout
 
     def assembled(self, packets: list, values: list, num_rows: list) -> list:
-        """:func:`stats.assemble` of each packet (with its host values and
+        """:func:`slots.assemble` of each packet (with its host values and
         row count), the packets of one layout in one
-        :func:`stats.assemble_steps` call (a burst's cheap steps: one call
+        :func:`slots.assemble_steps` call (a burst's cheap steps: one call
         for all of them; a step's row depends on its own values only). Only
         computes: :meth:`row` then finishes each row, in step order."""
         groups: dict[S.SlotLayout, list] = {}  # (a kept layout is one object: keyed by identity)
