@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import warnings
 
 import numpy as np
@@ -134,6 +135,25 @@ def test_the_child_runs_without_torch(tmp_path, monkeypatch):
     assert w._last_worker.fallback is None and w.stats_info["steps_analysed"] == 60
     assert any(f.startswith("neuraldbg_batch_step40") for f in os.listdir(tmp_path / "run"))
     assert json.loads(seen.read_text()) == []
+
+
+def test_stats_info_follows_the_child_without_a_flush(tmp_path):
+    # (its counters come back after each burst, not only with sync's acknowledgement)
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(m, optimizer=opt, criterion=crit, analysis="process")
+        for _ in range(40):
+            opt.zero_grad()
+            crit(m(torch.randn(16, 4)), torch.randint(0, 3, (16,))).backward()
+            opt.step()
+        deadline = time.monotonic() + 30
+        while w.stats_info["steps_analysed"] < 40 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        info = w.stats_info
+    assert info["steps_analysed"] == 40 and info["rows_written"] > 0 and info["engine"], info
+    assert info["worker_ms_per_step"] is not None, info
 
 
 def test_the_child_judges_by_the_run_s_thresholds(tmp_path):

@@ -15,7 +15,8 @@ instrument's queue, waits for its host copy, and writes it to the child's
 stdin in one message; its receiver thread takes what the child sends back:
 each Event the worker writes (as bytes: they go into this process's own
 event file, where the user's scalars go too and which TensorBoard follows),
-the acknowledgements of ``sync``, the failure of ``on_error="raise"``, and
+the acknowledgements of ``sync`` and the counters after each burst (for
+``DebugWriter.stats_info``), the failure of ``on_error="raise"``, and
 the requests for an event's batch (the batches are held here), answered on
 a pipe of their own. A child that cannot start or that dies is warned once,
 and the worker's thread takes over from the next step (its diagnosis starts
@@ -60,8 +61,8 @@ log = logging.getLogger("tb_neuraldbg")
 # values, layer-list JSON bytes (0: unchanged), ran rows (-1: None), batches held.
 _PACKET = struct.Struct("<qqbqqqq")
 _LENGTH = struct.Struct("<q")
-# An acknowledgement's counters: steps analysed, rows written, engine running,
-# CPU seconds and the steps they cover.
+# The counters of an acknowledgement ("K") or of a burst done ("C"): steps
+# analysed, rows written, engine running, CPU seconds and the steps they cover.
 _COUNTS = struct.Struct("<qqbdq")
 # The child's program: the package root, then its two file descriptors.
 _CHILD_MAIN = """import sys
@@ -297,6 +298,9 @@ class ProcessWorker:
                 if kind == b"L":
                     _flush(self.writer)
                     continue
+                if kind == b"C":
+                    self._counts = _COUNTS.unpack(src.read(_COUNTS.size))
+                    continue
                 if kind == b"K":
                     self._counts = _COUNTS.unpack(src.read(_COUNTS.size))
                     with self._lock:
@@ -484,9 +488,10 @@ def serve(out_fd: int, reply_fd: int) -> None:
 
     worker = ChildWorker(writer, instrument, config, queue.SimpleQueue(), failure=_Failure)
 
-    def ack() -> None:
-        out.write(b"K" + _COUNTS.pack(worker.steps_analysed, worker.rows_written, worker.engine_running,
-                                     worker.cpu_s, worker.cpu_steps))
+    def counts(kind: bytes = b"C") -> None:
+        """The counters, after a burst ("C") or as ``sync``'s acknowledgement ("K")."""
+        out.write(kind + _COUNTS.pack(worker.steps_analysed, worker.rows_written, worker.engine_running,
+                                      worker.cpu_s, worker.cpu_steps))
         out.flush()
 
     layers: list = []
@@ -496,9 +501,10 @@ def serve(out_fd: int, reply_fd: int) -> None:
         if wait is not None and not select.select([inp], [], [], wait)[0]:
             if pending:  # (a paused loop: analyse what came, as the thread does)
                 worker._process_all(pending)
+                counts()
             else:  # (no step for a while, a block open)
                 worker._safe("block", worker._close_idle_block)
-            out.flush()
+                out.flush()
             continue
         try:
             kind = read(1)
@@ -518,13 +524,13 @@ def serve(out_fd: int, reply_fd: int) -> None:
                                       host=[values], ran=ran))
             if len(pending) >= worker._burst():
                 worker._process_all(pending)
-                out.flush()
+                counts()
         elif kind == b"S":
             worker._process_all(pending)
-            ack()
+            counts(b"K")
         else:
             worker._process_all(pending)
             worker._safe("finish", worker._finish)
-            ack()
+            counts(b"K")
             return
 
