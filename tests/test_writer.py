@@ -434,10 +434,12 @@ def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
         info = w.stats_info
         assert info["steps_recorded"] == 0
         assert info["hooks_ms_per_step"] is None and info["worker_ms_per_step"] is None
+        assert info["step_ms"] is None and info["hooks_share"] is None and info["worker_share"] is None
         opt = w._handle.instrument.optimizer
         model = w._handle.instrument.model
         crit = nn.CrossEntropyLoss()
         for _ in range(3 * worker.BURST):
+            time.sleep(0.03)  # the loop's own work: 30 ms a step outside the hooks
             opt.zero_grad()
             crit(model(to_device(torch.randn(8, 4))), to_device(torch.randint(0, 2, (8,)))).backward()
             opt.step()
@@ -447,6 +449,10 @@ def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
     assert 20 <= info["hooks_ms_per_step"] < 39, info
     assert info["worker_ms_per_step"] >= 9.9, info
     assert info["steps_analysed"] == 3 * worker.BURST
+    # a step: the 20 ms in the commit, the loop's 30 ms, the rest small
+    assert 50 <= info["step_ms"] < 90, info
+    assert info["hooks_share"] == pytest.approx(info["hooks_ms_per_step"] / info["step_ms"])
+    assert 0.22 < info["hooks_share"] < 0.6 and 0.1 < info["worker_share"] < 0.5, info
 
 
 # -- size ---------------------------------------------------------------------

@@ -27,6 +27,7 @@ than spread over more objects (each extra layer is a Python call per hook).
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from itertools import repeat
@@ -79,6 +80,7 @@ _IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
 _IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
 _GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
+PERIODS = 256  # steps whose wall-clock periods make the step time of stats_info
 
 
 def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool, saturated: bool) -> tuple[int, ...]:
@@ -221,6 +223,11 @@ class Instrument:
         self.steps_recorded = 0
         self.hook_ns = 0
         self._in_guard = False
+        # ... and the training loop's own pace: the wall-clock nanoseconds
+        # between the last PERIODS recorded steps (their median is the step
+        # time stats_info compares the writer's cost with).
+        self.periods_ns: collections.deque = collections.deque(maxlen=PERIODS)
+        self._last_commit_ns: int | None = None
         # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion (the logits' class dim), for
@@ -1549,6 +1556,10 @@ class Instrument:
         )
         self.step = step + 1
         self.steps_recorded += 1
+        now = perf_counter_ns()
+        if self._last_commit_ns is not None:
+            self.periods_ns.append(now - self._last_commit_ns)
+        self._last_commit_ns = now
         self._reset_iteration()  # (schedules the next step: after the step moved)
         self._committed = True
         self.sink(packet)

@@ -387,24 +387,33 @@ class DebugWriter(SummaryWriter):
         its hooks' bodies on the training side, replays included) and
         ``worker_ms_per_step`` (CPU milliseconds a step of its background
         thread, or with ``analysis="process"`` of its child process, after
-        the first burst, which imports the diagnosis); None
-        before there is a step to average over. With the training loop's own
-        step time they say what leaving the writer on costs: the hooks'
-        time always adds to the step; the thread's where training needs the
-        core or Python's GIL it runs on (a step bound by Python: a small
-        model, often on a GPU)."""
+        the first burst, which imports the diagnosis); ``step_ms``, the
+        training loop's own step time (the median wall-clock time between
+        two of its last 256 recorded steps, the writer's hooks included), and
+        the writer's costs as shares of it, ``hooks_share`` and
+        ``worker_share``; None before there is a step to average over. The
+        hooks' time always adds to the step; the thread's where training
+        needs the core or Python's GIL it runs on (a step bound by Python: a
+        small model, often on a GPU)."""
         w = self._worker or self._last_worker
         if w is None:
             return {}
         inst = w.instrument
         steps = inst.steps_recorded
+        hooks = inst.hook_ns / 1e6 / steps if steps else None
+        worker = w.cpu_s * 1e3 / w.cpu_steps if w.cpu_steps else None
+        periods = sorted(inst.periods_ns)  # (a copy: the training thread appends)
+        step = periods[len(periods) // 2] / 1e6 if periods else None
         return {
             "steps_analysed": w.steps_analysed,
             "rows_written": w.rows_written,
             "engine": w.engine_running,
             "steps_recorded": steps,
-            "hooks_ms_per_step": inst.hook_ns / 1e6 / steps if steps else None,
-            "worker_ms_per_step": w.cpu_s * 1e3 / w.cpu_steps if w.cpu_steps else None,
+            "hooks_ms_per_step": hooks,
+            "worker_ms_per_step": worker,
+            "step_ms": step,
+            "hooks_share": hooks / step if hooks is not None and step else None,
+            "worker_share": worker / step if worker is not None and step else None,
         }
 
 
