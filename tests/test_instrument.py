@@ -720,6 +720,32 @@ def test_hyperparameters_a_group_lacks_are_no_non_finite_values(mode):
         assert rec.inst.batches._suspect[0] == 6
 
 
+def test_a_dirty_step_keeps_its_batch_where_its_values_reach_the_host_later(monkeypatch):
+    # On CUDA a step's values reach the host after the step (host_finite says
+    # None): the replay's check, which reads them before the update, keeps
+    # the NaN step's batch, whatever the worker's lag.
+    from tb_neuraldbg.training import batches as B
+
+    monkeypatch.setattr(B, "host_finite", lambda host: None)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    crit = nn.CrossEntropyLoss()
+    rec = Recorder(model, opt, crit)
+    make = batches((4, 6), 2)
+    for step in range(9):
+        x, y = make()
+        if step in (5, 7):
+            x = x.clone()
+            x[1, 2] = math.nan
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+    kept = rec.inst.batches._suspect
+    assert kept is not None and kept[0] == 5 and torch.isnan(kept[1][0]).any()
+    assert rec.value("<input>", "act_nonfinite", 5) == 1
+
+
 def test_update_ratio_and_weight_norm_follow_their_cadence():
     model = mlp()
     rec, _ = train(model, batches((8, 12), 4), steps=12, recorder_kwargs=dict(stats_every=5, update_every=10))

@@ -76,9 +76,16 @@ class BatchKeeper:
         """At the end of ``step``: where its values are already on the host
         (CPU), the first step with a non-finite value keeps its batch."""
         held = self._held
+        if self._suspect is None and held and held[-1][0] == step and host_finite(host) is False:
+            self._suspect = held[-1]
+
+    def note_nonfinite(self, step: int) -> None:
+        """``step`` has a non-finite value (its check found one, on any
+        device): the first such step keeps its batch, whatever the worker's
+        lag, if it is the batch held last."""
+        held = self._held
         if self._suspect is None and held and held[-1][0] == step:
-            if host_finite(host) is False:
-                self._suspect = held[-1]
+            self._suspect = held[-1]
 
     @property
     def held(self) -> int:

@@ -1319,6 +1319,8 @@ class Instrument:
                 c.compact()  # stacked once, for this check and the commit
             extra = [self._loss] if self._loss is not None else []
             dirty = not all_finite(parts, extra)
+            if dirty:  # (on CUDA the one place that knows it before the worker: keep its batch)
+                self.batches.note_nonfinite(self.step)
         if dirty:
             self._replay(cap)
 
