@@ -75,17 +75,23 @@ class BatchKeeper:
     def note_step(self, step: int, host: list) -> None:
         """At the end of ``step``: where its values are already on the host
         (CPU), the first step with a non-finite value keeps its batch."""
-        held = self._held
-        if self._suspect is None and held and held[-1][0] == step and host_finite(host) is False:
-            self._suspect = held[-1]
+        last = self._unsuspected(step)
+        if last is not None and host_finite(host) is False:
+            self._suspect = last
 
     def note_nonfinite(self, step: int) -> None:
         """``step`` has a non-finite value (its check found one, on any
         device): the first such step keeps its batch, whatever the worker's
         lag, if it is the batch held last."""
+        last = self._unsuspected(step)
+        if last is not None:
+            self._suspect = last
+
+    def _unsuspected(self, step: int):
+        """The batch held last if it is ``step``'s and none is kept as a
+        non-finite one's yet; else None."""
         held = self._held
-        if self._suspect is None and held and held[-1][0] == step:
-            self._suspect = held[-1]
+        return held[-1] if self._suspect is None and held and held[-1][0] == step else None
 
     @property
     def held(self) -> int:

@@ -133,7 +133,7 @@ class Collector:
         :meth:`const_many` keeps its values, and checked by
         :func:`all_finite` as :meth:`measured`'s are."""
         values = np.asarray(values, dtype=np.float64)
-        self.c_arrays.append((np.asarray(rows, dtype=np.int64), np.full(len(values), key, dtype=np.int64), values))
+        self.const_many(rows, key, values)
         if not self.c_nonfinite and not np.isfinite(values).all():
             self.c_nonfinite = True
 

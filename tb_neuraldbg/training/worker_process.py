@@ -48,7 +48,6 @@ import warnings
 
 import numpy as np
 
-from ..format import metadata
 from .schedule import WatchConfig
 from .slots import StepPacket
 from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker
@@ -203,12 +202,11 @@ class ProcessWorker:
     # -- the sender ---------------------------------------------------------------
 
     def _init(self) -> dict:
-        inst, cfg = self.instrument, self.config
+        cfg = self.config
         fields = {k: getattr(cfg, k) for k in ("stats_every", "update_every", "hist_every", "full_steps", "ring",
                                                "on_error", "start_step", "save_batches", "nonfinite")}
         thresholds = cfg.thresholds.to_dict() if cfg.thresholds is not None else None
-        stored = cfg.to_json(optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
-                             scaler=inst.scaler is not None, num_classes=None, blocks=metadata.BLOCK_ROWS)
+        stored = Worker._config_json(self)  # (its num_classes: the child's, from each packet)
         return {"log_dir": str(getattr(self.writer, "log_dir", "")), "config": fields, "thresholds": thresholds,
                 "stored": stored, "tag": _tag()}
 
@@ -298,15 +296,13 @@ class ProcessWorker:
                 if kind == b"L":
                     _flush(self.writer)
                     continue
-                if kind == b"C":
+                if kind in (b"C", b"K"):  # the counters: after a burst, or sync's acknowledgement
                     self._counts = _COUNTS.unpack(src.read(_COUNTS.size))
-                    continue
-                if kind == b"K":
-                    self._counts = _COUNTS.unpack(src.read(_COUNTS.size))
-                    with self._lock:
-                        done = self._acks.popleft() if self._acks else None
-                    if done is not None:
-                        done.set()
+                    if kind == b"K":
+                        with self._lock:
+                            done = self._acks.popleft() if self._acks else None
+                        if done is not None:
+                            done.set()
                     continue
                 (n,) = _LENGTH.unpack(src.read(_LENGTH.size))
                 data = src.read(n)
