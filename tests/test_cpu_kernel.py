@@ -866,8 +866,8 @@ def test_a_watched_run_has_the_same_rows_with_the_kernel_and_with_torchs_ops(
     monkeypatch.setattr(K, "moments", moments)
     monkeypatch.setattr(K, "histogram_known", lambda *a: bounded.append(1) or real_hist(*a))
     norms_16, real_norms = [], K._norms_of
-    monkeypatch.setattr(K, "_norms_of", lambda p, n, kinds: (
-        norms_16.append(kinds is not None) or real_norms(p, n, kinds)))
+    monkeypatch.setattr(K, "_norms_of", lambda p, n, kinds, scale=None: (
+        norms_16.append(kinds is not None) or real_norms(p, n, kinds, scale)))
     measure = grad_reader._measure
     if measure is not None:  # (the one-call reads hand the kernel the same tensors; units: x_batched, y_dead)
         monkeypatch.setattr(grad_reader, "_measure", measure_and_note)
@@ -952,3 +952,59 @@ def test_a_build_removes_what_unfinished_builds_left_and_nothing_else(tmp_path):
     assert os.path.basename(tmp).startswith(".building-") and tmp.endswith(".so") and os.path.getsize(tmp) == 0
     assert not any(f.exists() for f in left)
     assert all(f.exists() for f in kept)
+
+
+def _builds(tmp_path, name="lib-0123.so", seconds=1.0, log="runs.txt"):
+    """compile_once's arguments for a fake build: each run appends a line
+    to ``log``, takes ``seconds``, then writes its output."""
+    path, runs = tmp_path / name, tmp_path / log
+    script = f'echo run >> "{runs}"; sleep {seconds}; echo built > "$0"'
+    return str(path), runs, (lambda tmp: [["sh", "-c", script, tmp]])
+
+
+def test_processes_that_start_together_build_once(tmp_path):
+    # The ranks of a node, a test suite's subprocesses: one build, the others
+    # wait for it and find it done (not forty compilers of 1 GB at once).
+    path, runs, _ = _builds(tmp_path)
+    code = (
+        "import sys\n"
+        "from tb_neuraldbg.training import kernel_build\n"
+        f"script = 'echo run >> \"{runs}\"; sleep 1; echo built > \"$0\"'\n"
+        f"kernel_build.compile_once({path!r}, lambda tmp: [['sh', '-c', script, tmp]], 30)\n"
+        "print(open(sys.argv[1]).read().strip())\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0] and outs == ["built"] * 3
+    assert runs.read_text().splitlines() == ["run"]
+
+
+def test_a_build_lands_when_the_process_that_started_it_ends(tmp_path):
+    # A short script that ends during the build: the build goes on, renames
+    # its output into place, and the next process loads it without building.
+    path, runs, commands = _builds(tmp_path, seconds=2.0)
+    code = (
+        "from tb_neuraldbg.training import kernel_build\n"
+        f"script = 'echo run >> \"{runs}\"; sleep 2; echo built > \"$0\"'\n"
+        f"kernel_build.compile_once({path!r}, lambda tmp: [['sh', '-c', script, tmp]], 30)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while not runs.exists() and time.monotonic() < deadline:  # the build has started
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    assert not os.path.exists(path)
+    kernel_build.compile_once(path, commands, 30)  # waits for that build, then finds it
+    assert open(path).read().strip() == "built"
+    assert runs.read_text().splitlines() == ["run"]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".building-")]
+
+
+def test_a_failed_build_says_why_and_leaves_nothing(tmp_path):
+    path = str(tmp_path / "lib-0123.so")
+    fail = [["sh", "-c", "echo 'cc: error: first' >&2; exit 1"], ["sh", "-c", "echo 'cc: error: last' >&2; exit 2"]]
+    with pytest.raises(RuntimeError, match="cc: error: last"):
+        kernel_build.compile_once(path, lambda tmp: fail, 30)
+    assert sorted(os.listdir(tmp_path)) == ["lib-0123.so.lock"]

@@ -426,6 +426,39 @@ def test_scaler_records_unscaled_norms_scale_and_skipped_steps():
     assert "update" not in scaler.__dict__  # the wrapper is gone
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+def test_scaler_far_grown_records_finite_norms_without_a_replay(kernel):
+    # A GradScaler that never sees an overflow (bfloat16 autocast, float32)
+    # doubles its scale for good: at 2**80 the scaled gradients of this MLP
+    # are finite but their float32 sums of squares are not (from a norm of
+    # 1.8e19). Their norms must be the unscaled ones, the step clean.
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    crit = nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler(DEVICE.type, init_scale=2.0**80)
+    K.set_enabled(kernel)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback warning
+            rec = Recorder(model, opt, crit, scaler=scaler)
+            ref = []
+            make = batches((16, 12), 4)
+            for _ in range(3):
+                opt.zero_grad()
+                x, y = make()
+                scaler.scale(crit(model(x), y)).backward()
+                assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+                ref.append(layer_grad_norm(model[0]) / 2.0**80)
+                scaler.step(opt)
+                scaler.update()
+    finally:
+        K.set_enabled(True)
+    assert rec.inst.replays == 0 and rec.inst.mode == "replay"
+    for step in range(3):
+        assert rec.value("0", "grad_norm", step) == pytest.approx(ref[step], rel=1e-5)
+        assert rec.value("<optimizer>", "scale", step) == 2.0**80
+
+
 def test_record_without_optimizer():
     model = mlp()
     rec = Recorder(model)

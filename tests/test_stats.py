@@ -521,3 +521,36 @@ def test_grouping_in_cpp_matches_the_python_grouping(monkeypatch):
     # one group in order: the norms come straight from one foreach call
     same = [torch.randn(5) for _ in range(4)]
     assert [float(n) for n in S.foreach_norm(same)] == pytest.approx([float(t.norm()) for t in same])
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+def test_unscaled_norms_stay_finite_where_the_scaled_ones_overflow(kernel):
+    from tb_neuraldbg.training import cpu_kernel as K
+
+    scale = torch.tensor(2.0**126)  # near a float32 GradScaler's ceiling
+    grads = [
+        torch.full((1000,), 3.0) * scale,  # values 2.6e38, finite; norm 8e39, not in float32
+        torch.full((4,), 1e-3) * scale,  # squares 7e69: not in float32 either
+        torch.full((3,), 1e-30) * scale,  # an ordinary norm
+        torch.tensor([1.0, math.inf]),  # a real overflow stays one
+        torch.tensor([math.nan, 1.0]),
+    ]
+    K.set_enabled(kernel)
+    try:
+        assert not torch.isfinite(torch.stack(S.foreach_norm(grads[:2]))).any()  # torch's float32 sums
+        out = S.unscaled_norms(grads, scale)
+    finally:
+        K.set_enabled(True)
+    assert out.dtype == torch.float32 and out.shape == (5,)
+    want = [3.0 * math.sqrt(1000), 2e-3, 1e-30 * math.sqrt(3)]
+    assert out[:3].tolist() == pytest.approx(want, rel=1e-5)
+    assert math.isinf(out[3]) and math.isnan(out[4])
+
+
+def test_foreach_norm_sums_in_the_dtype_given():
+    # (unscaled_norms' formulation on a GPU: float64 sums as the values are read)
+    big = [torch.full((10,), 1e20), torch.full((2, 2), 3.0)]
+    out = S.foreach_norm(big, dtype=torch.float64)
+    assert [n.dtype for n in out] == [torch.float64] * 2
+    assert [float(n) for n in out] == pytest.approx([1e20 * math.sqrt(10), 6.0])
+    assert math.isinf(float(S.foreach_norm(big)[0]))

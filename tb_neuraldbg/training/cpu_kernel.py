@@ -341,17 +341,22 @@ def norms_at(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None
     return None if host is None else torch.from_numpy(host)
 
 
-def norms_at_host(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None) -> np.ndarray | None:
+def norms_at_host(
+    ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None = None, scale: float | None = None
+) -> np.ndarray | None:
     """:func:`norms_at`'s values as a float32 numpy array: for a caller that
     keeps them on the host (the gradient norms of a step: a tensor made of
     them would be reshaped, concatenated and read back, torch ops whose code
-    has gone cold since the last step)."""
+    has gone cold since the last step). ``scale``: gradients that still
+    carry a GradScaler's scale, whose norms are divided by it before they
+    are rounded to float32 (near the scale's ceiling a finite gradient's
+    scaled norm is beyond float32's range)."""
     if not _enabled or not len(lens):
         return None
     if not (_norms if _norms is not None else (_load() and _norms)) or not _norms_take(lens):
         return None
     ptrs, lens = np.ascontiguousarray(ptrs, dtype=np.uint64), np.ascontiguousarray(lens, dtype=np.int64)
-    return _norms_of(ptrs, lens, kinds if kinds is not None and kinds.any() else None)
+    return _norms_of(ptrs, lens, kinds if kinds is not None and kinds.any() else None, scale)
 
 
 def _norms_take(lens: np.ndarray) -> bool:
@@ -361,8 +366,9 @@ def _norms_take(lens: np.ndarray) -> bool:
     return total <= NORMS_MEAN_ELEMENTS * len(lens) or torch.get_num_threads() <= NORMS_FEW_THREADS
 
 
-def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> np.ndarray:
-    """The norms, float32 (as torch's of float32 tensors)."""
+def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None, scale: float | None = None) -> np.ndarray:
+    """The norms, float32 (as torch's of float32 tensors), divided by
+    ``scale`` first where one is given."""
     first = 0 if kinds is None else int(kinds[0])
     if kinds is None or (kinds == first).all():
         out = _norms_of_one_kind(ptrs, lens, first)
@@ -371,6 +377,8 @@ def _norms_of(ptrs: np.ndarray, lens: np.ndarray, kinds: np.ndarray | None) -> n
         for kind in np.unique(kinds).tolist():
             idx = np.flatnonzero(kinds == kind)
             out[idx] = _norms_of_one_kind(np.ascontiguousarray(ptrs[idx]), np.ascontiguousarray(lens[idx]), kind)
+    if scale is not None:
+        out /= scale
     with np.errstate(over="ignore"):  # a norm above float32's range is inf, as torch's; no warning in training
         return out.astype(np.float32)
 

@@ -29,7 +29,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -234,29 +233,27 @@ def _build_and_check():
 
 
 def _compile(cxx: str, include: str, lib: str, path: str) -> None:
-    # Into a temporary name, then renamed (see kernel_build._compile); niced:
-    # it runs beside the user's first steps.
-    tmp = kernel_build.temporary_file(path)
+    # (kernel_build.compile_once: one build on the machine at a time, which
+    # lands even when this process ends first); niced: it runs beside the
+    # user's first steps.
     nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
-    try:
-        err = ""
-        for std in _STDS:
-            cmd = [
+
+    def commands(tmp: str) -> list[list[str]]:
+        return [
+            [
                 *nice, cxx, "-O2", "-shared", "-fPIC", f"-std={std}", "-w",
                 f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
                 "-I", include, "-I", os.path.join(include, "torch", "csrc", "api", "include"),
                 "-I", sysconfig.get_paths()["include"],
                 _SOURCE, "-o", tmp, "-L", lib, "-ltorch_python", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}",
             ]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-            if r.returncode == 0:
-                os.replace(tmp, path)
-                return
-            err = ((r.stderr or r.stdout).strip().splitlines() or [f"exit {r.returncode}"])[-1]
-        raise RuntimeError(f"{os.path.basename(cxx)} failed: {err}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            for std in _STDS
+        ]
+
+    try:
+        kernel_build.compile_once(path, commands, 600)
+    except RuntimeError as e:
+        raise RuntimeError(f"{os.path.basename(cxx)} failed: {e}") from None
 
 
 def _check(mod) -> None:

@@ -1240,9 +1240,12 @@ class Instrument:
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
         if read is not None:
             at = (read.ptrs, read.lens) if keep is None else (read.ptrs[keep], read.lens[keep])
-            host = K.norms_at_host(*at, read.kinds(keep))  # (read.holder keeps the gradients alive until here)
+            # (a CPU scale divides the float64 norms before they are rounded:
+            # S.unscaled_norms; read.holder keeps the gradients alive until here)
+            scale = float(divisor) if divisor is not None and divisor.device.type == "cpu" else None
+            host = K.norms_at_host(*at, read.kinds(keep), scale)
             del read
-            if host is not None and divisor is None:
+            if host is not None and (divisor is None or scale is not None):
                 # Kept on the host, as numbers: no tensor to reshape, stack
                 # and read back (torch ops gone cold since the last step:
                 # 116 -> 106 us a step of _measure_grads on the tiny model).
@@ -1259,7 +1262,10 @@ class Instrument:
         if any(map(_REQUIRES_GRAD, grads)):
             grads = [g.detach() if g.requires_grad else g for g in grads]
         # (divisor: divided on the device by the scale: unscaled norms, no sync)
-        norms = self.grad_norms(grads)
+        if divisor is not None and self.grad_norms is S.stacked_norms:
+            norms, divisor = S.unscaled_norms(grads, divisor), None
+        else:
+            norms = self.grad_norms(grads)
         try:
             # One tensor kept (not thousands of 0-d ones, which would outlive
             # the step and wake Python's full garbage collection).
@@ -1358,7 +1364,7 @@ class Instrument:
             if self._gout_sums:
                 col.add_many(self._gout_sums, self._gout_rows, Key.GOUT_SUM)
             col.extend(self._gout_col)
-            problem = self._reproduced(cap, loss, params, grads, col)
+            problem = self._reproduced(cap, loss, params, grads, col, scale)
         except Exception as e:  # noqa: BLE001 -- a model that cannot re-run: flags instead
             problem = f"{type(e).__name__}: {e}"
         finally:
@@ -1374,10 +1380,11 @@ class Instrument:
         else:
             self._replay_col = col
 
-    def _reproduced(self, cap, loss, params, grads, col: Collector) -> str | None:
+    def _reproduced(self, cap, loss, params, grads, col: Collector, scale: torch.Tensor | None) -> str | None:
         """None when the re-run gave the same parameters non-finite
         gradients as the step (and the same loss, finite or not); else why
-        not. Adds the exact counts of the re-run's gradients to ``col``."""
+        not. Adds the exact counts of the re-run's gradients to ``col``.
+        ``scale``: the GradScaler's, which the re-run's gradients carry."""
         if self._loss is not None and loss is not None:
             if bool(torch.isfinite(self._loss.float()).all()) != bool(torch.isfinite(loss.float()).all()):
                 return "the replay's loss differs from the step's"
@@ -1396,7 +1403,8 @@ class Instrument:
             was = torch.isfinite(norms.float())
         else:
             was = torch.isfinite(torch.stack([n.float().cpu() for n in norms]))
-        now = S.stacked_norms([g.detach() for g in again])  # (as the step took them: the same rounding)
+        again = [g.detach() for g in again]  # (norms as the step took them: the same rounding)
+        now = S.stacked_norms(again) if scale is None else S.unscaled_norms(again, scale)
         now = torch.isfinite(now.float() if isinstance(now, torch.Tensor) else torch.stack([n.float() for n in now]))
         if not torch.equal(was.cpu(), now.cpu()):
             return "the replay's gradients differ from the step's (another RNG, a nondeterministic op?)"

@@ -12,7 +12,9 @@ torch's ops use (checked here too).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
+import json
 import logging
 import math
 import os
@@ -28,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["PART_ELEMENTS", "Library", "build_and_check", "cache_dir", "temporary_file"]
+__all__ = ["PART_ELEMENTS", "Library", "build_and_check", "cache_dir", "compile_once", "temporary_file"]
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +172,10 @@ def _shares_torchs_openmp(lib) -> bool:
 
 
 #: A build writes into a temporary file, renamed into place when done: a
-#: process that ends during a build (grads.cpp's runs on a daemon thread, for
-#: about 10 s) leaves it behind, so a later build removes those older than
-#: :data:`_STALE_SECONDS` (older builds named them ``tmp*.so``).
+#: builder killed during a build (the machine shut down) leaves it behind,
+#: so a later build removes those older than :data:`_STALE_SECONDS` (older
+#: builds named them ``tmp*.so``, and left one whenever their process ended
+#: first).
 _BUILDING = ".building-"
 _STALE_SECONDS = 3600
 
@@ -196,24 +199,76 @@ def temporary_file(path: str) -> str:
     return tmp
 
 
-def _compile(cc: str, path: str) -> None:
-    # Into a temporary name, then renamed: processes building at once (the
-    # ranks of one machine) never load a half-written file.
-    tmp = temporary_file(path)
+# The builder: a Python without imports of ours (no torch: 20 ms to start)
+# that runs the compile commands in turn until one succeeds, renames its
+# output into place, and prints the last error line of the last one else.
+# It holds the build's lock (an inherited descriptor) for as long as it runs.
+_BUILDER = r"""
+import json, os, subprocess, sys
+commands, tmp, path, timeout = json.loads(sys.argv[1])
+err = "no command"
+try:
+    for cmd in commands:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if r.returncode == 0:
+            os.replace(tmp, path)
+            sys.exit(0)
+        err = ((r.stderr or r.stdout).strip().splitlines() or ["exit %d" % r.returncode])[-1]
+except subprocess.TimeoutExpired:
+    err = "no answer in %d s" % timeout
+finally:
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+sys.stderr.write(err)
+sys.exit(1)
+"""
+
+
+def compile_once(path: str, commands, timeout: float) -> None:
+    """Builds ``path`` (a library in :func:`cache_dir`) with the first of
+    ``commands(tmp)`` (compiler command lines that write the file ``tmp``)
+    that succeeds; raises RuntimeError with the compiler's last error line
+    when none does. One build of a path at a time on the machine.
+
+    Without the lock, every process that starts before the first build is
+    done runs its own (the ranks of one node, a test suite's subprocesses, a
+    sweep): seen here, 40 compiles of grads.cpp at once, 1 GB each, which
+    filled the memory. A process that finds the lock held waits for it (at
+    most ``timeout`` and a minute), then loads what that build made. The
+    build runs in a builder process that holds the lock and renames its
+    output itself, so it lands even when the process that started it ends
+    first (a short script, a test): the next one loads it instead of
+    starting over. Into a temporary name, then renamed: no process ever
+    loads a half-written file."""
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        err = ""
-        for flags in _FLAGS:
-            cmd = [cc, *flags, "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lm"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-            if r.returncode == 0:
-                os.replace(tmp, path)
-                return
-            err = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
-            err = err[0]
-        raise RuntimeError(f"{os.path.basename(cc)} failed: {err}")
+        deadline = time.monotonic() + timeout + 60
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another process has been building {os.path.basename(path)} "
+                                       f"for over {timeout + 60:.0f} s") from None
+                time.sleep(0.2)
+        if os.path.exists(path):  # (built while we waited)
+            return
+        tmp = temporary_file(path)
+        spec = json.dumps([commands(tmp), tmp, path, timeout])
+        r = subprocess.run([sys.executable, "-c", _BUILDER, spec], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, pass_fds=(fd,))
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.close(fd)
+
+
+def _compile(cc: str, path: str) -> None:
+    try:
+        compile_once(path, lambda tmp: [[cc, *flags, "-shared", "-fPIC", "-o", tmp, _SOURCE, "-lm"] for flags in _FLAGS], 60)
+    except RuntimeError as e:
+        raise RuntimeError(f"{os.path.basename(cc)} failed: {e}") from None
 
 
 def _numpy_moments(v: np.ndarray) -> list[float]:

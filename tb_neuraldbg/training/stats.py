@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from functools import partial
 from operator import attrgetter
 from typing import Sequence
 
@@ -40,6 +41,7 @@ __all__ = [
     "histogram",
     "foreach_norm",
     "stacked_norms",
+    "unscaled_norms",
     "foreach_sub_",
     "float_view",
     "acc_dtype",
@@ -278,9 +280,10 @@ def _histogram_of_finite_cpu(x: torch.Tensor, bins: int) -> torch.Tensor | None:
     return torch.cat([counts, extras])
 
 
-def _foreach(name: str, per_tensor, *lists: Sequence[torch.Tensor]) -> list:
+def _foreach(name: str, per_tensor, *lists: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> list:
     """``torch._foreach_<name>(*lists)`` (one kernel per call, as in
-    ``clip_grad_norm_``), or ``per_tensor`` over the zipped lists.
+    ``clip_grad_norm_``; ``dtype=`` passed on where given), or
+    ``per_tensor`` over the zipped lists.
 
     Chosen per call, never through a module-level flag: the private op is
     used where this torch has it, and a call it refuses (an unsupported
@@ -290,7 +293,7 @@ def _foreach(name: str, per_tensor, *lists: Sequence[torch.Tensor]) -> list:
     op = getattr(torch, f"_foreach_{name}", None)
     if op is not None:
         try:
-            return op(*lists)
+            return op(*lists) if dtype is None else op(*lists, dtype=dtype)
         except Exception as e:  # noqa: BLE001 -- any refusal: per tensor instead
             warnings.warn(f"tb_neuraldbg: torch._foreach_{name} failed ({e}); one op per tensor instead")
     return [per_tensor(*ts) for ts in zip(*lists)]
@@ -320,8 +323,9 @@ def _by_device_and_dtype(tensors: Sequence[torch.Tensor]) -> list[tuple[list[int
     return [(idxs, [tensors[i] for i in idxs]) for idxs in groups.values()]
 
 
-def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """L2 norm of each tensor, as 0-d tensors, in the order given.
+def foreach_norm(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """L2 norm of each tensor, as 0-d tensors, in the order given (of
+    ``dtype``, summed in it, where one is given).
 
     One ``torch._foreach_norm`` per device and dtype group, or one
     ``vector_norm`` per tensor where it is missing or refuses the group (see
@@ -334,13 +338,12 @@ def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     the same dots on one thread (0.3 against 0.9 ms on the small ResNet).
     """
     groups = _by_device_and_dtype(tensors)
+    norm = torch.linalg.vector_norm if dtype is None else partial(torch.linalg.vector_norm, dtype=dtype)
     if len(groups) == 1 and len(groups[0][0]) == len(tensors) and groups[0][0][-1] == len(tensors) - 1:
-        return list(_foreach("norm", torch.linalg.vector_norm, groups[0][1]))  # the common case: one group
-    out: list[torch.Tensor | None] = [
-        torch.linalg.vector_norm(t.coalesce().values()) if t.is_sparse else None for t in tensors
-    ]
+        return list(_foreach("norm", norm, groups[0][1], dtype=dtype))  # the common case: one group
+    out: list[torch.Tensor | None] = [norm(t.coalesce().values()) if t.is_sparse else None for t in tensors]
     for idxs, ts in groups:
-        for i, n in zip(idxs, _foreach("norm", torch.linalg.vector_norm, ts)):
+        for i, n in zip(idxs, _foreach("norm", norm, ts, dtype=dtype)):
             out[i] = n
     return out  # type: ignore[return-value]
 
@@ -358,6 +361,38 @@ def stacked_norms(tensors: Sequence[torch.Tensor]) -> torch.Tensor | list[torch.
     else:
         fast = cpu_kernel.norms(tensors)
     return fast if fast is not None else foreach_norm(tensors)
+
+
+def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+    """:func:`stacked_norms` of gradients that still carry a GradScaler's
+    ``scale`` (a 0-d tensor), divided by it: float32, one 1-d CPU tensor
+    where every gradient is on the CPU, else 0-d tensors on their devices.
+
+    Finite wherever the unscaled norm is. The scaled squares can leave
+    float32's range while every value is finite: torch's float32 norms sum
+    them in float32 (inf from a norm of 1.8e19, which gradients of norm 1
+    reach under a scale of 2**64: a GradScaler that never sees an overflow,
+    under bfloat16 autocast or in float32, doubles its scale every 2,000
+    steps from 2**16 and gets there after 96,000). On the CPU the fused
+    kernel sums in float64 already (divided here before the float32
+    rounding); a torch norm that overflowed is taken again in float64
+    (checked on the host, where that costs no synchronisation; float64 norms
+    of every step would cost 10x). On a GPU ``torch._foreach_norm`` sums in
+    float64 as it reads (its ``dtype``: no copy), divided on the device.
+    """
+    tensors = list(tensors)
+    if not all(t.device.type == "cpu" for t in tensors):
+        return [(n / scale.to(n.device, torch.float64)).float() for n in foreach_norm(tensors, dtype=torch.float64)]
+    read = grad_reader.read_data(tensors)
+    host = cpu_kernel.norms_at_host(read.ptrs, read.lens, read.kinds(), float(scale)) if read is not None else None
+    if host is not None:
+        return torch.from_numpy(host)
+    norms = foreach_norm(tensors)
+    wide = torch.stack([n.double() for n in norms]) if len(norms) > 1 else norms[0].double().reshape(1)
+    for i in torch.isinf(wide).nonzero().flatten().tolist():
+        t = tensors[i]
+        wide[i] = torch.linalg.vector_norm(t.coalesce().values() if t.is_sparse else t, dtype=torch.float64)
+    return (wide / scale.double()).float()
 
 
 def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
