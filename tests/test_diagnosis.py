@@ -282,6 +282,32 @@ def test_backward_origin_is_a_parameter_layer_with_a_finite_output_gradient():
     assert "gradient it passes on to its input" in rc["message"]
 
 
+def test_a_gradient_born_in_the_losss_backward_is_the_losss():
+    # a contrastive loss's sqrt of a zero distance (pytorch#2421): the loss is
+    # finite, the gradient it hands the model's output is not, so every
+    # module received it; it is born in the loss, not in fc2
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _gout(run, r, ["fc0", "relu0", "fc1", "relu1", "fc2"] if s == 41 else [])
+        if s == 41:
+            _inf_grads(run, r, ["fc0", "fc1", "fc2"])
+
+    feed(eng, run, range(60), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "<loss>", 41)
+    assert "born in the loss's backward" in rc["message"]
+    mine = [e for e in eng.events if e.layer == "<loss>"]
+    assert [(e.step, e.to_state) for e in mine] == [(41, "nonfinite"), (42, "healthy")]  # once clean again
+
+    eng = Engine(run.layers)  # where one module's backward is the origin, not the loss
+    feed(eng, run, range(60), lambda s, r: (_gout(run, r, ["fc0", "relu0"] if s == 41 else []),
+                                          s == 41 and _inf_grads(run, r, ["fc0", "fc1"])))
+    assert eng.root_cause["layer"] == "fc1"
+    assert all(e.layer != "<loss>" for e in eng.events)
+
+
 def test_backward_origin_without_the_output_gradient_column_is_the_deepest_layer():
     # older logs: gout_nonfinite is NaN everywhere (the same failure as the
     # parameterless one above, which cannot be seen without the column)

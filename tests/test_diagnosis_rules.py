@@ -252,3 +252,54 @@ def test_an_overflowed_norm_over_finite_gradients_is_an_explosion_not_a_nonfinit
         feed(eng, run, range(110), plant)
         first = [e for e in failures(eng) if e.layer in {run.names[k] for k in run.params}]
         assert first and {e.kind for e in first if e.step == 100} == {kind}, (count, first)
+
+
+def test_a_chain_born_dead_from_zero_weights_starts_at_the_first_layer():
+    """Every Linear initialised to zero (a thread's "why don't my weights
+    change"): each layer's output is exactly 0 from step 0 and the hidden
+    layers get exactly zero gradients. The first link, whose input (the
+    batch) is alive, is fc0, not the deepest dead ReLU."""
+    run = Run()
+    eng = Engine(run.layers)
+    chain = [run.i(n) for n in ("fc0", "relu0", "fc1", "relu1")]
+
+    def plant(s, r):
+        r[chain, M["act_mean"]] = 0.0
+        if run.full(s):
+            r[chain, M["act_std"]] = 0.0
+            r[chain, M["act_absmax"]] = 0.0
+            r[chain, M["act_zero_frac"]] = 1.0
+            r[[run.i("relu0"), run.i("relu1")], M["act_dead_frac"]] = 1.0
+        r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = 0.0
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("dead_activation", "fc0", 0)
+
+
+def test_an_output_activation_exactly_zero_for_every_sample_is_dead():
+    """A ReLU after the last Linear of a regression whose targets are
+    negative: once it outputs 0 for every sample it passes no gradient back.
+    Confident outputs of an output activation are success; an output that is
+    exactly 0 everywhere is not (and one that only partly is stays silent)."""
+    run = Run()
+    layers = run.layers[:-2] + [{"name": "out", "type": "ReLU"}] + run.layers[-2:]
+    at = len(layers) - 3
+
+    def rows(dead_from, frac):
+        eng = Engine(layers)
+        for s in range(120):
+            r = run.row(s)
+            out = np.full((1, r.shape[1]), np.nan, np.float32)
+            out[0, M["act_nonfinite"]] = 0
+            gone = s >= dead_from
+            out[0, M["act_mean"]] = 0.0 if gone and frac == 1.0 else 0.3
+            if run.full(s):
+                out[0, [M["act_std"], M["act_absmax"]]] = (0.0, 0.0) if gone and frac == 1.0 else (0.8, 3.0)
+                out[0, M["act_zero_frac"]] = frac if gone else 0.5
+                out[0, M["act_dead_frac"]] = frac if gone else 0.05
+            eng.update(s, np.insert(r, at, out, axis=0))
+        return eng
+
+    eng = rows(40, 1.0)
+    assert _root(eng) == ("dead_activation", "out", 40)
+    assert rows(40, 0.97).root_cause is None  # most outputs at 0: a confident output, not a dead one

@@ -92,8 +92,10 @@ def pick(group) -> Failure:
         # starts at its first link, whose input is alive; separate blockers
         # (saturated layers between Linears) attenuate the gradient each:
         # the deepest one is where it starts to vanish
+        # (a link may itself be the highest vanishing layer: zero weights
+        # give a dead output and no gradient alike)
         top = min(v.index for v in vans)
-        below = [b for b in blockers if b.index > top]
+        below = [b for b in blockers if b.index >= top]
         links = {b.index for b in blockers}
         roots = [b for b in below if b.index - 1 not in links]
         return deepest(roots or below) if below else first(blockers)

@@ -291,6 +291,12 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 return (f"{where}: non-finite gradient from step {step}; the forward pass was "
                         "already non-finite at that step, so the gradient follows from it: look "
                         "for where the forward values first turned non-finite.")
+            if extra.get("in_loss"):
+                return (f"{where}: non-finite gradient born in the loss's backward from step {step}: "
+                        "the loss was finite, but the gradient it passed back to the model's output "
+                        "was not. Check the loss's ops at their singular points (sqrt of a zero "
+                        "distance, log of 0, division by ~0, a fractional power of 0): add an eps, "
+                        "e.g. sqrt(x + 1e-12).")
             if extra.get("received"):
                 return (f"{where}: non-finite gradient from step {step}, received from the layers "
                         "after it (the gradient w.r.t. its output was already non-finite) while the "

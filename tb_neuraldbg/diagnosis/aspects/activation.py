@@ -143,10 +143,12 @@ class Activation(Aspect):
             # the output activation (no layer with parameters after it) of a
             # model that learns becomes confident: sigmoid outputs near 0/1 for
             # BCE are success, not failure. There only a layer born saturated
-            # or dead (never once healthy) counts.
+            # or dead (never once healthy) counts, or an output exactly 0 for
+            # every sample (a ReLU at the end of a regression whose targets
+            # went negative): it passes no gradient back, nothing learns again.
             out_ok = out_rows & seen
             saturated &= ~out_ok
-            dead &= ~out_ok
+            dead &= ~(out_ok & ~zero)
             # exploding: amplifies its input (the previous row) a hundredfold,
             # or grew a hundredfold over its own history, beyond a floor
             rms_prev = np.full(n, np.nan)

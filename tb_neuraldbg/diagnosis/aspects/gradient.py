@@ -149,6 +149,14 @@ class Gradient(Aspect):
             raw[nonfinite] = UNMEASURED
         else:
             raw[nonfinite] = STATE["nonfinite"]
+            li = k.loss_index
+            if li >= 0 and self.measured:
+                # born in the loss's backward (a finite loss whose gradient is
+                # not: sqrt of a zero distance): <loss> is where it is born
+                if nonfinite.any() and np.isfinite(row[li, _M["value"]]) and self.born_in_loss():
+                    raw[li] = STATE["nonfinite"]
+                elif conf[li] == STATE["nonfinite"] and not nonfinite.any():
+                    raw[li] = HEALTHY
         # (a burst does not raise the reference it is judged against)
         self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
         return {"grad": (raw, None)}
@@ -208,7 +216,9 @@ class Gradient(Aspect):
         nf = row[:, _M["act_nonfinite"]]
         extra = {"side": "backward",
                  "forward_nonfinite": bool(((k.is_mod | k.is_loss | k.is_input) & (nf > 0)).any())}
-        if self.measured:
+        if i == k.loss_index:
+            extra.update(bwd_origin=True, in_loss=True)
+        elif self.measured:
             extra["bwd_origin"] = bool(self.origin[i])
             if self.received[i]:
                 extra["received"] = True
