@@ -303,3 +303,45 @@ def test_an_output_activation_exactly_zero_for_every_sample_is_dead():
     eng = rows(40, 1.0)
     assert _root(eng) == ("dead_activation", "out", 40)
     assert rows(40, 0.97).root_cause is None  # most outputs at 0: a confident output, not a dead one
+
+
+def test_a_layer_stepped_by_a_second_optimizer_is_not_frozen():
+    """SparseAdam for an embedding beside Adam for the rest (PyTorch's recipe
+    for sparse gradients), Adam watched: fc0 is in none of its groups and
+    the watched step does not move it (update ratio 0), but its weight norm
+    changes between measurements: it is moved, by the other optimizer."""
+    for moved in (True, False):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            _facts(run, r, group={"fc0": -1})
+            r[run.i("fc0"), M["update_ratio"]] *= 0.0
+            if moved and run.full(s):
+                r[run.i("fc0"), M["weight_norm"]] = 5.0 + 0.01 * s
+
+        feed(eng, run, range(60), plant)
+        if moved:
+            assert eng.events == []
+        else:
+            assert _root(eng) == ("frozen_weights", "fc0", 0)
+
+
+def test_gradients_held_back_at_the_start_by_a_zero_initialised_layer_are_not_vanishing():
+    """DiT's adaLN-Zero with its output layer zero-initialised too: the layers
+    before get exactly 0, then tiny gradients for their first ~20 steps, and
+    then train. Vanishing from the first step is confirmed over
+    persist_vanishing_born steps; one that lasts keeps its onset at step 0."""
+    for until in (22, None):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if until is None or s < until:
+                r[run.i("fc0"), M["grad_norm"]] *= 0.0 if s < 2 else 1e-5 * (s + 1)
+
+        feed(eng, run, range(120), plant)
+        if until is not None:
+            assert eng.events == []
+        else:
+            assert _root(eng) == ("vanishing_gradient", "fc1", 0)

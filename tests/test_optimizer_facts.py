@@ -69,19 +69,21 @@ def test_a_new_gradient_at_a_freed_ones_address_is_not_carried(gradients_read_in
     p = nn.Parameter(torch.randn(3))
     p.grad = torch.zeros(3)
     facts, reused = StepFacts(None), 0
+    facts.commit(Col(), [p], [1])
     for _ in range(20):
-        facts.commit(Col(), [p], [1])
         old = (id(p.grad), p.grad._version)
         p.grad = None  # zero_grad(set_to_none=True)
         p.grad = torch.zeros(3)  # the next backward's gradient
         reused += (id(p.grad), p.grad._version) == old
         col = Col()
         facts.before_backward(col, [p], [1], fresh=p)
+        facts.commit(col, [p], [1])  # (what was carried is recorded at the step)
         assert col.rows == []
     p.grad.add_(1.0)  # a real leftover is still seen: same tensor, same version
     facts.commit(Col(), [p], [1])
     col = Col()
     facts.before_backward(col, [p], [1])
+    facts.commit(col, [p], [1])
     assert col.rows == [1]
     assert reused  # the case this test is about happened
 
@@ -146,6 +148,34 @@ def test_forgotten_zero_grad_carries_the_previous_gradient(gradients_read_in):
     for i in (1, 2, 3):
         assert rec.value("0", "grad_carried", i) > 0
         assert rec.value("2", "grad_carried", i) > 0
+
+
+@pytest.mark.parametrize("zero_d", [True, False], ids=["dcgan", "no_zero_grad"])
+def test_a_backward_through_the_model_that_zero_grad_then_drops_is_not_carried(zero_d, gradients_read_in):
+    """pytorch/examples' DCGAN loop, the discriminator watched: the
+    generator's backward runs through D and fills D's .grad after D's step;
+    optD.zero_grad() drops them before D's own backward, so no update of D
+    sees them. Without that zero_grad they are carried into D's update."""
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters(), 1e-3), torch.optim.Adam(disc.parameters(), 1e-3)
+    crit = nn.BCEWithLogitsLoss()
+    rec = Recorder(disc, opt_d, crit)
+    ones, zeros = torch.ones(16, 1), torch.zeros(16, 1)
+    for s in range(4):
+        g = torch.Generator().manual_seed(s)
+        x, z = torch.randn(16, 2, generator=g) + 1, torch.randn(16, 2, generator=g)
+        fake = gen(z)
+        if zero_d:
+            opt_d.zero_grad()
+        (crit(disc(x), ones) + crit(disc(fake.detach()), zeros)).backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        crit(disc(fake), ones).backward()
+        opt_g.step()
+    for i in (1, 2, 3):
+        v = rec.value("0", "grad_carried", i)
+        assert (math.isnan(v) or v == 0.0) if zero_d else v > 0, (zero_d, i, v)
 
 
 class _Frozen(nn.Module):

@@ -79,8 +79,9 @@ class Engine:
         t = self.thresholds
         n = len(self.layers)
         self._clf = Classifier(self.layers, t, num_classes)
-        persist = persistence(t)
-        self._hyst = {a: Hysteresis(n, persist) for a in ASPECTS}
+        persist, born = persistence(t), persistence(t)
+        born[_S["vanishing"]] = t.persist_vanishing_born
+        self._hyst = {a: Hysteresis(n, persist, born) for a in ASPECTS}
         self._cols = {a: _evidence_cols(a) for a in ASPECTS}
         self._last = np.full((n, _NUM_METRICS), np.nan)  # last measured value of each stat
         self._failures: list[Failure] = []

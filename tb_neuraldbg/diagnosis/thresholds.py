@@ -42,6 +42,12 @@ class Thresholds:
     #: layer, e.g. a ResNet block's last BatchNorm, blocks the gradient until
     #: its first updates): confirm over more steps.
     persist_vanishing: int = 10
+    #: ... and from a layer's first measurement longer still: gradients that
+    #: vanish from the first step are often held back by a zero-initialised
+    #: layer after it (ReZero, adaLN-Zero with a zero-initialised output
+    #: layer, Fixup), which lets them through within its first tens of
+    #: updates; a real one lasts (its onset stays the first step).
+    persist_vanishing_born: int = 30
 
     # --- running references -------------------------------------------------
     #: weight of the newest value in the per-layer exponential averages of
@@ -175,7 +181,7 @@ class Thresholds:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or v < 0:
                 raise ValueError(f"Thresholds.{f.name} must be a number >= 0, got {v!r}")
         if min(self.persist_steps, self.persist_nonfinite, self.persist_recover,
-               self.persist_vanishing, self.frozen_steps, self.scaler_backoffs) < 1:
+               self.persist_vanishing, self.persist_vanishing_born, self.frozen_steps, self.scaler_backoffs) < 1:
             raise ValueError("Thresholds.persist_* must be >= 1")
 
     def to_dict(self) -> dict:

@@ -50,7 +50,8 @@ class Hysteresis:
     """Confirmed states of one aspect for every layer.
 
     ``persist`` maps a state code to the number of consecutive measured steps
-    that confirm it (a sequence indexed by code).
+    that confirm it (a sequence indexed by code); ``born_persist``, where
+    given, the same for a run that starts at the layer's first measurement.
     """
 
     # per-layer arrays: name -> (dtype, value of a new layer)
@@ -72,8 +73,9 @@ class Hysteresis:
         "_pre_earliest": (np.int64, 0),
     }
 
-    def __init__(self, n: int, persist):
+    def __init__(self, n: int, persist, born_persist=None):
         self._persist = np.asarray(persist, dtype=np.int64)
+        self._born_persist = None if born_persist is None else np.asarray(born_persist, dtype=np.int64)
         self._pending = False  # some layer has a run waiting for confirmation
         self._all_seen = False  # every layer has been measured once
         for name, (dtype, _) in self._ARRAYS.items():
@@ -146,7 +148,10 @@ class Hysteresis:
             self._value[new] = value[new]
             self._before[new] = before[new]
         self._pending = True
-        need = self._persist[raw.clip(0, len(self._persist) - 1)]
+        codes = raw.clip(0, len(self._persist) - 1)
+        need = self._persist[codes]
+        if self._born_persist is not None:
+            need = np.where(self._start == self._first, self._born_persist[codes], need)
         fire = np.flatnonzero(differs & (self._count >= need))
         out = []
         for i in fire:

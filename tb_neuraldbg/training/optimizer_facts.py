@@ -11,7 +11,11 @@ diagnosis:
   None nor zeroed in place since the last ``optimizer.step()``). Host-side
   except for the rare ambiguous case (a ``.grad`` whose tensor and version
   counter are unchanged since the step, e.g. zeroed through ``.data``), where
-  one fused norm over those gradients decides;
+  one fused norm over those gradients decides. Recorded at the step only
+  where those very tensors are still the gradients then: a backward that
+  only passes through the model (a GAN's generator step through the
+  discriminator) fills gradients that a ``zero_grad()`` drops before the
+  model's own backward, and no update of the model sees them;
 * ``ran_without_grad``: the module ran inside the model's forward while
   autograd was disabled;
 * ``opt_group``, ``lr``, ``weight_decay``, ``momentum``: which param group
@@ -29,6 +33,7 @@ for the device.
 from __future__ import annotations
 
 import math
+import weakref
 from itertools import compress, count
 from operator import attrgetter, eq
 
@@ -80,6 +85,9 @@ class StepFacts:
     def __init__(self, optimizer=None):
         self.optimizer = optimizer
         self._checked = False  # leftover gradients checked in this step
+        # (their norms, rows, and (parameter, weak reference to the gradient)
+        # pairs: found at the step's first backward, recorded at its commit)
+        self._carried: tuple | None = None
         self._no_grad_rows: set[int] = set()
         # After the last step: the parameters, and for each id(grad) (0: it
         # had none) and the gradient's _version (as arrays from
@@ -99,7 +107,7 @@ class StepFacts:
     def release(self) -> None:
         """Drop the optimizer and what refers to the model (after remove())."""
         self.optimizer = None
-        self._marks = None
+        self._marks = self._carried = None
         self._row_group = {}
         self._layout_key = self._values_key = None
 
@@ -142,7 +150,7 @@ class StepFacts:
             versions = [versions[i] if i is not None else no_version for i in pick]
             if cpp:
                 ids, versions = np.asarray(ids, dtype=np.uint64), np.asarray(versions, dtype=np.int64)
-        left, left_rows = [], []
+        left, left_rows, held = [], [], []
         # A gradient that is still the very tensor the last step left, not
         # modified since (None, after zero_grad(), never matches: its mark
         # is 0). This runs at every step, for each of the 1,500 parameters
@@ -154,6 +162,7 @@ class StepFacts:
                 if params[i] is not fresh:
                     left.append(params[i].grad.detach())
                     left_rows.append(rows[i])
+                    held.append((params[i], weakref.ref(params[i].grad)))
         else:
             # In one pass of C-level iteration.
             grads = list(map(_GRAD, params))
@@ -162,8 +171,13 @@ class StepFacts:
                 if params[i] is not fresh and versions[i] == _version(g):
                     left.append(g.detach())
                     left_rows.append(rows[i])
+                    held.append((params[i], weakref.ref(g)))
         if left:
-            col.add_many(S.foreach_norm(left), left_rows, Key.GRAD_CARRIED)
+            # Judged at the step (commit): a backward that only passes
+            # through this model (a GAN's generator step through the
+            # discriminator) fills gradients that zero_grad() drops before
+            # the model's own backward, and no update of the model sees them.
+            self._carried = (S.foreach_norm(left), left_rows, held)
 
     # -- at the step's end ----------------------------------------------------
 
@@ -174,6 +188,14 @@ class StepFacts:
             col.const(r, Key.RAN_NO_GRAD, 1.0)
         self._no_grad_rows = set()
         self._checked = False
+        if self._carried is not None:
+            # carried into this step's update: still the very tensors found
+            # left over (set to None by a zero_grad() since: not carried)
+            norms, left_rows, held = self._carried
+            self._carried = None
+            kept = [i for i, (p, ref) in enumerate(held) if ref() is not None and ref() is p.grad]
+            if kept:
+                col.add_many([norms[i] for i in kept], [left_rows[i] for i in kept], Key.GRAD_CARRIED)
         marks = grad_reader.marks(params)  # (in C++: 0.3 against 1 ms for 1,500 parameters)
         if marks is not None:
             ids, versions = marks

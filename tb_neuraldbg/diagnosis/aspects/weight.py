@@ -41,6 +41,7 @@ class Weight(Aspect):
         self.ur_seen = np.zeros(0, bool)  # update_ratio ever measured
         self.last_w = np.zeros(0)  # last weight norm measured ...
         self.last_w_step = np.zeros(0, np.int64)  # ... and its step
+        self.moved_anyway = np.zeros(0, bool)  # moved although the watched optimizer cannot move it
         self.high_update_steps = []  # (step, lr): most layers moved > update_ratio_high
 
     def grow(self, kinds: RowKinds) -> None:
@@ -49,6 +50,7 @@ class Weight(Aspect):
         self.ur_seen = grow(self.ur_seen, n, False)
         self.last_w = grow(self.last_w, n, np.nan)
         self.last_w_step = grow(self.last_w_step, n, -10)
+        self.moved_anyway = grow(self.moved_anyway, n, False)
 
     def classify(self, step: int, row, grad_raw, lr: float, skipped: bool) -> dict:
         """{"weight": (raw, None)}; ``grad_raw``: this step's raw gradient
@@ -63,10 +65,19 @@ class Weight(Aspect):
         # without an update ratio, an unchanged weight norm since the previous
         # step says the same (only for layers that never report the ratio)
         norm_ok = mod & ~self.ur_seen & np.isfinite(w) & (self.last_w_step == step - 1)
-        # rows that cannot move at this step, from the writer's facts
+        # rows that cannot move at this step, from the writer's facts, unless
+        # they were seen moving all the same (stepped by a second optimizer:
+        # SparseAdam for an embedding beside Adam for the rest)
         cannot = mod & ((row[:, _M["opt_group"]] == -1) | (row[:, _M["lr"]] == 0))
-        still = (ur_ok & (ur == 0)) | (norm_ok & (w == self.last_w)) | cannot
-        moved = ((ur_ok & (ur > 0)) | (norm_ok & (w != self.last_w))) & ~cannot
+        # (its weight norm changed between two measurements: the update
+        # ratio sees only the watched optimizer's update)
+        norm_moved = np.isfinite(w) & np.isfinite(self.last_w) & (w != self.last_w)
+        self.moved_anyway |= cannot & norm_moved
+        other = cannot & self.moved_anyway  # (judged by their weight norms alone)
+        cannot &= ~other
+        norm_still = np.isfinite(w) & np.isfinite(self.last_w) & (w == self.last_w)
+        still = (ur_ok & (ur == 0) & ~other) | (norm_ok & (w == self.last_w)) | cannot | (other & norm_still)
+        moved = (((ur_ok & (ur > 0)) | (norm_ok & (w != self.last_w))) & ~cannot) | (other & norm_moved)
         wf = mod & np.isfinite(w)
         self.last_w[wf] = w[wf]
         self.last_w_step[wf] = step
