@@ -345,3 +345,23 @@ def test_gradients_held_back_at_the_start_by_a_zero_initialised_layer_are_not_va
             assert eng.events == []
         else:
             assert _root(eng) == ("vanishing_gradient", "fc1", 0)
+
+
+def test_an_output_offset_by_its_bias_is_not_an_amplification():
+    """A regression's output bias set to the targets' mean at initialisation
+    (Karpathy's "init well": a mean of 1.5e5): a large output, but a constant
+    offset, not a gain; the same scale as spread is an explosion."""
+    for spread in (False, True):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if run.full(s):
+                i = run.i("fc2")
+                r[i, M["act_mean"]] = 1.5e5
+                r[i, M["act_std"]] = 2e4 if spread else 1.0
+                r[i, M["act_absmax"]] = 1.5e5 + (6e4 if spread else 3.0)
+
+        feed(eng, run, range(40), plant)
+        kinds = {(e.layer, e.kind) for e in failures(eng)}
+        assert (("fc2", "activation_explosion") in kinds) == spread, kinds

@@ -150,17 +150,20 @@ class Activation(Aspect):
             saturated &= ~out_ok
             dead &= ~(out_ok & ~zero)
             # exploding: amplifies its input (the previous row) a hundredfold,
-            # or grew a hundredfold over its own history, beyond a floor
+            # or grew a hundredfold over its own history, beyond a floor.
+            # Amplified is the spread: a constant offset is a bias, not a gain
+            # (a regression's output bias set to the targets' mean, the
+            # initialisation Karpathy's recipe advises, is ~1e5 at step 0)
             rms_prev = np.full(n, np.nan)
             rms_prev[1:] = rms[:-1]
             big = measured & (rms > t.act_explode_floor)
-            amp = big & (rms_prev > 0) & (rms > t.act_explode_ratio * rms_prev)
+            amp = big & (rms_prev > 0) & (std > t.act_explode_ratio * rms_prev)
             # ... or the network amplified the batch a thousandfold by here
             # (a large initialisation everywhere compounds layer by layer)
             cum = np.zeros(n, dtype=bool)
             if k.input_index >= 0:
                 rms_in = rms[k.input_index]
-                cum = big & (rms_in > 0) & (rms > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
+                cum = big & (rms_in > 0) & (std > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
             self.cumulative = np.where(measured, cum & ~amp, self.cumulative)
             amp |= cum
             growth = big & self.track.grew(rms, t.history_min, t.act_explode_ratio, t.act_explode_vs_max)
