@@ -194,6 +194,24 @@ def test_forward_nonfinite_origin_is_first_module_in_forward_order():
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "relu0", 37)
     assert "born inside this module" in rc["message"]
+    assert "Or its weights" not in rc["message"]  # (no parameters: only its ops)
+
+
+def test_a_nonfinite_output_born_in_a_layer_with_weights_names_them_too():
+    # Adam with eps=0 (optax#1769, pytorch#26218): rows that got no gradient
+    # update by 0/0, and the next forward is born non-finite in that layer
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s >= 37:
+            r[run.i("fc1"):run.i("<loss>") + 1, M["act_nonfinite"]] = 1
+
+    feed(eng, run, range(40), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("nonfinite", "fc1", 37)
+    assert "born inside this module" in rc["message"] and "Or its weights" in rc["message"]
+    assert "eps=0" in rc["message"]
 
 
 def test_backward_nonfinite_origin_is_deepest_layer_and_beats_later_forward_nan():

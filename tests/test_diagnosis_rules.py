@@ -230,6 +230,9 @@ def test_gradients_exactly_zero_below_a_layer_name_that_layer():
     feed(eng, run, range(140), plant)
     assert _root(eng) == ("vanishing_gradient", "fc1", 100)
     assert "passes no gradient to its input" in eng.root_cause["message"]
+    # (or a module that is not a row zeroes what reaches it: TensorFlow's
+    # keep_prob=1.0 passed as nn.Dropout(p=1.0), discuss.pytorch.org)
+    assert "Dropout with p=1" in eng.root_cause["message"]
 
 
 # --------------------------------------------- an overflowed gradient norm

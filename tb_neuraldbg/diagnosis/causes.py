@@ -272,8 +272,10 @@ def _zero_gradient_cut(picked, failures, ctx: RunFacts, t: Thresholds):
     layer = ctx.names[row] if row < len(ctx.names) else f"<row {row}>"
     msg = (f"{layer}: passes no gradient to its input from step {ev.step}: the gradients of the layers before it "
            f"are exactly 0 ({ev.layer}: {fmt_change(ev.extra.get('value_before'), 0.0)}) while its own are not. Likely "
-           "cause: its effective weights are 0 (a pruning mask, a multiplication by 0, weights zeroed by hand) or "
-           "its output does not depend on its input. Try: checking what was done to this layer at that step.")
+           "cause: its effective weights are 0 (a pruning mask, a multiplication by 0, weights zeroed by hand), "
+           "its output does not depend on its input, or a module before it that is not watched multiplies by 0 (a "
+           "Dropout with p=1: PyTorch's p is the probability to drop, TensorFlow's keep_prob the opposite). Try: "
+           "checking what was done to this layer, and what runs just before it, at that step.")
     return attribution(ev, layer, "vanishing_gradient", "vanishing", ev.step, 0.0, msg,
                         {"cause": "zero_gradient_below", "symptom_layer": ev.layer})
 

@@ -327,9 +327,12 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
             return (f"{where}: non-finite output from step {step}; its input was already "
                     "non-finite, so the value is born in the code just before this module "
                     "(a functional op in the parent's forward).")
+        weights = (" Or its weights: an update can make them non-finite from finite gradients "
+                   "(Adam with eps=0, or 1e-8 flushed to 0 in float16: 0/0 on rows that got no "
+                   "gradient; a NaN learning rate)." if extra.get("has_params") else "")
         return (f"{where}: non-finite output from step {step} while its input was finite: the "
                 "value is born inside this module. Check its ops and their inputs (log/sqrt of "
-                "non-positive values, division by ~0, exp or fp16 overflow).")
+                f"non-positive values, division by ~0, exp or fp16 overflow).{weights}")
     if kind == "dead_activation":
         if extra.get("all_zero"):
             return f"{where}: its output is exactly 0 for every sample from step {step}."

@@ -204,6 +204,8 @@ class Activation(Aspect):
             # (in a branch, a finite input means born here whatever came before)
             if prev >= 0 and not inp == 0:
                 extra["from_layer"] = self.kinds.names[prev]
+            if np.isfinite(row[i, _M["grad_missing"]]):  # (a row with trainable parameters)
+                extra["has_params"] = True
         if kind == "activation_explosion" and failing and bool(self.cumulative[i]):
             extra["amplified"] = "cumulative"
         if kind == "dead_activation" and failing and bool(self.dead_via[i]):
