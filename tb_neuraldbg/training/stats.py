@@ -388,7 +388,7 @@ def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torc
     if host is not None:
         return torch.from_numpy(host)
     norms = foreach_norm(tensors)
-    wide = torch.stack([n.double() for n in norms]) if len(norms) > 1 else norms[0].double().reshape(1)
+    wide = (torch.stack(norms) if len(norms) > 1 else norms[0].reshape(1)).double()  # (one op, not one a norm)
     for i in torch.isinf(wide).nonzero().flatten().tolist():
         t = tensors[i]
         wide[i] = torch.linalg.vector_norm(t.coalesce().values() if t.is_sparse else t, dtype=torch.float64)
