@@ -12,7 +12,6 @@ torch's ops use (checked here too).
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import json
 import logging
@@ -240,6 +239,8 @@ def compile_once(path: str, commands, timeout: float) -> None:
     first (a short script, a test): the next one loads it instead of
     starting over. Into a temporary name, then renamed: no process ever
     loads a half-written file."""
+    import fcntl  # (POSIX; here, not at the top: the package imports on Windows, where nothing is built)
+
     fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         deadline = time.monotonic() + timeout + 60
