@@ -10,9 +10,10 @@
      execution order (the module whose output turned non-finite), in backward
      the first module in backward order where it is born (its output
      gradient finite while its parameters' gradients, or the gradient it
-     passed on to its input, are not: ``gout_nonfinite``), else the deepest
-     layer with non-finite gradients (backward runs from the loss toward the
-     input);
+     passed on to its input, are not: ``gout_nonfinite``), ``<loss>`` when
+     the module that feeds a finite loss already received it (born in the
+     loss's backward), else the deepest layer with non-finite gradients
+     (backward runs from the loss toward the input);
    - exploding: an activation explosion before the gradients it inflates (the
      first in forward order), then the highest gradient norm;
    - vanishing: the deepest dead, saturated or constant layer below which
