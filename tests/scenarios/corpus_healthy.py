@@ -10,7 +10,8 @@ rise), param groups with OneCycleLR cycling the momentum every step,
 differential learning rates, gradient accumulation on purpose, zero_grad()
 in its other places, a teacher run under torch.no_grad() inside the model,
 gradual unfreezing, learning rates changed by hand or restarted by a
-schedule. The suite asserts that each learns (its loss falls) and raises no
+schedule, a regression's output bias set to the targets' mean, adaLN-Zero
+(a zero-initialised modulation and output layer). The suite asserts that each learns (its loss falls) and raises no
 warning and no error.
 """
 
@@ -326,6 +327,74 @@ def mixer_warm_restarts(steps=160):
     return Spec("mixer_warm_restarts", build, M.quadrants(), steps=steps, num_classes=4)
 
 
+def _regression(batch=32, d=10, mean=150.0, spread=20.0):
+    """Targets of mean ``mean``: a linear function of the inputs, plus noise."""
+    w = torch.randn(d, generator=torch.Generator().manual_seed(11))
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(9000 + step)
+        x = torch.randn(batch, d, generator=gs)
+        return x, (mean + spread * (x @ w) / math.sqrt(d) + torch.randn(batch, generator=gs))[:, None]
+
+    return batch_fn
+
+
+def regression_output_bias_at_target_mean(steps=200):
+    """Karpathy, "A Recipe for Training Neural Networks" (2019), "init well":
+    regressing values of mean 150, the final bias starts at 150. A large
+    output from step 0, but an offset, not an amplification."""
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+        with torch.no_grad():
+            model[4].bias.fill_(150.0)
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.MSELoss(), None
+
+    return Spec("regression_output_bias_at_target_mean", build, _regression(), steps=steps)
+
+
+class _AdaLNZero(nn.Module):
+    """A denoiser block modulated by the noise level, DiT's adaLN-Zero
+    (Peebles & Xie, 2023): the modulation and the final layer zero-initialised,
+    so the conditioning layers get exactly no gradient for two steps, then a
+    tiny, growing one for about twenty."""
+
+    def __init__(self, d=16, h=64, c=32):
+        super().__init__()
+        self.d = d
+        self.cond = nn.Sequential(nn.Linear(1, c), nn.SiLU(), nn.Linear(c, c))
+        self.inp = nn.Linear(d, h)
+        self.ada = nn.Linear(c, 2 * h)
+        self.mlp = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h))
+        self.out = nn.Linear(h, d)
+        for m in (self.ada, self.out):
+            nn.init.zeros_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        xt, t = x[:, :self.d], x[:, self.d:]
+        scale, gate = self.ada(self.cond(t)).chunk(2, -1)
+        h = self.inp(xt)
+        h = h + gate * self.mlp(nn.functional.layer_norm(h, h.shape[-1:]) * (1 + scale))
+        return self.out(h)
+
+
+def adaln_zero_denoiser(steps=150):
+    """Predict the noise of x_t = sqrt(1 - t) x0 + sqrt(t) eps, given t."""
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(9500 + step)
+        x0, t, eps = (torch.randn(64, 16, generator=gs) * 0.5 + 1, torch.rand(64, 1, generator=gs),
+                      torch.randn(64, 16, generator=gs))
+        return torch.cat([(1 - t).sqrt() * x0 + t.sqrt() * eps, t], dim=1), eps
+
+    def build():
+        torch.manual_seed(0)
+        model = _AdaLNZero()
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    return Spec("adaln_zero_denoiser", build, batch_fn, steps=steps)
+
+
 def all_specs():
     """Every healthy run of the corpus."""
     return [
@@ -335,4 +404,5 @@ def all_specs():
         resnet_onecycle_groups(), resnet_differential_lr(), mixer_gradient_accumulation(),
         lstm_lm_zero_grad_keep_tensors(), conv_ae_zero_grad_after_forward(), mean_teacher_no_grad(),
         resnet_gradual_unfreeze(), mixer_lr_changed_by_hand(), lstm_lm_cyclic_lr(), mixer_warm_restarts(),
+        regression_output_bias_at_target_mean(), adaln_zero_denoiser(),
     ]
