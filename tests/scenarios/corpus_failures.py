@@ -685,6 +685,31 @@ def contrastive_sqrt_under_gradscaler():
     return Case(spec(0.0), ("nonfinite",), "<loss>", 0, fixed=spec(1e-8), truth=truth)
 
 
+def contrastive_sqrt_of_a_zero_distance():
+    """The same hand-written contrastive loss in float32, without a scaler:
+    the loss is finite, its backward through sqrt(0) is NaN, and every layer
+    receives it. Born in the loss's backward, the root is ``<loss>``, not the
+    last layer. Reports: pytorch/pytorch#2421 ("Gradient of zero norm is
+    nan"), keras-team/keras#9097."""
+    def spec(eps):
+        def build():
+            model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+            return model, torch.optim.Adam(model.parameters(), lr=1e-3), _ContrastiveLoss(eps), None
+
+        from .failures import _teacher
+
+        return Spec(f"contrastive_sqrt_of_a_zero_distance{'' if eps == 0 else '_fixed'}", build, _teacher(),
+                    steps=40)
+
+    def truth(bug, fixed):
+        # step 0: a finite loss and forward, and every layer's output gradient non-finite
+        assert np.isfinite(bug.losses[0]) and _first_nonfinite(bug)[0] != 0
+        assert all(bug.series(name, "gout_nonfinite")[1][0] > 0 for name in ("0", "2", "4"))
+        assert _first_nonfinite(fixed) == (None, None) and _loss_fell(fixed)
+
+    return Case(spec(0.0), ("nonfinite",), "<loss>", 0, fixed=spec(1e-8), truth=truth)
+
+
 def vae_kl_summed_posterior_collapse():
     """A VAE whose KL term is summed over the batch while the reconstruction
     is averaged (a weight of batch_size on the KL): the encoder's means
@@ -841,7 +866,7 @@ def all_cases():
         lstm_lm_scheduler_per_batch(), mixer_gradient_ascent(), conv_ae_adam_lr_too_high(),
         conv_ae_partial_zero_grad(), rnn_unclipped_gradient_burst(),
         contrastive_sqrt_under_gradscaler(), decoder_lm_padding_batch(), bag_labels_shuffled(),
-        conv_ae_pruned_layer(),
+        conv_ae_pruned_layer(), contrastive_sqrt_of_a_zero_distance(),
     ]
 
 
