@@ -710,6 +710,39 @@ def contrastive_sqrt_of_a_zero_distance():
     return Case(spec(0.0), ("nonfinite",), "<loss>", 0, fixed=spec(1e-8), truth=truth)
 
 
+def mlp_every_linear_zero_initialised():
+    """Every Linear's weight and bias set to 0 ("why don't weights get
+    adjusted when initialised to 0", community.deeplearning.ai/t/431799;
+    stats.stackexchange.com/q/294332): the hidden outputs are exactly 0, the
+    ReLUs dead, the hidden weights never get a gradient; only the output
+    bias learns the class prior. The chain of dead layers starts at its
+    first link, the first Linear, whose input (the batch) is alive."""
+    def spec(zero):
+        def build():
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+            if zero:
+                for m in model:
+                    if isinstance(m, nn.Linear):
+                        nn.init.zeros_(m.weight)
+                        nn.init.zeros_(m.bias)
+            return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+        from .failures import _teacher
+
+        return Spec(f"mlp_every_linear_zero_initialised{'' if zero else '_fixed'}", build, _teacher(), steps=120,
+                    num_classes=4)
+
+    def truth(bug, fixed):
+        assert bug.series("0", "act_absmax")[1][0] == 0.0  # the first layer's output is exactly 0
+        for name in ("0", "2"):  # the hidden layers never get a gradient
+            g = bug.series(name, "grad_norm")[1]
+            assert (g[np.isfinite(g)] == 0).all()
+        assert _loss_fell(fixed)
+
+    return Case(spec(True), ("dead_activation",), "0", 0, fixed=spec(False), truth=truth)
+
+
 def vae_kl_summed_posterior_collapse():
     """A VAE whose KL term is summed over the batch while the reconstruction
     is averaged (a weight of batch_size on the KL): the encoder's means
@@ -866,7 +899,7 @@ def all_cases():
         lstm_lm_scheduler_per_batch(), mixer_gradient_ascent(), conv_ae_adam_lr_too_high(),
         conv_ae_partial_zero_grad(), rnn_unclipped_gradient_burst(),
         contrastive_sqrt_under_gradscaler(), decoder_lm_padding_batch(), bag_labels_shuffled(),
-        conv_ae_pruned_layer(), contrastive_sqrt_of_a_zero_distance(),
+        conv_ae_pruned_layer(), contrastive_sqrt_of_a_zero_distance(), mlp_every_linear_zero_initialised(),
     ]
 
 
