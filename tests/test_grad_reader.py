@@ -129,17 +129,18 @@ def test_marks_taken_in_python_are_checked_in_python_once_the_reader_is_loaded(r
     assert grad_reader._module is not None
     col = Col()
     facts.before_backward(col, [p], [1])
+    facts.commit(col, [p], [1])  # (what was carried is recorded at the step; marks by the reader now)
     assert col.rows == [1]  # never zeroed: carried
-    facts.commit(Col(), [p], [1])  # marks by the reader now
     p.grad.zero_()  # zero_grad(set_to_none=False): the same tensor, a new version
     col = Col()
     facts.before_backward(col, [p], [1])
+    facts.commit(col, [p], [1])
     assert col.rows == []
-    facts.commit(Col(), [p], [1])
     p.grad = None
     p.grad = torch.ones(3)  # a new gradient
     col = Col()
     facts.before_backward(col, [p], [1], fresh=p)
+    facts.commit(col, [p], [1])
     assert col.rows == []
 
 
