@@ -874,6 +874,29 @@ def test_initial_loss_against_ln_k(k, loss0, expect):
         assert f"ln({k})" in got[0].message
 
 
+def test_an_initial_loss_that_then_fell_does_not_outrank_a_later_failure():
+    # ArcFace (s=30, m=0.5) starts near 30 for 4 classes by design, learns,
+    # then its sqrt(1 - cos^2) backward turns NaN at step 40
+    # (ronghuaiyang/arcface-pytorch#68): the NaN is the root, not the start
+    for nan_at in (40, None):
+        run = Run()
+        eng = Engine(run.layers)
+        eng.num_classes = 4
+        li = run.i("<loss>")
+
+        def plant(s, r):
+            r[li, M["value"]] = 30.0 if s == 0 else 1.0 / (1 + s)
+            if nan_at is not None and s >= nan_at:
+                r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = np.inf
+                r[[run.i("fc0"), run.i("fc1")], M["grad_nonfinite"]] = 3
+
+        feed(eng, run, range(60), plant)
+        assert any(e.kind == "initial_loss" for e in eng.events)  # still told
+        rc = eng.root_cause
+        want = ("nonfinite", "fc1", 40) if nan_at is not None else ("initial_loss", "<loss>", 0)
+        assert (rc["kind"], rc["layer"], rc["step"]) == want
+
+
 # --------------------------------------------------------------- layers
 
 

@@ -23,7 +23,9 @@
      layers alone: the first in forward order;
    - no gradient / frozen: the highest (closest to the loss) cut-off layer,
      where the cut is;
-   - then the loss's own failures (initial loss, spike, plateau).
+   - then the loss's own failures (initial loss, spike, plateau). An
+     initial loss far from ln K that then fell does not compete with a
+     failure that comes after the fall (it did not prevent learning).
 2. Causes around the first failing layer (causes.py, tried in order; each
    is an Event of its own, an *attribution*, so that the root cause's
    (kind, layer, step) is always an event of the timeline):
@@ -74,6 +76,13 @@ def find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | None
     """
     if not failures:
         return None, None
+    # a loss that started far from ln K but then fell does not explain a
+    # failure that comes after it fell (ArcFace's margin, CLIP's temperature
+    # start high on purpose; a NaN later is its own): the others compete
+    later = [f for f in failures if f.event.kind != "initial_loss"
+             and ctx.loss_improved is not None and f.onset >= ctx.loss_improved]
+    if later:
+        failures = [f for f in failures if f.event.kind != "initial_loss"]
     first = min(f.onset for f in failures)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)
     first_link = pick(group)
