@@ -79,9 +79,8 @@ def find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | None
     # a loss that started far from ln K but then fell does not explain a
     # failure that comes after it fell (ArcFace's margin, CLIP's temperature
     # start high on purpose; a NaN later is its own): the others compete
-    later = [f for f in failures if f.event.kind != "initial_loss"
-             and ctx.loss_improved is not None and f.onset >= ctx.loss_improved]
-    if later:
+    fell = ctx.loss_improved
+    if fell is not None and any(f.event.kind != "initial_loss" and f.onset >= fell for f in failures):
         failures = [f for f in failures if f.event.kind != "initial_loss"]
     first = min(f.onset for f in failures)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from . import distributed
     from .instrument import Instrument
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "training_tag"]
 
 log = logging.getLogger("tb_neuraldbg")
 
@@ -75,6 +75,14 @@ BURST_WAIT_S = 0.5
 #: keeps a slow loop (a step every few seconds) from writing blocks of one row.
 IDLE_CLOSE_S = 10.0
 IDLE_BLOCK_AGE_S = 30.0
+
+
+def training_tag() -> str:
+    """:func:`.distributed.tag` of the training process (imported here, not
+    at the top: it imports torch, which a worker process's child does not)."""
+    from . import distributed
+
+    return distributed.tag()
 
 
 class Worker:
@@ -138,10 +146,9 @@ class Worker:
         self._block_opened = 0.0  # time.monotonic() of the open block's first row
 
     def tag(self) -> str:
-        """The prefix of the worker's messages (:func:`.distributed.tag`)."""
-        from . import distributed  # (torch's: a worker process's child takes its parent's tag instead)
-
-        return distributed.tag()
+        """The prefix of the worker's messages (:func:`training_tag`; a
+        worker process's child takes its parent's instead)."""
+        return training_tag()
 
     @property
     def engine_running(self) -> bool:

@@ -50,7 +50,7 @@ import numpy as np
 
 from .schedule import WatchConfig
 from .slots import StepPacket
-from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker
+from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker, training_tag
 
 __all__ = ["ProcessWorker", "serve"]
 
@@ -208,7 +208,7 @@ class ProcessWorker:
         thresholds = cfg.thresholds.to_dict() if cfg.thresholds is not None else None
         stored = Worker._config_json(self)  # (its num_classes: the child's, from each packet)
         return {"log_dir": str(getattr(self.writer, "log_dir", "")), "config": fields, "thresholds": thresholds,
-                "stored": stored, "tag": _tag()}
+                "stored": stored, "tag": training_tag()}
 
     def _run(self) -> None:
         while True:
@@ -331,14 +331,8 @@ class ProcessWorker:
             return None
 
 
-def _tag() -> str:
-    from . import distributed  # (the training process's side: torch is there)
-
-    return distributed.tag()
-
-
 def _warn(msg: str) -> None:
-    msg = f"{_tag()}: {msg}"
+    msg = f"{training_tag()}: {msg}"
     warnings.warn(msg, RuntimeWarning)
     log.warning(msg)
 
