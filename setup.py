@@ -69,7 +69,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tb_neuraldbg", "tb_neuraldbg.*"]) + ["tb_neuraldbg._demo"],
     package_dir={"tb_neuraldbg._demo": "demo"},
-    package_data={"tb_neuraldbg": ["static/*", "training/moments.c", "training/grads.cpp"]},
+    package_data={"tb_neuraldbg": ["static/*"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.1",

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg.training import cpu_kernel as K
 from tb_neuraldbg.training import stats as S
 from tb_neuraldbg.training.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
@@ -426,8 +425,7 @@ def test_scaler_records_unscaled_norms_scale_and_skipped_steps():
     assert "update" not in scaler.__dict__  # the wrapper is gone
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
-def test_scaler_far_grown_records_finite_norms_without_a_replay(kernel):
+def test_scaler_far_grown_records_finite_norms_without_a_replay():
     # A GradScaler that never sees an overflow (bfloat16 autocast, float32)
     # doubles its scale for good: at 2**80 the scaled gradients of this MLP
     # are finite but their float32 sums of squares are not (from a norm of
@@ -436,23 +434,19 @@ def test_scaler_far_grown_records_finite_norms_without_a_replay(kernel):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     crit = nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler(DEVICE.type, init_scale=2.0**80)
-    K.set_enabled(kernel)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no fallback warning
-            rec = Recorder(model, opt, crit, scaler=scaler)
-            ref = []
-            make = batches((16, 12), 4)
-            for _ in range(3):
-                opt.zero_grad()
-                x, y = make()
-                scaler.scale(crit(model(x), y)).backward()
-                assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
-                ref.append(layer_grad_norm(model[0]) / 2.0**80)
-                scaler.step(opt)
-                scaler.update()
-    finally:
-        K.set_enabled(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        rec = Recorder(model, opt, crit, scaler=scaler)
+        ref = []
+        make = batches((16, 12), 4)
+        for _ in range(3):
+            opt.zero_grad()
+            x, y = make()
+            scaler.scale(crit(model(x), y)).backward()
+            assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+            ref.append(layer_grad_norm(model[0]) / 2.0**80)
+            scaler.step(opt)
+            scaler.update()
     assert rec.inst.replays == 0 and rec.inst.mode == "replay"
     for step in range(3):
         assert rec.value("0", "grad_norm", step) == pytest.approx(ref[step], rel=1e-5)
@@ -684,7 +678,6 @@ def test_a_failing_statistic_warns_once_and_training_goes_on(monkeypatch):
 
     monkeypatch.setattr(S, "flag_moment", broken)
     monkeypatch.setattr(S, "moments", broken)
-    monkeypatch.setattr(K, "_enabled", False)  # torch's ops, not the fused kernel
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rec, _ = train(model, batches((8, 12), 4), steps=3, recorder_kwargs={})
@@ -916,7 +909,7 @@ def test_sum_reduced_cross_entropy_gives_no_num_classes():
     assert rec2.inst.num_classes == 4
 
 
-def test_parameters_frozen_after_watch_are_not_missing_gradients(gradients_read_in):
+def test_parameters_frozen_after_watch_are_not_missing_gradients():
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     rec = Recorder(model, opt, nn.CrossEntropyLoss())

@@ -44,7 +44,7 @@ def _train(model, opt, steps, zero="before", micro=1):
 
 
 @pytest.mark.parametrize("zero", ["before", "keep_tensors", "data", "after_forward"])
-def test_cleared_gradients_are_not_carried(zero, gradients_read_in):
+def test_cleared_gradients_are_not_carried(zero):
     model = _mlp()
     rec = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, zero=zero)
     for i in range(4):
@@ -52,7 +52,7 @@ def test_cleared_gradients_are_not_carried(zero, gradients_read_in):
         assert math.isnan(v) or v == 0.0, (zero, i, v)
 
 
-def test_a_new_gradient_at_a_freed_ones_address_is_not_carried(gradients_read_in):
+def test_a_new_gradient_at_a_freed_ones_address_is_not_carried():
     """zero_grad() frees .grad; the next backward's gradient often gets the
     same address and version (seen on a healthy S3 run without a hooked
     criterion, where the check runs at the first gradient's hook): that
@@ -88,7 +88,7 @@ def test_a_new_gradient_at_a_freed_ones_address_is_not_carried(gradients_read_in
     assert reused  # the case this test is about happened
 
 
-def test_gradient_accumulation_on_purpose_is_not_carried(gradients_read_in):
+def test_gradient_accumulation_on_purpose_is_not_carried():
     model = _mlp()
     rec = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, micro=3)
     assert all(math.isnan(rec.value("2", "grad_carried", i)) for i in range(4))
@@ -140,7 +140,7 @@ def test_a_loop_that_calls_the_watched_modules_directly_keeps_its_loss():
     assert [rec.value("<loss>", "value", i) for i in range(3)] == pytest.approx(losses)
 
 
-def test_forgotten_zero_grad_carries_the_previous_gradient(gradients_read_in):
+def test_forgotten_zero_grad_carries_the_previous_gradient():
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     rec = _train(model, opt, 4, zero="never")
@@ -151,7 +151,7 @@ def test_forgotten_zero_grad_carries_the_previous_gradient(gradients_read_in):
 
 
 @pytest.mark.parametrize("zero_d", [True, False], ids=["dcgan", "no_zero_grad"])
-def test_a_backward_through_the_model_that_zero_grad_then_drops_is_not_carried(zero_d, gradients_read_in):
+def test_a_backward_through_the_model_that_zero_grad_then_drops_is_not_carried(zero_d):
     """pytorch/examples' DCGAN loop, the discriminator watched: the
     generator's backward runs through D and fills D's .grad after D's step;
     optD.zero_grad() drops them before D's own backward, so no update of D

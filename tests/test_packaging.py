@@ -156,8 +156,7 @@ def test_wheel_ships_the_bundle_the_demo_and_the_entry_points(wheel):
     for scenario in SCENARIOS + ("__init__", "_common"):
         assert f"tb_neuraldbg/_demo/{scenario}.py" in names
     assert "tb_neuraldbg/demo_cli.py" in names
-    assert "tb_neuraldbg/training/moments.c" in names  # the fused CPU statistics' source, built at first use
-    assert "tb_neuraldbg/training/grads.cpp" in names  # the gradient reader's source, built the same way
+    assert not any(n.endswith((".c", ".cpp", ".so")) for n in names)  # nothing native: torch's ops only
     assert "neuraldbg = tb_neuraldbg.server.plugin:NeuralDbgLoader" in entry_text
     assert "neuraldbg = tb_neuraldbg.cli:main" in entry_text
     assert not any(n.startswith(("demo/", "frontend/", "tests/")) for n in names)
@@ -175,8 +174,6 @@ def test_installed_wheel_runs_a_scenario_without_the_source_tree(wheel, tmp_path
         "assert tb_neuraldbg.__file__.startswith(sys.argv[1]), tb_neuraldbg.__file__\n"
         "assert d.__file__.startswith(sys.argv[1]), d.__file__\n"
         "print(d.load('healthy').run(sys.argv[2], steps=2))\n"
-        "import shutil; from tb_neuraldbg.training import cpu_kernel as K\n"
-        "assert K.available() or not shutil.which('cc'), 'the fused CPU statistics did not build'\n"
     )
     env = dict(os.environ, PYTHONPATH=str(target))
     proc = subprocess.run(

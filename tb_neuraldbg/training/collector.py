@@ -16,7 +16,6 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import cpu_kernel
 from .slots import StepPacket
 
 __all__ = ["StepPacket", "Collector", "all_finite", "host_finite"]
@@ -293,13 +292,6 @@ def all_finite(collectors: Sequence[Collector], tensors: Sequence[torch.Tensor] 
         """False when ``t`` is known now to hold a non-finite value."""
         if not t.is_floating_point():
             return True
-        # CPU float32 values in the fused kernel's read: no torch op, whose
-        # code has gone cold since the last step (a cat and an isfinite of a
-        # 1,000-module model's 1,502 gradient norms: 0.3-0.7 ms in situ,
-        # against a few microseconds warm).
-        ok = cpu_kernel.finite(t)
-        if ok is not None:
-            return ok
         ss, rr = by_dev.setdefault(t.device, {}).setdefault(t.dtype, ([], []))
         (ss if scalar else rr).append(t)
         return True

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 from itertools import repeat
 from operator import attrgetter, is_
 from time import perf_counter_ns
@@ -43,8 +42,6 @@ from torch import nn
 
 from ..format import metadata
 from . import distributed
-from . import cpu_kernel as K
-from . import grad_reader
 from . import stats as S
 from .batches import BatchKeeper
 from .collector import CHUNK, Collector, StepPacket
@@ -73,37 +70,8 @@ log = logging.getLogger("tb_neuraldbg")
 
 # What stats.moments() returns, in its order.
 _MOMENT_KEYS = (Key.OUT_MIN, Key.OUT_MAX, Key.OUT_SUM, Key.OUT_NORM, Key.OUT_NZ)
-# Keys of cpu_kernel.moments' values as the hooks keep them (its
-# non-finite count goes to the *_NF key of an exact step).
-_MOMENT_KEYS_DEAD = _MOMENT_KEYS + (Key.OUT_DEAD,)
-_IN_KEYS = (Key.IN_SUM, Key.IN_NZ)
-_IN_KEYS_DEAD = (Key.IN_SUM, Key.IN_NZ, Key.IN_DEAD)
-_GOUT_KEYS = (Key.GOUT_SUM,)  # an output gradient's sum, the kernel's (its non-finite flag)
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 PERIODS = 256  # steps whose wall-clock periods make the step time of stats_info
-
-
-def _fast_keys(has_x: bool, x_batched: bool, y_dead: bool, exact: bool, saturated: bool) -> tuple[int, ...]:
-    """The keys of grad_reader.measure_fn()'s values, in its order."""
-    keys = ()
-    if has_x:
-        keys = (Key.IN_N,) + ((Key.IN_UNITS,) if x_batched else ()) + _IN_KEYS
-        keys += ((Key.IN_DEAD,) if x_batched else ()) + ((Key.IN_NF,) if exact else ())
-    keys += (Key.OUT_N,) + ((Key.OUT_UNITS,) if y_dead else ()) + _MOMENT_KEYS
-    keys += ((Key.OUT_DEAD,) if y_dead else ()) + ((Key.OUT_NF,) if exact else ())
-    return keys + ((Key.OUT_SAT,) if saturated else ())
-
-
-# by (x given, x batched, y's dead units counted, exact, y's saturated values counted)
-_FAST_KEYS = {
-    (h, b, d, e, s): _fast_keys(h, b, d, e, s)
-    for h in (False, True) for b in (False, True) for d in (False, True) for e in (False, True)
-    for s in (False, True) if h or not b
-}
-# where y's min, max, sum and norm start among those values (a histogram's bounds)
-_FAST_Y_MOMENTS = {k: keys.index(Key.OUT_MIN) for k, keys in _FAST_KEYS.items()}
-# The batch's: every step, and its zero count on full-statistics steps.
-_BATCH_KEYS = {False: _MOMENT_KEYS[:4], True: _MOMENT_KEYS}
 
 
 _REQUIRES_GRAD = attrgetter("requires_grad")
@@ -158,9 +126,8 @@ class _GoutHook:
 
     One small object per module and full step (not a closure, whose cells
     are five more objects for Python's garbage collector to follow until
-    the backward); minimal on purpose: the sum (the non-finite flag) is
-    taken by the CPU kernel (a host value), or goes to a list, stacked once
-    at the step's end."""
+    the backward); minimal on purpose: the sum (the non-finite flag) goes
+    to a list, stacked once at the step's end."""
 
     __slots__ = ("instrument", "step", "row", "index")
 
@@ -254,10 +221,6 @@ class Instrument:
         self._ref: weakref.ref | None = None  # to itself, shared by the output-gradient hooks
         self._sched_step: int | None = None  # see _schedule
         self._sched_stats = self._sched_hist = False
-        self._fast_measure = None  # grad_reader.measure_fn(), looked for once a step (see _schedule)
-        # False reads a full step's modules through ctypes, as before the
-        # one-call reads (benchmarks/full_step_ab.py measures the difference).
-        self.one_call_reads = True
         # A cheap step of nonfinite="replay": the module hooks only note
         # that their module ran (see _schedule).
         self._light = False
@@ -316,8 +279,6 @@ class Instrument:
         self.warned_unstepped = False
         self._reset_iteration()
         self._find_devices()
-        if any(p.device.type == "cpu" for p in self.root.parameters()):
-            grad_reader.start()  # (built in the background: Python reads the gradients until then)
 
         self._install()
 
@@ -563,8 +524,7 @@ class Instrument:
             arr = np.asarray(rows, dtype=np.int64)
             flat = self._flat_params = (params, rows, arr, np.unique(arr))
         params = flat[0]
-        every = grad_reader.all_require_grad(params)  # (in C++: 30 against 300 us for 1,500 parameters)
-        if every or (every is None and all(map(_REQUIRES_GRAD, params))):
+        if all(map(_REQUIRES_GRAD, params)):
             layout = flat
         else:
             keep = [i for i, p in enumerate(params) if p.requires_grad]
@@ -671,13 +631,6 @@ class Instrument:
             self._prev_out = (weakref.ref(x), 0, _version_of(x))
         if x.requires_grad:  # (a batch seldom does: the detached alias costs a few microseconds)
             x = x.detach()
-        if K.takes(x):
-            # One C pass on this thread: switching torch to one intra-op
-            # thread around it (for torch's reductions) made the pass itself
-            # twice as slow in situ (the MLP's 1 MB batch: 415-460 against
-            # 205-220 us).
-            self._measure_batch(x)
-            return
         with S.one_thread(x, threads=self._threads):
             self._measure_batch(x)
 
@@ -703,23 +656,16 @@ class Instrument:
         # Every step: min/max/sum/norm (a bad batch is found at its step);
         # the zero count on full-statistics steps.
         xf = S.float_view(x)
-        host = K.moments(xf)
-        if host is not None:  # one pass for all of them (cpu_kernel)
-            keys = _BATCH_KEYS[self._sched_stats]
-            col.measured(0, keys, host[: len(keys)])
-            if self.exact:
-                col.const(0, Key.OUT_NF, host[5])
-        else:
-            acc = S.acc_dtype(xf)
-            mn, mx = torch.aminmax(xf)
-            col.add(mn, 0, Key.OUT_MIN)
-            col.add(mx, 0, Key.OUT_MAX)
-            col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
-            col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
-            if self._sched_stats:
-                col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
-            if self.exact:
-                col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
+        acc = S.acc_dtype(xf)
+        mn, mx = torch.aminmax(xf)
+        col.add(mn, 0, Key.OUT_MIN)
+        col.add(mx, 0, Key.OUT_MAX)
+        col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
+        col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
+        if self._sched_stats:
+            col.add(S.nonzero_count(xf), 0, Key.OUT_NZ)
+        if self.exact:
+            col.add(S.nonfinite_count(x), 0, Key.OUT_NF)
         col.const(0, Key.OUT_N, x.numel())
         if x.dim() >= 1:
             col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
@@ -785,33 +731,7 @@ class Instrument:
             self._prev_out = (weakref.ref(y), row, _version_of(y))
         if self._sched_step != self.step:
             self._schedule()
-        fast, vals = self._fast_measure, None
-        if fast is not None and y is not None and self._sched_stats and not nf_only:
-            # Both in one C++ call (grad_reader.measure_fn): no torch op, so
-            # no switch of torch's threads; the values straight in the
-            # collector's key order. (On a 1,000-module model's full step,
-            # the checks, ctypes calls and collector calls that this saves
-            # cost more than the kernel's reads of its small activations.)
-            xb = x is not None and x.dim() >= 2
-            yd = behaviour.dead and y.dim() >= 2
-            bounds = None if behaviour.saturation is None else K.saturation_bounds(*behaviour.saturation(module))
-            try:
-                vals = fast(x, xb, y, yd, self.exact, bounds)
-            except RuntimeError:  # (PyTorch refused a question about an exotic tensor: the old way asks again)
-                pass
-        if vals is None:
-            self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
-        else:
-            form = (x is not None, xb, yd, self.exact, bounds is not None)
-            self._col.measured(row, _FAST_KEYS[form], vals)
-            if self._sched_hist:
-                i = _FAST_Y_MOMENTS[form]
-                mn, mx, total, norm = vals[i : i + 4]
-                # (min and max finite, a sum that is not NaN: no NaN or inf
-                # among the values, as the kernel's count would say)
-                clean = math.isfinite(mn) and math.isfinite(mx) and total == total
-                known = (mn, mx, total, norm, 0.0, 0.0) if clean else None
-                self._add_histogram(row, y, known, pays=(x, y))
+        self._measure_values(row, module, behaviour, x, y, same_as_prev, nf_only)
         if y is not None and y.requires_grad and not y.is_leaf:
             if self.mode == "replay" and not (self._replaying or self._batch_grad):
                 # With a batch that does not require grad, a non-finite
@@ -834,7 +754,7 @@ class Instrument:
 
     def _measure_values(self, row, module, behaviour: Behaviour, x, y, same_as_prev: bool, nf_only: bool) -> None:
         """A module's first input ``x`` and output ``y`` (either may be None)
-        through the kernel's Python calls or torch's ops."""
+        through torch's ops."""
         # One intra-op thread for small CPU tensors (stats.one_thread_pays),
         # switched inline: this runs for every module at every step.
         threads = self._threads
@@ -849,17 +769,6 @@ class Instrument:
                 and not (self._sched_stats or self._sched_hist or self.exact)
             )
             and S.one_thread_pays(x, y)
-            # Nor when the kernel reads them all (a full step's moments, no
-            # torch op): one thread would keep its large reads off torch's
-            # second thread (cpu_kernel.PART_ELEMENTS).
-            and not (
-                self._sched_stats
-                and not nf_only
-                and y is not None
-                and y.numel() > 1
-                and K.takes(y)
-                and (x is None or K.takes(x))
-            )
         )
         if switch:
             torch.set_num_threads(1)
@@ -870,9 +779,6 @@ class Instrument:
                 if y is not None:
                     self._col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
             else:
-                # (detached only where torch's ops take them: the kernel
-                # reads the values; a detach a module costs 3 ms a full step
-                # of the 1,000-module model)
                 if x is not None:
                     self._measure_in(row, x)
                 if y is not None:
@@ -889,8 +795,6 @@ class Instrument:
         self._sched_stats = self.config.is_stats(step)
         self._sched_hist = self.config.is_hist(step)
         self._light = self.mode == "replay" and not self._sched_stats and not self._replaying
-        # (None until the extension is loaded)
-        self._fast_measure = grad_reader.measure_fn() if self.one_call_reads else None
         self._sync_module_hooks()
 
     def _sync_module_hooks(self) -> None:
@@ -938,21 +842,8 @@ class Instrument:
         """A module's first input (not the previous row's output); ``x``
         may require grad (detached here before torch's ops)."""
         col = self._col
-        if self._sched_stats:
-            batched = x.dim() >= 2
-            host = K.moments(x, x.numel() // x.shape[0] if batched else 0)
-            if host is not None:  # one pass for all of them (cpu_kernel)
-                col.const(row, Key.IN_N, x.numel())
-                if batched:
-                    col.measured(row, _IN_KEYS_DEAD, (host[2], host[4], host[6]))
-                    col.const(row, Key.IN_UNITS, x.numel() // x.shape[0])
-                else:
-                    col.measured(row, _IN_KEYS, (host[2], host[4]))
-                if self.exact:
-                    col.const(row, Key.IN_NF, host[5])
-                return
-        # Torch's ops: every step the sum (the non-finite flag), the counts
-        # on full-statistics steps.
+        # Every step the sum (the non-finite flag), the counts on
+        # full-statistics steps.
         x = x.detach()
         col.add(S.flag_moment(x), row, Key.IN_SUM)
         if self._sched_stats:
@@ -972,12 +863,10 @@ class Instrument:
 
     def _measure_out(self, row: int, module, behaviour: Behaviour, y: torch.Tensor, same_as_prev: bool) -> None:
         """A module's output; ``y`` may require grad: detached here before
-        torch's ops (on the CPU, where the kernel reads most, only then)."""
+        torch's ops."""
         col = self._col
         exact = self.exact
-        host = None  # the kernel's moments, when it read them
-        if not y.is_cpu:
-            y = y.detach()
+        y = y.detach()
         col.const(row, Key.OUT_N, y.numel())
         # One value (a 0-d output, a [1, 1] score) has no spread: only its
         # non-finite flag and value, never a "constant activation".
@@ -985,49 +874,29 @@ class Instrument:
             if behaviour.pointwise and same_as_prev and not exact:
                 col.const(row, Key.OUT_INHERIT, 1)  # relu(x) is finite iff x is
             else:
-                col.add(S.flag_moment(y.detach()), row, Key.OUT_SUM)
+                col.add(S.flag_moment(y), row, Key.OUT_SUM)
         else:
             dead = behaviour.dead and y.dim() >= 2
             ends = None if behaviour.saturation is None else behaviour.saturation(module)
-            bounds = None if ends is None else K.saturation_bounds(*ends)
-            host = K.moments(y, y.numel() // y.shape[0] if dead else 0, bounds)
-            if host is not None:  # one pass for all of them (cpu_kernel), the saturated values too
-                if bounds is not None:
-                    col.const(row, Key.OUT_SAT, host[7])
-                if dead:
-                    col.measured(row, _MOMENT_KEYS_DEAD, host[:5] + host[6:7])
-                    col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
-                else:
-                    col.measured(row, _MOMENT_KEYS, host[:5])
-                if exact:
-                    col.const(row, Key.OUT_NF, host[5])
-                    exact = False  # counted
-            else:
-                vals = S.moments(y.detach(), dead=dead)
-                if dead:
-                    col.add(vals.pop(), row, Key.OUT_DEAD)
-                    col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
-                col.add_row(row, _MOMENT_KEYS, vals)
-                if ends is not None:
-                    col.add(S.saturated(y.detach(), *ends), row, Key.OUT_SAT)
+            vals = S.moments(y, dead=dead)
+            if dead:
+                col.add(vals.pop(), row, Key.OUT_DEAD)
+                col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
+            col.add_row(row, _MOMENT_KEYS, vals)
+            if ends is not None:
+                col.add(S.saturated(y, *ends), row, Key.OUT_SAT)
         if exact:
-            col.add(S.nonfinite_count(y.detach()), row, Key.OUT_NF)
+            col.add(S.nonfinite_count(y), row, Key.OUT_NF)
         if self._sched_hist:
-            self._add_histogram(row, y, host, pays=(y,))
+            self._add_histogram(row, y)
 
-    def _add_histogram(self, row: int, y: torch.Tensor, known, pays=()) -> None:
-        """A histogram step's bins of a module's output ``y``: bounded by the
-        moments just read (``known``: :func:`cpu_kernel.moments`' values of
-        ``y``, or None), one pass, not two; else torch's ops, on one thread
-        where :func:`stats.one_thread_pays` says so for the tensors ``pays``."""
-        run = None
-        if known is not None and y.numel() <= S.HIST_MAX_VALUES:
-            run = K.histogram_known(y, S.HIST_BINS, known)
-        if run is None:
-            # (torch's current setting asked, not the step's: 1 where the
-            # caller has switched already, and then no switch here)
-            with S.one_thread(*pays):
-                run = S.histogram(y)  # (detached there)
+    def _add_histogram(self, row: int, y: torch.Tensor) -> None:
+        """A histogram step's bins of a module's output ``y``, on one thread
+        where :func:`stats.one_thread_pays` says so."""
+        # (torch's current setting asked, not the step's: 1 where the
+        # caller has switched already, and then no switch here)
+        with S.one_thread(y):
+            run = S.histogram(y)  # (detached there)
         self._col.add_run(run, row, Key.HIST)
 
     def _make_gout_hook(self, row: int, index: int) -> "_GoutHook":
@@ -1044,15 +913,6 @@ class Instrument:
         if g.numel() == 0:
             return
         g = g.detach()
-        if not (self._replay_nf_only or self.exact):
-            total = K.total(g)
-            if total is not None:
-                # The flag in one read, without a torch op nor a switch of
-                # torch's threads: 33 against 39 us a gradient of the
-                # 1,000-module model's full steps; as fast as torch's sum on
-                # the ResNet's megabyte ones.
-                self._col.measured(row, _GOUT_KEYS, (total,))
-                return
         threads = self._threads
         if threads is not None and threads > 1 and S.one_thread_pays(g):
             torch.set_num_threads(1)
@@ -1205,22 +1065,12 @@ class Instrument:
         self._grad_norms = None
         if not params:
             return col
-        # Dense float32, bfloat16 or float16 CPU gradients: their addresses and sizes
-        # in one C++ call, the norms from those (grad_reader: 0.3 against 2-3
-        # ms for the 1,502 of a 1,000-module model).
-        read = grad_reader.read(params) if self.grad_norms is S.stacked_norms and not self.exact else None
-        if read is not None:
-            grads = None
-            none = read.status == grad_reader.NONE
-            if not none.any():
-                none = None
+        # Once per step for every parameter: list work, no per-row Python.
+        grads = [p.grad for p in params]
+        if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
+            none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
         else:
-            # Once per step for every parameter: list work, no per-row Python.
-            grads = [p.grad for p in params]
-            if any(map(is_, grads, repeat(None))):  # (not "None in grads": that calls Tensor.__eq__ on each)
-                none = np.fromiter((g is None for g in grads), dtype=bool, count=len(grads))
-            else:
-                none = None
+            none = None
         if none is not None:
             missing = np.bincount(row_arr, weights=none, minlength=int(present[-1]) + 1)[present]
         else:
@@ -1231,33 +1081,12 @@ class Instrument:
             keep = np.flatnonzero(~none)
             idx = keep.tolist()
             gparams, grows = [params[i] for i in idx], [rows[i] for i in idx]
-            if grads is not None:
-                grads = [grads[i] for i in idx]
+            grads = [grads[i] for i in idx]
         else:
-            keep, gparams, grows = None, params, row_arr
+            gparams, grows = params, row_arr
         if not gparams:
             return col
         divisor = self.scaler._scale.detach() if self._grads_scaled() else None
-        if read is not None:
-            at = (read.ptrs, read.lens) if keep is None else (read.ptrs[keep], read.lens[keep])
-            # (a CPU scale divides the float64 norms before they are rounded:
-            # S.unscaled_norms; read.holder keeps the gradients alive until here)
-            scale = float(divisor) if divisor is not None and divisor.device.type == "cpu" else None
-            host = K.norms_at_host(*at, read.kinds(keep), scale)
-            del read
-            if host is not None and (divisor is None or scale is not None):
-                # Kept on the host, as numbers: no tensor to reshape, stack
-                # and read back (torch ops gone cold since the last step:
-                # 116 -> 106 us a step of _measure_grads on the tiny model).
-                col.measured_many(grows, Key.GRAD_NORM, host)
-                self._grad_norms = (gparams, host)
-                return col
-            if host is not None:  # (divided by the scale as a tensor, on its device: as everywhere else)
-                stacked = torch.from_numpy(host)
-                col.add_stacked(stacked, grows, Key.GRAD_NORM, divisor=divisor)
-                self._grad_norms = (gparams, stacked)
-                return col
-            grads = [p.grad for p in gparams]  # (too large for the kernel: torch's norms)
         # A gradient that requires grad (create_graph=True) is measured detached.
         if any(map(_REQUIRES_GRAD, grads)):
             grads = [g.detach() if g.requires_grad else g for g in grads]
@@ -1397,9 +1226,7 @@ class Instrument:
         again = [replayed.get(id(p)) for p in gparams]
         if any(g is None for g in again):
             return "the replay's backward reached other parameters"
-        if isinstance(norms, np.ndarray):  # (the fused kernel's, kept on the host)
-            was = torch.from_numpy(np.isfinite(norms))
-        elif isinstance(norms, torch.Tensor):
+        if isinstance(norms, torch.Tensor):
             was = torch.isfinite(norms.float())
         else:
             was = torch.isfinite(torch.stack([n.float().cpu() for n in norms]))

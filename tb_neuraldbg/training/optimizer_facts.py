@@ -40,7 +40,6 @@ from operator import attrgetter, eq
 import numpy as np
 import torch
 
-from . import grad_reader
 from . import stats as S
 from .stats import Key
 
@@ -90,8 +89,7 @@ class StepFacts:
         self._carried: tuple | None = None
         self._no_grad_rows: set[int] = set()
         # After the last step: the parameters, and for each id(grad) (0: it
-        # had none) and the gradient's _version (as arrays from
-        # grad_reader.marks, the C++ tensor's address). Plain ints, not weak
+        # had none) and the gradient's _version. Plain ints, not weak
         # references: thousands of objects that live from one step to the
         # next made Python's full garbage collection run every ~20 steps of a
         # 1,000-module model (300 ms each). An id can be reused by a new
@@ -140,38 +138,24 @@ class StepFacts:
         if marks is None:
             return
         was, ids, versions = marks
-        cpp = isinstance(ids, np.ndarray)  # (marks of grad_reader, else of Python)
         if was is not params and (len(was) != len(params) or any(a is not b for a, b in zip(was, params))):
             # Another set of parameters (one frozen or added since): by identity.
             at = {id(p): i for i, p in enumerate(was)}
             pick = [at.get(id(p)) for p in params]
-            no_version = -1 if cpp else None
             ids = [ids[i] if i is not None else 0 for i in pick]
-            versions = [versions[i] if i is not None else no_version for i in pick]
-            if cpp:
-                ids, versions = np.asarray(ids, dtype=np.uint64), np.asarray(versions, dtype=np.int64)
+            versions = [versions[i] if i is not None else None for i in pick]
         left, left_rows, held = [], [], []
         # A gradient that is still the very tensor the last step left, not
         # modified since (None, after zero_grad(), never matches: its mark
-        # is 0). This runs at every step, for each of the 1,500 parameters
-        # of a 1,000-module model: read in C++ where the marks were.
-        if cpp:
-            now = grad_reader.marks(params)
-            same = np.zeros(0, bool) if now is None else (now[0] == ids) & (ids != 0) & (now[1] == versions)
-            for i in np.flatnonzero(same).tolist():
-                if params[i] is not fresh:
-                    left.append(params[i].grad.detach())
-                    left_rows.append(rows[i])
-                    held.append((params[i], weakref.ref(params[i].grad)))
-        else:
-            # In one pass of C-level iteration.
-            grads = list(map(_GRAD, params))
-            for i in compress(count(), map(eq, map(id, grads), ids)):
-                g = grads[i]
-                if params[i] is not fresh and versions[i] == _version(g):
-                    left.append(g.detach())
-                    left_rows.append(rows[i])
-                    held.append((params[i], weakref.ref(g)))
+        # is 0). This runs at every step for every parameter: one pass of
+        # C-level iteration.
+        grads = list(map(_GRAD, params))
+        for i in compress(count(), map(eq, map(id, grads), ids)):
+            g = grads[i]
+            if params[i] is not fresh and versions[i] == _version(g):
+                left.append(g.detach())
+                left_rows.append(rows[i])
+                held.append((params[i], weakref.ref(g)))
         if left:
             # Judged at the step (commit): a backward that only passes
             # through this model (a GAN's generator step through the
@@ -196,16 +180,12 @@ class StepFacts:
             kept = [i for i, (p, ref) in enumerate(held) if ref() is not None and ref() is p.grad]
             if kept:
                 col.add_many([norms[i] for i in kept], [left_rows[i] for i in kept], Key.GRAD_CARRIED)
-        marks = grad_reader.marks(params)  # (in C++: 0.3 against 1 ms for 1,500 parameters)
-        if marks is not None:
-            ids, versions = marks
-        else:
-            grads = [p.grad for p in params]
-            ids = [0 if g is None else id(g) for g in grads]
-            try:  # (one list pass: this runs for every parameter at every step)
-                versions = [None if g is None else g._version for g in grads]
-            except RuntimeError:  # an inference tensor has no version counter
-                versions = [None if g is None else _version(g) for g in grads]
+        grads = [p.grad for p in params]
+        ids = [0 if g is None else id(g) for g in grads]
+        try:  # (one list pass: this runs for every parameter at every step)
+            versions = [None if g is None else g._version for g in grads]
+        except RuntimeError:  # an inference tensor has no version counter
+            versions = [None if g is None else _version(g) for g in grads]
         self._marks = (params, ids, versions)
         if self.optimizer is not None and rows:
             col.c_arrays.append(self._group_consts(params, rows))

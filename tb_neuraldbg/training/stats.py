@@ -27,7 +27,6 @@ from typing import Sequence
 
 import torch
 
-from . import cpu_kernel, grad_reader
 from .slots import HIST_BINS, NONFINITE_EVIDENCE, Key, SlotLayout, assemble, assemble_steps, histogram_parts
 
 __all__ = [
@@ -196,12 +195,10 @@ def saturated(x: torch.Tensor, lo: float | None, hi: float) -> torch.Tensor:
     side, measured as such, not saturation).
 
     As one distance test, ``|x - mid| >= half``: one temporary reused in
-    place instead of two comparisons and an or (``mid`` and ``half`` the
-    CPU kernel's own, :func:`cpu_kernel.saturation_bounds`: both count the
-    same values)."""
+    place instead of two comparisons and an or."""
     if lo is None:
         return (x >= hi).sum(dtype=_count_dtype(x))
-    mid, half, _ = cpu_kernel.saturation_bounds(lo, hi)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
     if mid == 0:
         d = x.abs()
     else:
@@ -239,9 +236,6 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX
         x = x[:: -(-x.numel() // max_values)]
     x = x.to(torch.float32)
     if x.is_cpu:
-        fast = cpu_kernel.histogram(x, bins)  # two passes in C, where it is built
-        if fast is not None:
-            return fast
         fast = _histogram_of_finite_cpu(x, bins)
         if fast is not None:
             return fast
@@ -261,9 +255,9 @@ def histogram(x: torch.Tensor, bins: int = HIST_BINS, max_values: int = HIST_MAX
 
 def _histogram_of_finite_cpu(x: torch.Tensor, bins: int) -> torch.Tensor | None:
     """:func:`histogram` of a flat float32 CPU tensor without non-finite
-    values, in four passes instead of a dozen (9.7 ms against 1.0 ms for
-    256x1024 ReLU outputs, one thread: ``scatter_add_`` into 30 bins and the
-    masks are the cost); None when ``x`` has a non-finite value. On the CPU
+    values, in four passes instead of a dozen (``scatter_add_`` into 30 bins
+    and the masks are the general path's cost); None when ``x`` has a
+    non-finite value. On the CPU
     the bounds can be read (no device to wait for), and ``bincount`` may
     size its output from the data."""
     mn, mx = torch.aminmax(x)
@@ -348,19 +342,11 @@ def foreach_norm(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = No
     return out  # type: ignore[return-value]
 
 
-def stacked_norms(tensors: Sequence[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
-    """L2 norm of each tensor: one 1-d float32 tensor where the fused CPU
-    kernel takes the whole list (dense float32, bfloat16 or float16 CPU tensors: one call
-    instead of a dispatch and a 0-d tensor each, which on a 1,000-module
-    model's 1,500 gradients cost 4 ms and 1 ms more to stack), else
-    :func:`foreach_norm`'s list of 0-d tensors. The hooks' parameter and
-    gradient norms (``Instrument.norms``), which take either."""
-    read = grad_reader.read_data(tensors) if type(tensors) is list else None
-    if read is not None:  # (addresses and sizes in one C++ call: 0.3 against 1.5 ms for 1,500 weights)
-        fast = cpu_kernel.norms_at(read.ptrs, read.lens, read.kinds())  # (None: cpu_kernel.norms refuses them too)
-    else:
-        fast = cpu_kernel.norms(tensors)
-    return fast if fast is not None else foreach_norm(tensors)
+def stacked_norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """L2 norm of each tensor, as :func:`foreach_norm`'s list of 0-d tensors:
+    the hooks' parameter and gradient norms (``Instrument.norms``; a
+    distributed run swaps in one that reduces over shards)."""
+    return foreach_norm(tensors)
 
 
 def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
@@ -373,20 +359,15 @@ def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torc
     them in float32 (inf from a norm of 1.8e19, which gradients of norm 1
     reach under a scale of 2**64: a GradScaler that never sees an overflow,
     under bfloat16 autocast or in float32, doubles its scale every 2,000
-    steps from 2**16 and gets there after 96,000). On the CPU the fused
-    kernel sums in float64 already (divided here before the float32
-    rounding); a torch norm that overflowed is taken again in float64
+    steps from 2**16 and gets there after 96,000).
+    On the CPU a torch norm that overflowed is taken again in float64
     (checked on the host, where that costs no synchronisation; float64 norms
-    of every step would cost 10x). On a GPU ``torch._foreach_norm`` sums in
+    of every step would cost several times more). On a GPU ``torch._foreach_norm`` sums in
     float64 as it reads (its ``dtype``: no copy), divided on the device.
     """
     tensors = list(tensors)
     if not all(t.device.type == "cpu" for t in tensors):
         return [(n / scale.to(n.device, torch.float64)).float() for n in foreach_norm(tensors, dtype=torch.float64)]
-    read = grad_reader.read_data(tensors)
-    host = cpu_kernel.norms_at_host(read.ptrs, read.lens, read.kinds(), float(scale)) if read is not None else None
-    if host is not None:
-        return torch.from_numpy(host)
     norms = foreach_norm(tensors)
     wide = (torch.stack(norms) if len(norms) > 1 else norms[0].reshape(1)).double()  # (one op, not one a norm)
     for i in torch.isinf(wide).nonzero().flatten().tolist():
