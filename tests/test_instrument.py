@@ -851,9 +851,11 @@ def test_a_clean_full_step_of_replay_reads_no_output_gradient_and_implies_none(m
     step's evidence is clean the flag is 0 for each module whose output
     required grad, NaN where it did not (a first module without parameters
     on a batch without grad), as every_step's measured flags say."""
+    from tb_neuraldbg.training.forward import ForwardHooks
+
     read = []
-    real = Instrument._measure_gout
-    monkeypatch.setattr(Instrument, "_measure_gout", lambda self, row, g: read.append(row) or real(self, row, g))
+    real = ForwardHooks._measure_gout
+    monkeypatch.setattr(ForwardHooks, "_measure_gout", lambda self, row, g: read.append(row) or real(self, row, g))
     torch.manual_seed(0)
     model = nn.Sequential(nn.ReLU(), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
     rec, _ = train(model, batches((4, 6), 3), steps=12, recorder_kwargs={"stats_every": 5, "nonfinite": mode})
@@ -1195,7 +1197,7 @@ def test_hooks_stay_on_when_the_model_forward_is_not_seen():
 def test_hooks_stay_on_with_a_warning_when_they_cannot_come_off(monkeypatch):
     """PyTorch's hook dicts not as expected (another version): a warning,
     every hook back on, and the steps measured as before."""
-    import tb_neuraldbg.training.instrument as instrument_module
+    import tb_neuraldbg.training.module_hooks as module_hooks
 
     calls = []
 
@@ -1205,7 +1207,7 @@ def test_hooks_stay_on_with_a_warning_when_they_cannot_come_off(monkeypatch):
             raise AttributeError("_forward_hooks_with_kwargs")
         return True
 
-    monkeypatch.setattr(instrument_module, "_alone", broken)
+    monkeypatch.setattr(module_hooks, "_alone", broken)
     torch.manual_seed(0)
     model = Probed()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -32,10 +32,13 @@ for the device.
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 import weakref
 from itertools import compress, count
 from operator import attrgetter, eq
+from typing import Callable
 
 import numpy as np
 import torch
@@ -44,6 +47,8 @@ from . import stats as S
 from .stats import Key
 
 __all__ = ["StepFacts"]
+
+log = logging.getLogger("tb_neuraldbg")
 
 
 _GRAD = attrgetter("grad")
@@ -101,6 +106,38 @@ class StepFacts:
         self._row_group: dict[int, int] = {}  # row -> param group (-1: none)
         self._values_key = None
         self._consts: tuple = ()
+        # For check_stepped: the probe's version at the last backward, and
+        # whether a step was recorded since.
+        self._probe_version: int | None = None
+        self._stepped = False
+        self.warned_unstepped = False
+
+    def check_stepped(self, probe, tag: Callable[[], str]) -> None:
+        """At a backward's end: warn once when the weights changed since the
+        last backward without the watched optimizer stepping (another
+        optimizer steps the model, and nothing is recorded). The in-place
+        version counter of ``probe`` (one trainable parameter) tells,
+        without reading the weights; ``tag()`` names the process."""
+        if self.warned_unstepped or self.optimizer is None or probe is None:
+            return
+        version = _version(probe)
+        if version is None:
+            return
+        if self._probe_version is not None and not self._stepped and version != self._probe_version:
+            self.warned_unstepped = True
+            msg = (
+                f"{tag()}: the model's weights changed but the watched optimizer "
+                f"({type(self.optimizer).__name__}) did not step: is the model stepped by "
+                "another optimizer? No step is recorded until the watched one steps"
+            )
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+        self._probe_version = version
+        self._stepped = False
+
+    def stepped(self) -> None:
+        """A step was recorded (the weights may change before the next backward)."""
+        self._stepped = True
 
     def release(self) -> None:
         """Drop the optimizer and what refers to the model (after remove())."""

@@ -255,7 +255,7 @@ class DebugWriter(SummaryWriter):
         try:
             gather = None
             if distributed.world() is not None:
-                instrument.after_reduce = True
+                instrument.backward.after_reduce = True
                 # A collective: every rank's watch() makes the gloo group.
                 gather = distributed.RankGather.create(everyone=self.ranks == "each")
             if distributed.has_dtensors(model.parameters()):

@@ -1,0 +1,56 @@
+"""Hook bodies that can never break training, and what they cost it.
+
+Every hook body of the writer runs through :meth:`HookGuard.run`: an
+exception is warned once, switches that part of the monitoring off, and the
+user's loop goes on with less data. The same call counts the nanoseconds
+spent in the hooks (``DebugWriter.stats_info``'s ``hooks_ms_per_step``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from time import perf_counter_ns
+
+from . import distributed
+
+__all__ = ["HookGuard"]
+
+log = logging.getLogger("tb_neuraldbg")
+
+
+class HookGuard:
+    """``broken``: the parts switched off; ``removed``: every hook is off
+    (nothing runs); ``hook_ns``: the time spent in guarded bodies, nested
+    ones counted once."""
+
+    __slots__ = ("broken", "removed", "hook_ns", "_inside")
+
+    def __init__(self):
+        self.broken: set[str] = set()
+        self.removed = False
+        self.hook_ns = 0
+        self._inside = False
+
+    def run(self, part: str, fn, *args):
+        """``fn(*args)``, or None when ``part`` is off or it fails (warned
+        once, and ``part`` off from then on). The ``TrainingFailure`` of
+        ``on_error="raise"`` is raised outside, never through here."""
+        if part in self.broken or self.removed:
+            return None
+        outer = not self._inside  # (the clock read twice a hook, not at every nested part)
+        if outer:
+            self._inside = True
+            t0 = perf_counter_ns()
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 -- anything, by design
+            self.broken.add(part)
+            msg = f"{distributed.tag()}: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+            return None
+        finally:
+            if outer:
+                self._inside = False
+                self.hook_ns += perf_counter_ns() - t0

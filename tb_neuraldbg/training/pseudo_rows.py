@@ -1,0 +1,92 @@
+"""What a step measures of its pseudo-layers: the batch (``<input>``), the loss (``<loss>``), the optimizer (``<optimizer>``).
+
+Functions of their arguments, called once a step by the instrument (its
+input and loss hooks, its commit); the values go to the step's
+:class:`~.collector.Collector`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import stats
+from .collector import Collector
+from .modules import first_tensor
+from .slots import Key
+
+__all__ = ["batch_tensor", "measure_batch", "classes_of", "add_step_scalars"]
+
+_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
+
+
+def batch_tensor(args, kwargs) -> torch.Tensor | None:
+    """The model's first tensor argument (positional, else keyword): the
+    batch; None when there is none to measure (complex, or empty)."""
+    x = first_tensor(args) if args else None
+    if x is None:
+        x = first_tensor(kwargs)
+    if x is None or x.is_complex() or x.numel() == 0:
+        return None
+    return x
+
+
+def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> None:
+    """Every step min, max, sum and norm of the batch ``x`` (a bad batch is
+    found at its step); its zero count on ``full`` steps; its exact
+    non-finite count with ``exact``; its size and batch size."""
+    xf = stats.float_view(x)
+    acc = stats.acc_dtype(xf)
+    mn, mx = torch.aminmax(xf)
+    col.add(mn, 0, Key.OUT_MIN)
+    col.add(mx, 0, Key.OUT_MAX)
+    col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
+    col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
+    if full:
+        col.add(stats.nonzero_count(xf), 0, Key.OUT_NZ)
+    if exact:
+        col.add(stats.nonfinite_count(x), 0, Key.OUT_NF)
+    col.const(0, Key.OUT_N, x.numel())
+    if x.dim() >= 1:
+        col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
+
+
+def classes_of(criterion: nn.Module, args) -> int | None:
+    """K of a mean-reduced K-class cross-entropy (the logits' class
+    dimension), whose initial loss is ln K; None for any other criterion
+    (a "sum" reduction scales the initial loss by the batch size)."""
+    if not isinstance(criterion, (nn.CrossEntropyLoss, nn.NLLLoss)):
+        return None
+    if getattr(criterion, "reduction", "mean") != "mean":
+        return None
+    logits = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if logits is None or logits.dim() < 1:
+        return None
+    return int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+
+
+def add_step_scalars(col: Collector, loss: torch.Tensor | None, optimizer, scaler, loss_row: int, opt_row: int) -> None:
+    """The loss (its value, and its sum: the non-finite flag) in
+    ``loss_row``; the learning rate of the first param group and the
+    GradScaler's scale in ``opt_row``."""
+    if loss is not None:
+        loss = loss.float()
+        loss = loss if loss.numel() == 1 else loss.mean()
+        if type(loss) is torch.Tensor and loss.is_cpu:
+            # Read now (no device to wait for): on a cheap step it is the
+            # step's one device value, and its stack at the step's end
+            # would cost more than this read.
+            value = loss.item()
+            col.measured(loss_row, _LOSS_KEYS, (value, value))
+        else:
+            col.add(loss, loss_row, Key.VALUE)
+            col.add(loss, loss_row, Key.OUT_SUM)
+    if optimizer is not None and optimizer.param_groups:
+        lr = optimizer.param_groups[0].get("lr")
+        if isinstance(lr, torch.Tensor):
+            col.add(lr.detach().float(), opt_row, Key.VALUE)
+        elif lr is not None:
+            col.const(opt_row, Key.VALUE, float(lr))
+    if scaler is not None and getattr(scaler, "_scale", None) is not None and getattr(scaler, "_enabled", True):
+        # Concatenated before scaler.update() changes it in place.
+        col.add(scaler._scale.detach().float(), opt_row, Key.SCALE)
