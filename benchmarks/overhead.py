@@ -91,7 +91,7 @@ from tb_neuraldbg import DebugWriter  # noqa: E402
 from tb_neuraldbg.training import cpu_kernel  # noqa: E402
 from tb_neuraldbg.training import rows as row_module  # noqa: E402
 from tb_neuraldbg.training import worker as worker_module  # noqa: E402
-from tb_neuraldbg.training.stats import stacked_norms  # noqa: E402
+from tb_neuraldbg.training.step.stats import stacked_norms  # noqa: E402
 
 # -- models ---------------------------------------------------------------------
 
@@ -356,7 +356,7 @@ _HOOK_FACTORIES = ("_make_forward_hook", "_make_output_hook", "_make_gout_hook")
 def timed_hooks(seconds: list):
     """Adds the training thread's CPU time inside every hook to ``seconds[0]``
     (outermost calls only: ``_commit`` runs inside ``_on_step_post``)."""
-    from tb_neuraldbg.training.instrument import Instrument
+    from tb_neuraldbg.training.hooks.instrument import Instrument
 
     depth = [0]
 

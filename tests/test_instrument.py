@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg.training import stats as S
-from tb_neuraldbg.training.instrument import Instrument
+from tb_neuraldbg.training.step import stats as S
+from tb_neuraldbg.training.hooks.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
 from tb_neuraldbg.training.rows import RowAssembler
 from tb_neuraldbg.training.schedule import WatchConfig
@@ -251,7 +251,7 @@ def test_norm_bursts_run_with_the_garbage_collector_held_off_and_leave_it_as_fou
 def test_the_collector_comes_back_when_a_paused_method_raises():
     import gc
 
-    from tb_neuraldbg.training.gcpause import gc_paused
+    from tb_neuraldbg.training.hooks.gcpause import gc_paused
 
     @gc_paused
     def fails():
@@ -851,7 +851,7 @@ def test_a_clean_full_step_of_replay_reads_no_output_gradient_and_implies_none(m
     step's evidence is clean the flag is 0 for each module whose output
     required grad, NaN where it did not (a first module without parameters
     on a batch without grad), as every_step's measured flags say."""
-    from tb_neuraldbg.training.forward import ForwardHooks
+    from tb_neuraldbg.training.hooks.forward import ForwardHooks
 
     read = []
     real = ForwardHooks._measure_gout
@@ -1197,7 +1197,7 @@ def test_hooks_stay_on_when_the_model_forward_is_not_seen():
 def test_hooks_stay_on_with_a_warning_when_they_cannot_come_off(monkeypatch):
     """PyTorch's hook dicts not as expected (another version): a warning,
     every hook back on, and the steps measured as before."""
-    import tb_neuraldbg.training.module_hooks as module_hooks
+    import tb_neuraldbg.training.hooks.module_hooks as module_hooks
 
     calls = []
 

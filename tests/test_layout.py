@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -30,9 +31,12 @@ FORBIDDEN = {
     "offline": {"training", "checks"},
     "checks": {"server", "offline"},
 }
-# Over this many lines a file must say in its docstring why it is one file.
-MAX_LINES = 550
-LONG_FILE_MARK = "Why one file:"
+# Over this many lines a file must say in its docstring why it is one file,
+# and the ceiling it keeps to ("Why one file (max 700 lines): ..."), which
+# this test holds it to: the waiver cannot go stale. No file goes past HARD_MAX.
+MAX_LINES = 600
+HARD_MAX = 800
+WAIVER = re.compile(r"Why one file \(max ([\d,]+) lines\):")
 
 
 def _py_files():
@@ -159,10 +163,31 @@ def test_documented_import_paths_keep_working():
 @pytest.mark.parametrize("path", list(_py_files()), ids=lambda p: os.path.relpath(p, PKG))
 def test_files_stay_small_or_say_why(path):
     lines = sum(1 for _ in open(path, encoding="utf-8"))
-    if lines <= MAX_LINES:
-        return
     doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
-    assert LONG_FILE_MARK in doc, f"{lines} lines and no '{LONG_FILE_MARK}' in its docstring"
+    waiver = WAIVER.search(doc)
+    if waiver is None:
+        assert lines <= MAX_LINES, f"{lines} lines and no 'Why one file (max N lines):' in its docstring"
+        return
+    ceiling = int(waiver.group(1).replace(",", ""))
+    assert lines <= ceiling <= HARD_MAX, f"{lines} lines against its waiver's {ceiling} (at most {HARD_MAX})"
+
+
+def test_the_training_folder_says_what_each_of_its_rooms_is():
+    """training/__init__.py names every module and folder of training/, and
+    each folder's __init__.py every module in it: a newcomer reads the
+    folder's docstring and finds where a thing lives."""
+    missing = []
+    for folder in ("training",) + tuple(f"training/{d}" for d in os.listdir(os.path.join(PKG, "training"))
+                                        if os.path.isdir(os.path.join(PKG, "training", d)) and d != "__pycache__"):
+        path = os.path.join(PKG, folder)
+        doc = ast.get_docstring(ast.parse(open(os.path.join(path, "__init__.py"), encoding="utf-8").read())) or ""
+        for entry in sorted(os.listdir(path)):
+            name = entry[:-3] if entry.endswith(".py") else entry
+            if entry.startswith("_") or (not entry.endswith(".py") and not os.path.isdir(os.path.join(path, entry))):
+                continue
+            if not re.search(rf"``{re.escape(name)}/?``", doc):
+                missing.append(f"{folder}: {name}")
+    assert missing == []
 
 
 def test_nothing_imports_the_package_face_from_below():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tb_neuraldbg import metadata
-from tb_neuraldbg.training import stats as S
-from tb_neuraldbg.training.stats import Key
+from tb_neuraldbg.training.step import stats as S
+from tb_neuraldbg.training.step.stats import Key
 
 M = metadata.METRIC_INDEX
 
@@ -403,7 +403,7 @@ def test_assembling_steps_together_gives_each_steps_own_row(seed):
 
 
 def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
-    from tb_neuraldbg.training.collector import StepPacket
+    from tb_neuraldbg.training.step.collector import StepPacket
     from tb_neuraldbg.training.rows import LAYOUTS, RowAssembler
 
     rng = np.random.default_rng(0)
@@ -429,7 +429,7 @@ def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
 
 def test_row_assembler_assembles_a_large_layout_a_few_steps_at_a_time(monkeypatch):
     from tb_neuraldbg.training import rows as rows_module
-    from tb_neuraldbg.training.collector import StepPacket
+    from tb_neuraldbg.training.step.collector import StepPacket
 
     rng = np.random.default_rng(3)
     L = 9
@@ -447,7 +447,7 @@ def test_row_assembler_assembles_a_large_layout_a_few_steps_at_a_time(monkeypatc
 
 
 def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
-    from tb_neuraldbg.training.collector import CHUNK, Collector
+    from tb_neuraldbg.training.step.collector import CHUNK, Collector
 
     col = Collector()
     n = 3 * CHUNK + 7
@@ -468,7 +468,7 @@ def test_collector_stacks_in_chunks_and_keeps_each_value_with_its_row_and_key():
 
 @pytest.mark.parametrize("odd", [None, torch.bfloat16], ids=["numpy", "bfloat16-through-torch"])
 def test_collector_finish_copies_cpu_runs_of_any_dtype_with_their_rows(odd):
-    from tb_neuraldbg.training.collector import Collector
+    from tb_neuraldbg.training.step.collector import Collector
 
     col = Collector()
     runs = [torch.tensor([1.5, 2.5]), torch.tensor([3], dtype=torch.int32),
@@ -492,7 +492,7 @@ def test_collector_finish_copies_cpu_runs_of_any_dtype_with_their_rows(odd):
 
 
 def test_a_few_cpu_scalars_are_stacked_as_they_were_when_added():
-    from tb_neuraldbg.training.collector import FEW, Collector
+    from tb_neuraldbg.training.step.collector import FEW, Collector
 
     col = Collector()
     w = torch.tensor(2.0, requires_grad=True)

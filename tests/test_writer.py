@@ -404,21 +404,23 @@ def test_real_engine_gets_every_row(tmp_path):
         fit(w, tiny(), 3)
         w.flush()
         assert w.stats_info["steps_analysed"] == 3 and w.stats_info["engine"]
+        assert w.stats_info["statistics"] == "torch"  # the back end that ran
         assert w._worker.engine.num_classes == 2  # from the CrossEntropyLoss logits
 
 
 def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
-    from tb_neuraldbg.training import optimizer_facts, worker
+    from tb_neuraldbg.training.hooks import step_facts
+    from tb_neuraldbg.training import worker
 
     # A part of the commit made 20 ms slower: it runs inside the commit's own
     # guarded hook body, and is counted once, not once per nested guard.
-    commit = optimizer_facts.StepFacts.commit
+    commit = step_facts.StepFacts.commit
 
     def slow_commit(self, *args):
         time.sleep(0.02)
         return commit(self, *args)
 
-    monkeypatch.setattr(optimizer_facts.StepFacts, "commit", slow_commit)
+    monkeypatch.setattr(step_facts.StepFacts, "commit", slow_commit)
     # ... and each step 10 ms more of the worker thread's CPU
     process = worker.Worker._process
 
@@ -830,7 +832,7 @@ def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
     import queue
     import threading
 
-    from tb_neuraldbg.training.instrument import Instrument
+    from tb_neuraldbg.training.hooks.instrument import Instrument
     from tb_neuraldbg.training.worker import Worker
 
     before = threading.active_count()
@@ -864,8 +866,8 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
     import time
 
     from tb_neuraldbg.training import worker as W
-    from tb_neuraldbg.training.collector import StepPacket
-    from tb_neuraldbg.training.instrument import Instrument
+    from tb_neuraldbg.training.step.collector import StepPacket
+    from tb_neuraldbg.training.hooks.instrument import Instrument
 
     monkeypatch.setattr(W, "BURST_WAIT_S", 60.0)
     packets = queue.SimpleQueue()

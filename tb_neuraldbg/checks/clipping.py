@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..training import stats as S
+from ..training.step import stats as S
 from ._harness import CheckResult, Preserved, adam, batches, train_steps, trainable
 
 __all__ = ["ClippingResult", "gradient_clipping_advice"]

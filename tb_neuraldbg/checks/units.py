@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..diagnosis.thresholds import Thresholds
-from ..training import stats as S
+from ..training.step import stats as S
 from ..training.modules import Behaviour, behaviour_of, unwrap
 from ._harness import CheckResult, Hooks, Preserved, call, output
 

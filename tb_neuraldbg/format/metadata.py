@@ -144,7 +144,7 @@ METRIC_TABLE = (
     MetricInfo("gout_nonfinite", "linear", "Non-finite output gradients",
                "count (or 0/1 flag) of non-finite values in the gradient w.r.t. the output"),
     # Facts of the step that only the training loop shows (training/
-    # optimizer_facts.py): bugs that leave the statistics above healthy.
+    # training/hooks/step_facts.py): bugs that leave the statistics above healthy.
     MetricInfo("grad_carried", "log", "Gradient not cleared",
                "norm of the gradient still left from the previous step when this step's backward began "
                "(not set to None nor zeroed since optimizer.step(): gradients accumulate across steps)"),

@@ -206,7 +206,7 @@ def config_summary(config: Mapping) -> summary_pb2.Summary:
 
 def histograms_summary(histograms: Iterable[tuple[str, Mapping]]) -> summary_pb2.Summary:
     """One ``Summary`` holding every ``(tag, parts)`` histogram of a step
-    (``parts``: the fields of :func:`tb_neuraldbg.training.slots.histogram_parts`),
+    (``parts``: the fields of :func:`tb_neuraldbg.training.step.slots.histogram_parts`),
     written as one event: a step of a 1,000-module model writes one event,
     not a thousand."""
     summ = summary_pb2.Summary()

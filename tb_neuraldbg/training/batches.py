@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tensorboard.compat import tf
 
-from .collector import host_finite
+from .step.collector import host_finite
 from .modules import iter_tensors
 
 __all__ = ["BatchKeeper", "BUDGET_BYTES", "MAX_FILES"]

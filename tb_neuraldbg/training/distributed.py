@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..format import metadata
-from . import stats as S
+from .step import stats as S
 
 __all__ = [
     "RANK_METRICS",

@@ -79,11 +79,10 @@ class WatchConfig:
         process) or "process" (a child process, fed one message a step,
         whose events come back into this run's event file; POSIX). Where a
         step is bound by Python (a small model, often on a GPU) the
-        thread's Python holds the GIL that training needs: on the CPU, a
-        5 ms step of 101 small modules costs 1.22x watched this way
-        against 1.28-1.34x. The child imports numpy, not torch (60 MB);
-        it starts in about 0.3 s, so on_error="raise" may raise later
-        after an event in the first steps. A distributed
+        thread's Python holds the GIL that training needs, the child's
+        does not (docs/performance.md). The child imports numpy, not
+        torch; it takes a moment to start, so on_error="raise" may raise
+        later after an event in the first steps. A distributed
         run, or a machine where the child cannot start, uses the thread
         (with a warning).
     """

@@ -41,15 +41,15 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..format import blocks, metadata, summary
-from . import slots as S
+from .step import slots as S
 from .filewriter import GuardedFileWriter
 from .rows import RowAssembler
 from .schedule import WatchConfig
-from .slots import Key, StepPacket
+from .step.slots import Key, StepPacket
 
 if TYPE_CHECKING:
     from . import distributed
-    from .instrument import Instrument
+    from .hooks.instrument import Instrument
 
 __all__ = ["Worker", "training_tag"]
 

@@ -49,7 +49,7 @@ import warnings
 import numpy as np
 
 from .schedule import WatchConfig
-from .slots import StepPacket
+from .step.slots import StepPacket
 from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker, training_tag
 
 __all__ = ["ProcessWorker", "serve"]

@@ -24,10 +24,11 @@ from torch.utils.tensorboard import SummaryWriter
 from ..format import crc
 from . import distributed
 from .filewriter import GuardedFileWriter
-from .instrument import Instrument
+from .hooks.instrument import Instrument
 from .modules import loss_modules, select_added, unwrap
-from .optimizers import unwrap_optimizer
+from .optimizer_wrappers import unwrap_optimizer
 from .schedule import WatchConfig, knobs_doc
+from .step import stats
 from .worker import Worker
 
 __all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
@@ -161,8 +162,8 @@ class DebugWriter(SummaryWriter):
         if ranks not in distributed.MODES:
             raise ValueError(f"ranks must be one of {distributed.MODES}, got {ranks!r}")
         self.ranks = ranks
-        # TensorBoard's writer checksums each record in pure Python (27 ms for
-        # a step of 1,000 modules, holding the GIL): C where installed.
+        # TensorBoard's writer checksums each record in pure Python, holding
+        # the GIL: C where installed.
         crc.use_fast_crc()
         w = distributed.world()
         # Born first: SummaryWriter.__init__ opens the event file through
@@ -394,7 +395,8 @@ class DebugWriter(SummaryWriter):
         ``worker_share``; None before there is a step to average over. The
         hooks' time always adds to the step; the thread's where training
         needs the core or Python's GIL it runs on (a step bound by Python: a
-        small model, often on a GPU)."""
+        small model, often on a GPU). ``statistics`` names the back end
+        that computed the statistics (``"torch"``: torch's own ops)."""
         w = self._worker or self._last_worker
         if w is None:
             return {}
@@ -414,6 +416,7 @@ class DebugWriter(SummaryWriter):
             "step_ms": step,
             "hooks_share": hooks / step if hooks is not None and step else None,
             "worker_share": worker / step if worker is not None and step else None,
+            "statistics": stats.BACKEND,
         }
 
 

@@ -235,9 +235,8 @@ def _few_on_host(values: list) -> torch.Tensor | None:
 def _host_float64(runs: list) -> np.ndarray | None:
     """The CPU ``runs`` (1-d tensors) in one float64 array, in order, through
     numpy: torch's cat and conversion, run once a step, pay for their code
-    gone cold since the last one (0.13-0.24 ms a step of a 1,000-module
-    model against tens of microseconds). None where numpy does not read one
-    of them: torch's ops then."""
+    gone cold since the last one. None where numpy does not read one of
+    them: torch's ops then."""
     if not all(t.dtype in _NUMPY_OF for t in runs):
         return None
     try:
@@ -248,10 +247,10 @@ def _host_float64(runs: list) -> np.ndarray | None:
 
 
 #: 0-d values kept as they are before they are stacked into a run: a full
-#: step of a 1,000-module model makes about 8,000, and kept to the step's end
-#: they lived long enough to be promoted to Python's oldest GC generation,
-#: waking a full collection (300 ms there) every few full steps; stacked every
-#: CHUNK, they die young. (The values keep their order within each dtype.)
+#: step of a large model makes thousands, and kept to the step's end they
+#: lived long enough to be promoted to Python's oldest GC generation, waking
+#: a full collection every few full steps; stacked every CHUNK, they die
+#: young. (The values keep their order within each dtype.)
 CHUNK = 256
 
 

@@ -18,9 +18,9 @@ import warnings
 import numpy as np
 import torch
 
-from . import stats
-from .collector import Collector, all_finite, host_finite
-from .slots import Key
+from ..step import stats
+from ..step.collector import Collector, all_finite, host_finite
+from ..step.slots import Key
 
 __all__ = ["NonfiniteCheck", "reproduced", "scaler_decides"]
 

@@ -1,16 +1,14 @@
 """The statistics: device-side reductions, called from hooks on the training thread.
 
-Every function takes
-tensors and returns 0-d or 1-d tensors on the same device, never a Python
-number, so nothing here waits for the device. The formulations are the
-cheapest measured here (torch 2.13, CPU, 2 threads): ``aminmax``, ``sum`` and
-``vector_norm`` (no temporaries), ``_foreach_norm`` for many tensors at once.
-Counts use ``x.bool().sum(dtype=int32)``: ``count_nonzero`` is 5-20x slower on
-ReLU outputs (many zeros) in this CPU build (1.2 ms against 0.05 ms for
-256x1024 floats), and an int64 sum of bools is up to 8x slower on large
-tensors. On CPU, reductions of tensors under 2**22 elements run faster on one
-thread (waking the second costs more than it saves; a sum of 256x1024 floats
-takes 0.015 ms on one thread, 0.04-0.1 ms on two): see :class:`one_thread`.
+Every function takes tensors and returns 0-d or 1-d tensors on the same
+device, never a Python number, so nothing here waits for the device. The
+formulations are the cheapest found with ``benchmarks/overhead.py``:
+``aminmax``, ``sum`` and ``vector_norm`` (no temporaries), ``_foreach_norm``
+for many tensors at once. Counts use ``x.bool().sum(dtype=int32)``:
+``count_nonzero`` is several times slower on ReLU outputs (many zeros) on
+the CPU, and so is an int64 sum of bools on large tensors. On the CPU,
+reductions of small tensors run faster on one thread (waking the second
+costs more than it saves): see :class:`one_thread`.
 
 Their host-side completion into rows, and the slot keys (:class:`Key`) both
 sides are written against, are in :mod:`.slots` (numpy only, for the worker);
@@ -30,6 +28,7 @@ import torch
 from .slots import HIST_BINS, NONFINITE_EVIDENCE, Key, SlotLayout, assemble, assemble_steps, histogram_parts
 
 __all__ = [
+    "BACKEND",
     "Key",
     "flag_moment",
     "moments",
@@ -56,6 +55,10 @@ __all__ = [
     "SMALL",
     "GRAIN",
 ]
+
+#: The statistics back end, as ``DebugWriter.stats_info()["statistics"]`` names it:
+#: torch's own ops, on every device (nothing is compiled at run time).
+BACKEND = "torch"
 
 SMALL = 1 << 22  # elements: below this, CPU reductions go faster on one thread
 GRAIN = 32768  # at::internal::GRAIN_SIZE: smaller ops never use a second thread
@@ -92,7 +95,7 @@ class one_thread:
 
     Only for the instrumentation's own reductions, on the training thread
     between the user's ops: the user's ops always run with the user's
-    setting. ``torch.set_num_threads`` costs about 0.2 us here.
+    setting. ``torch.set_num_threads`` itself is cheap.
     """
 
     __slots__ = ("n",)
@@ -301,8 +304,8 @@ def _by_device_and_dtype(tensors: Sequence[torch.Tensor]) -> list[tuple[list[int
     unit a foreach kernel takes; sparse tensors are left out.
 
     Grouped in C++ where torch has it (``clip_grad_norm_`` groups with it
-    too): a Python pass over the 1,500 gradients of a 1,000-module model
-    costs a millisecond, the C++ one a fifth of that."""
+    too): a Python pass over the thousands of gradients of a large model
+    costs several times more."""
     tensors = list(tensors)
     group = getattr(torch._C, "_group_tensors_by_device_and_dtype", None)
     if group is not None and not any(map(_IS_SPARSE, tensors)):
@@ -325,11 +328,9 @@ def foreach_norm(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = No
     ``vector_norm`` per tensor where it is missing or refuses the group (see
     ``_foreach``); sparse tensors are measured through their values.
 
-    Also the gradient norms' formulation: right after a backward, on the
-    benchmark's MLP (33 MB of gradients, 2 threads), it takes 1.6-1.7 ms of
-    wall and CPU time, against 2.5-2.9 ms wall and 2.6 ms CPU for BLAS dots
-    (``sqrt(dot(x, x))``, which read faster only on warm data) and 1.8 ms for
-    the same dots on one thread (0.3 against 0.9 ms on the small ResNet).
+    Also the gradient norms' formulation: right after a backward it beat
+    BLAS dots (``sqrt(dot(x, x))``, which read faster only on warm data) on
+    ``benchmarks/overhead.py``'s models.
     """
     groups = _by_device_and_dtype(tensors)
     norm = torch.linalg.vector_norm if dtype is None else partial(torch.linalg.vector_norm, dtype=dtype)

@@ -2,18 +2,14 @@
 
 A step of a model with many parameters makes bursts of short-lived Python
 objects in the hooks: ``torch._foreach_norm`` returns one 0-d tensor per
-parameter (1,500 for the benchmark's 1,000-module model), stacked into one
-tensor right after; the weight norms and the leftover-gradient check do the
-same. Each burst crosses the collector's threshold (700 net allocations) and
-starts young collections in its middle, which promote whatever is alive then
-(the step's gradients, among others) towards the oldest generation; enough
-promotions start a full collection of every object of the process (170-210
-ms for the benchmark's training process). With collections held off for the
-duration of the burst, its objects are freed before the count is looked at
-again: in one run of 100 steps of that model each way (benchmarks/overhead.py's
-``big``, side by side with the bare loop) the watched loop's collections fell
-from 565 young, 50 middle and 3 full ones (730 ms) to 242, 22 and 1 (290 ms);
-the bare loop's stayed at 275 and 25.
+parameter, stacked into one tensor right after; the weight norms and the
+leftover-gradient check do the same. Each burst crosses the collector's
+threshold and starts young collections in its middle, which promote
+whatever is alive then (the step's gradients, among others) towards the
+oldest generation; enough promotions start a full collection of every
+object of the process. With collections held off for the duration of the
+burst, its objects are freed before the count is looked at again
+(``benchmarks/overhead.py --models big`` shows the collections saved).
 
 Only around the instrumentation's own work, with one exception: a replay (a
 step with a non-finite value re-run with every check, see :mod:`.replay`)

@@ -18,7 +18,7 @@ per-module hooks and the step state they share), :mod:`.backward` (where
 the backward starts and ends), :mod:`.params` (rows, parameters, gradient
 and weight norms), :mod:`.step_check` and :mod:`.replay` (the non-finite
 check and the re-run), :mod:`.pseudo_rows` (batch, loss, learning rate),
-:mod:`.optimizer_facts`, :mod:`.guard`.
+:mod:`.step_facts`, :mod:`.guard`.
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import distributed
+from .. import distributed
 from . import replay
-from . import stats
+from ..step import stats
 from .backward import BackwardHooks
-from .batches import BatchKeeper
-from .collector import Collector, StepPacket
+from ..batches import BatchKeeper
+from ..step.collector import Collector, StepPacket
 from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
-from .modules import first_tensor, is_compiled, iter_tensors, loss_of_output, owned_params, select_modules, unwrap
-from .optimizer_facts import StepFacts
+from ..modules import first_tensor, is_compiled, iter_tensors, loss_of_output, owned_params, select_modules, unwrap
+from .step_facts import StepFacts
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
 from .pseudo_rows import add_step_scalars, classes_of
-from .schedule import WatchConfig
-from .slots import Key
+from ..schedule import WatchConfig
+from ..step.slots import Key
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 
 __all__ = ["Instrument"]

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..format import metadata
-from . import stats
-from .collector import Collector
-from .slots import Key
+from ...format import metadata
+from ..step import stats
+from ..step.collector import Collector
+from ..step.slots import Key
 
 __all__ = ["RowTable", "Layout", "GradientReading", "measure_gradients", "snapshot_weights", "add_update_norms",
            "grads_scaled"]

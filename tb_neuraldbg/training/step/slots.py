@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format import metadata
+from ...format import metadata
 
 __all__ = ["Key", "StepPacket", "SlotLayout", "assemble", "assemble_steps", "histogram_parts", "HIST_BINS",
            "NONFINITE_EVIDENCE"]
@@ -67,7 +67,7 @@ class Key:
     OUT_INHERIT = 26  # not measured: the output's non-finite flag is the input's
     GOUT_SUM = 27  # sum of the gradient w.r.t. the output: a non-finite flag
     GOUT_NF = 28  # exact count of non-finite values of that gradient
-    # Host-side facts of the step (see optimizer_facts.py).
+    # Host-side facts of the step (see hooks/step_facts.py).
     GRAD_CARRIED = 29  # norm of a gradient left over from the previous step
     RAN_NO_GRAD = 30  # the module ran with autograd disabled
     OPT_GROUP = 31  # param group holding the row's parameters (-1: none)
@@ -285,7 +285,7 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
         row[..., _M["value"]] = pick(Key.VALUE)
         row[..., _M["scale"]] = pick(Key.SCALE)
-        # Host-side facts of the step (optimizer_facts.py).
+        # Host-side facts of the step (hooks/step_facts.py).
         row[..., _M["grad_carried"]] = slots.norm(Key.GRAD_CARRIED)
         row[..., _M["ran_without_grad"]] = pick(Key.RAN_NO_GRAD)
         row[..., _M["opt_group"]] = pick(Key.OPT_GROUP)

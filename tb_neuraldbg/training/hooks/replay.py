@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .modules import iter_tensors
+from ..modules import iter_tensors
 
 __all__ = ["StepCapture", "LossCall", "capture", "rerun", "ReplayError"]
 
@@ -194,8 +194,8 @@ _CLONE_STATE = hasattr(torch.Generator, "clone_state")  # (torch >= 2.4)
 def rng_state(cuda_devices) -> tuple:
     """(CPU generator state, {CUDA device index: state}). The CPU state as a
     clone of the generator where torch has one: taken at every step, and
-    ``get_rng_state``'s tensor op costs 0.1-0.2 ms there in situ (its code
-    gone cold since the last step) against a few microseconds."""
+    ``get_rng_state``'s tensor op costs many times more in situ (its code
+    gone cold since the last step)."""
     cpu = torch.default_generator.clone_state() if _CLONE_STATE else torch.get_rng_state()
     return cpu, {i: torch.cuda.get_rng_state(i) for i in cuda_devices}
 

@@ -43,8 +43,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import stats as S
-from .stats import Key
+from ..step import stats as S
+from ..step.stats import Key
 
 __all__ = ["StepFacts"]
 
@@ -96,8 +96,8 @@ class StepFacts:
         # After the last step: the parameters, and for each id(grad) (0: it
         # had none) and the gradient's _version. Plain ints, not weak
         # references: thousands of objects that live from one step to the
-        # next made Python's full garbage collection run every ~20 steps of a
-        # 1,000-module model (300 ms each). An id can be reused by a new
+        # next made Python's full garbage collection run every few steps of a
+        # large model. An id can be reused by a new
         # tensor once the old one is freed; before a step's backward writes
         # anything no new gradient exists, except the one whose accumulation
         # triggered the check (``fresh``), which is left out.

@@ -1,4 +1,4 @@
-"""The training-side facts the diagnosis needs (training/optimizer_facts.py),
+"""The training-side facts the diagnosis needs (training/hooks/step_facts.py),
 on real loops: gradients left over from the previous step, modules run
 without autograd inside the forward, and the param group (and its
 hyperparameters) of each row."""
@@ -57,7 +57,7 @@ def test_a_new_gradient_at_a_freed_ones_address_is_not_carried():
     same address and version (seen on a healthy S3 run without a hooked
     criterion, where the check runs at the first gradient's hook): that
     gradient, the one whose accumulation started the check, is left out."""
-    from tb_neuraldbg.training.optimizer_facts import StepFacts
+    from tb_neuraldbg.training.hooks.step_facts import StepFacts
 
     class Col:
         def __init__(self):

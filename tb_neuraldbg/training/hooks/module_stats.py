@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from . import stats
-from .collector import Collector
-from .modules import Behaviour
-from .slots import Key
+from ..step import stats
+from ..step.collector import Collector
+from ..modules import Behaviour
+from ..step.slots import Key
 
 __all__ = ["measure_values"]
 

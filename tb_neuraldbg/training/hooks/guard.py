@@ -12,7 +12,7 @@ import logging
 import warnings
 from time import perf_counter_ns
 
-from . import distributed
+from .. import distributed
 
 __all__ = ["HookGuard"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import stats
-from .collector import Collector
-from .modules import first_tensor
-from .slots import Key
+from ..step import stats
+from ..step.collector import Collector
+from ..modules import first_tensor
+from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "classes_of", "add_step_scalars"]
 

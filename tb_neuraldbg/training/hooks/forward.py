@@ -24,16 +24,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import stats
-from .collector import CHUNK, Collector
+from ..step import stats
+from ..step.collector import CHUNK, Collector
 from .guard import HookGuard
 from .module_hooks import ModuleHooks
 from .module_stats import measure_values
-from .modules import Behaviour, behaviour_of, first_tensor, iter_tensors
-from .optimizer_facts import StepFacts
+from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors
+from .step_facts import StepFacts
 from .params import RowTable
 from .pseudo_rows import batch_tensor, measure_batch
-from .slots import Key
+from ..step.slots import Key
 from .step_check import NonfiniteCheck
 
 __all__ = ["ForwardHooks"]
