@@ -170,6 +170,25 @@ def test_the_child_judges_by_the_run_s_thresholds(tmp_path):
     assert thread[metadata.TAG_STATES] == process[metadata.TAG_STATES]
 
 
+def test_the_child_gets_every_setting_of_the_run():
+    import dataclasses
+
+    from tb_neuraldbg.diagnosis import Thresholds
+    from tb_neuraldbg.training import worker_process
+    from tb_neuraldbg.training.schedule import WatchConfig
+
+    defaults = WatchConfig()
+    config = WatchConfig(include=[nn.Linear, "2"], exclude=["3"], max_layers=7, stats_every=3, update_every=5,
+                         hist_every=0, full_steps=50, ring=4, on_error="raise", start_step=11, save_batches=False,
+                         nonfinite="every_step", analysis="process", thresholds=Thresholds(vanish_ratio=0.2))
+    changed = [f.name for f in dataclasses.fields(WatchConfig) if getattr(config, f.name) != getattr(defaults, f.name)]
+    assert changed == [f.name for f in dataclasses.fields(WatchConfig)]  # (a new field: give it a value here)
+    sent = worker_process._json(dataclasses.asdict(config))[worker_process._LENGTH.size:]
+    child = worker_process._config(json.loads(sent))
+    assert child.include == [str(nn.Linear), "2"]  # (module types by name: the child never selects modules)
+    assert dataclasses.replace(child, include=config.include) == config
+
+
 def test_a_step_that_cannot_be_sent_costs_that_step_only(tmp_path, monkeypatch):
     send = ProcessWorker._send_packet
 

@@ -469,18 +469,19 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     hists = sum(cfg.is_hist(s) for s in range(n_steps))
     # Measure what one more row and one more histogram cost on disk.
     from torch.utils.tensorboard.summary import histogram_raw
+    from tb_neuraldbg.training.filewriter import SummaryFile
     from tb_neuraldbg.training.worker import Worker
 
     class Fake:
         def __init__(self, d):
             self.fw = torch.utils.tensorboard.FileWriter(d)
 
-        def _get_file_writer(self):
+        def file_writer(self):
             return self.fw
 
     fake = Fake(str(tmp_path))
     worker = Worker.__new__(Worker)
-    worker.writer, worker._seen_fw, worker._seen_tags = fake, None, set()
+    worker.file = SummaryFile(fake.file_writer)
     worker.rows_written, worker.last_written, worker.silent = 0, -1, False
     worker.blocks, worker.warned = BlockBuilder(), set()  # a block summary every 8 rows, counted in
     row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
@@ -833,13 +834,13 @@ def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
     import threading
 
     from tb_neuraldbg.training.hooks.instrument import Instrument
-    from tb_neuraldbg.training.worker import Worker
+    from tb_neuraldbg.training.worker import TrainingSink, Worker
 
     before = threading.active_count()
     packets = queue.SimpleQueue()
     config = WatchConfig()
     inst = Instrument(tiny(), packets.put, config)
-    worker = Worker(None, inst, config, packets, failure=TrainingFailure)
+    worker = Worker(TrainingSink(None, inst, config, TrainingFailure), config, packets)
     assert worker.thread is None and threading.active_count() == before
     assert worker.sync(1.0) is False and worker.stop(1.0) is True  # nothing to wait for
     worker.start()
@@ -873,7 +874,7 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
     packets = queue.SimpleQueue()
     config = WatchConfig()
     inst = Instrument(tiny(), packets.put, config)
-    worker = W.Worker(None, inst, config, packets, failure=TrainingFailure)
+    worker = W.Worker(W.TrainingSink(None, inst, config, TrainingFailure), config, packets)
     done = []
     monkeypatch.setattr(worker, "_process", lambda packet, *assembled: done.append(packet.step))
     monkeypatch.setattr(worker, "_finish", lambda: None)  # (no writer here to finish)
@@ -911,6 +912,48 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
     finally:
         worker.stop(5.0)
         inst.remove()
+
+
+def test_one_loop_drives_a_worker_with_the_waits_it_asks_for():
+    """drive() takes items from get(timeout=...) (raising queue.Empty after
+    that long, as a queue does) and leaves every rule to the worker: each
+    feed/idle/analyse says how long to wait next."""
+    import queue
+
+    from tb_neuraldbg.training import worker as W
+    from tb_neuraldbg.training.step.collector import StepPacket
+
+    calls, waits, acked = [], [], []
+
+    class Worker:
+        def feed(self, packet):
+            calls.append(packet.step)
+            return 0.5
+
+        def idle(self):
+            calls.append("idle")
+
+        def analyse(self):
+            calls.append("analyse")
+            return 7.0
+
+        def finish(self):
+            calls.append("finish")
+
+    marker = object()
+    items = [StepPacket(step=s, rows=np.zeros(0, np.int64), keys=np.zeros(0, np.int64), layers=[], stats=False)
+             for s in (0, 1)] + [queue.Empty, marker, W.STOP, "never read"]
+
+    def get(timeout=None):
+        waits.append(timeout)
+        item = items.pop(0)
+        if item is queue.Empty:
+            raise queue.Empty
+        return item
+
+    W.drive(Worker(), get, acked.append)
+    assert calls == [0, 1, "idle", "analyse", "finish"] and acked == [marker]
+    assert waits == [None, 0.5, 0.5, None, 7.0] and items == ["never read"]
 
 
 def test_kept_batches_and_saved_files_share_one_budget(monkeypatch, tmp_path):

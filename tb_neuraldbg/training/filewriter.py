@@ -8,14 +8,18 @@ torch's ``FileWriter``: the first failure is warned once (naming the
 directory and the error) and from then on writes are dropped and counted.
 What a user's *arguments* get wrong (a bad tensor for ``add_scalar``) is
 still raised by ``SummaryWriter`` before it gets here.
+
+:class:`SummaryFile` is the worker's view of that file: each tag's summary
+metadata goes with its first write to the file only.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Iterable
 
-__all__ = ["GuardedFileWriter"]
+__all__ = ["GuardedFileWriter", "SummaryFile"]
 
 log = logging.getLogger("tb_neuraldbg")
 
@@ -84,6 +88,22 @@ class GuardedFileWriter:
     def add_onnx_graph(self, *args, **kwargs) -> None:
         self._call("add_onnx_graph", *args, **kwargs)
 
+    def add_record(self, data: bytes) -> None:
+        """One serialized Event (from a worker process): handed as it is to
+        TensorBoard's writer thread where that is reachable, else parsed
+        again and added."""
+        raw = getattr(getattr(getattr(self.inner, "event_writer", None), "_async_writer", None), "write", None)
+        try:
+            if raw is not None and not self.failed:
+                raw(data)
+            else:
+                from tensorboard.compat.proto import event_pb2
+
+                event = event_pb2.Event.FromString(data)
+                self.add_event(event, step=event.step, walltime=event.wall_time)
+        except Exception as e:  # noqa: BLE001 -- any I/O failure, by design
+            self.fail("write", e)
+
     def flush(self) -> None:
         self._call("flush")
 
@@ -104,6 +124,37 @@ class GuardedFileWriter:
         if inner is None:
             raise AttributeError(name)
         return getattr(inner, name)
+
+
+class SummaryFile:
+    """Summaries into the event file that ``file_writer()`` returns now (a
+    DebugWriter may open another), each tag's metadata only with its first
+    write to that file (TensorBoard keeps the first seen)."""
+
+    def __init__(self, file_writer: Callable):
+        self._file_writer = file_writer
+        self._fw = None
+        self._seen: set[str] = set()
+
+    def get(self):
+        """The file now (a new one forgets the tags seen)."""
+        fw = self._file_writer()
+        if fw is not self._fw:
+            self._fw, self._seen = fw, set()
+        return fw
+
+    def seen(self, tags: Iterable[str]) -> bool:
+        """Every tag of ``tags`` was written to the file of the last :meth:`get`."""
+        return self._seen.issuperset(tags)
+
+    def add(self, summ, step: int) -> None:
+        fw = self.get()
+        for v in summ.value:
+            if v.tag in self._seen:
+                v.ClearField("metadata")
+            else:
+                self._seen.add(v.tag)
+        fw.add_summary(summ, global_step=step)
 
 
 class _GuardedRecords:

@@ -30,7 +30,7 @@ from ..format import metadata
 from .step import slots as S
 from .step.slots import StepPacket
 
-__all__ = ["RowAssembler"]
+__all__ = ["RowAssembler", "histograms"]
 
 _M = metadata.METRIC_INDEX
 _FLAGS = np.array([_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]])
@@ -68,6 +68,17 @@ class RowAssembler:
                 self.layouts.clear()  # (a run whose layout keeps changing: no gain to keep)
             layout = self.layouts[key] = S.SlotLayout(rows, keys, num_rows)
         return layout
+
+    def burst(self, packets: list, num_rows: int) -> list:
+        """(host values, assembled row) of each packet of a burst, the layer
+        list having ``num_rows`` rows before it: the row count a packet gets
+        is the list's length once it has grown to that packet's."""
+        values = [p.host_values() for p in packets]
+        counts = []
+        for p in packets:
+            num_rows = max(num_rows, len(p.layers))
+            counts.append(num_rows)
+        return list(zip(values, self.assembled(packets, values, counts)))
 
     def assembled(self, packets: list, values: list, num_rows: list) -> list:
         """:func:`slots.assemble` of each packet (with its host values and
@@ -110,3 +121,18 @@ class RowAssembler:
             ran = ran[ran < num_rows]
             row[ran[:, None], _FLAGS] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
         return row
+
+
+def histograms(packet: StepPacket, values: np.ndarray, layers: list) -> list:
+    """(tag, histogram parts) of each activation histogram in a step's values."""
+    m = packet.keys == S.Key.HIST
+    if not m.any():
+        return []
+    width = S.HIST_BINS + 5
+    hv, hr = values[m], packet.rows[m]
+    out = []
+    for i in range(0, len(hv), width):
+        parts = S.histogram_parts(hv[i : i + width])
+        if parts.get("num"):
+            out.append((metadata.hist_tag(layers[int(hr[i])]["name"]), parts))
+    return out

@@ -1,30 +1,8 @@
-"""The writer's background thread: rows, diagnosis, summaries, file writes.
+"""The writer's worker: each step's packet into rows, diagnosis and summaries.
 
-The training thread only runs hooks (see :mod:`.instrument`) and enqueues one
-packet per step. The :class:`Worker` turns each packet into a
-``[layers, metrics]`` row (numpy), feeds the diagnosis engine every step,
-and writes summaries into the writer's own event file:
-
-* rows go through a ring of the last ``ring`` steps; a row is written when it
-  leaves the ring if it is on the write stride (see
-  :meth:`.schedule.WatchConfig.stride`) or within ``ring`` steps after an
-  event, and the whole ring is written, in order, when an event occurs. So a
-  tag's steps never go backwards and the steps around every event keep full
-  resolution;
-* events, the diagnosis (on change) and the layer list (when it grows) are
-  written at the step they happen, and the file is flushed right after an
-  event; the batch behind an event is saved next to it (see :mod:`.batches`);
-* every ``metadata.BLOCK_ROWS`` written rows, and before each flush of its
-  own (an event, a loop idle for a while, the close), their block summary
-  (:mod:`..format.blocks`): what a long run's full-range heatmap reads
-  instead of every row;
-* summary metadata is written only the first time a tag is written to an
-  event file (TensorBoard keeps the first-seen metadata).
-
-What it tells the training side goes through one method of the instrument,
-``fail_at_next_hook()``: the worker never changes what is measured (that is
-decided on the training thread from each step's own values), so the same
-run gives the same rows however far the worker lags.
+:class:`Worker` owns the analysis and its timing rules; :func:`drive`, the
+one loop that feeds it, runs on the writer's thread here and in the child
+process of :mod:`.worker_process`. What it needs of training is a :class:`Sink`.
 """
 
 from __future__ import annotations
@@ -36,34 +14,30 @@ import queue
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
 from ..format import blocks, metadata, summary
-from .step import slots as S
-from .filewriter import GuardedFileWriter
-from .rows import RowAssembler
+from .filewriter import GuardedFileWriter, SummaryFile
+from .rows import RowAssembler, histograms
 from .schedule import WatchConfig
-from .step.slots import Key, StepPacket
+from .step.slots import StepPacket
 
 if TYPE_CHECKING:
     from . import distributed
-    from .hooks.instrument import Instrument
 
-__all__ = ["Worker", "training_tag"]
+__all__ = ["STOP", "Counters", "Sink", "TrainingSink", "Worker", "drive", "sync_queue", "training_tag", "warn"]
 
 log = logging.getLogger("tb_neuraldbg")
 
 
-#: Packets gathered and then analysed back to back. Between two steps,
-#: training streams its tensors through the caches and the worker's own data
-#: (the engine's state, numpy's buffers, its code) falls out of them. The
-#: writer's threads on the benchmark MLP: 1.62-1.65 ms of CPU a step with one
-#: packet at a time, 0.84 ms with eight (ResNet 1.55 -> 0.94 ms; 16 gave no
-#: more; 2026-12-03). The rows and events are the same; they reach the
-#: event file, and ``on_error="raise"`` training, at most this many steps
-#: later.
+#: Packets gathered and then analysed back to back: between two steps,
+#: training evicts the worker's data (the engine's state, numpy's buffers, its
+#: code) from the caches, so a burst costs less CPU a step
+#: (``benchmarks/overhead.py``). The rows and events are the same, at most
+#: this many steps later (``on_error="raise"`` too).
 BURST = 8
 #: A gathered burst is analysed after this long without a new packet (a
 #: paused or finished training loop): events are never held back for long.
@@ -76,6 +50,9 @@ BURST_WAIT_S = 0.5
 IDLE_CLOSE_S = 10.0
 IDLE_BLOCK_AGE_S = 30.0
 
+#: The item that ends :func:`drive`: everything is analysed and written.
+STOP = object()
+
 
 def training_tag() -> str:
     """:func:`.distributed.tag` of the training process (imported here, not
@@ -85,44 +62,148 @@ def training_tag() -> str:
     return distributed.tag()
 
 
+def warn(msg: str) -> None:
+    """A warning of the worker's, also logged."""
+    warnings.warn(msg, RuntimeWarning)
+    log.warning(msg)
+
+
+class Counters(NamedTuple):
+    """What ``DebugWriter.stats_info`` reports of a worker: ``cpu_s``, the
+    CPU seconds of the ``cpu_steps`` steps after the first burst (which
+    imports the diagnosis)."""
+
+    steps_analysed: int
+    rows_written: int
+    engine_running: bool
+    cpu_s: float
+    cpu_steps: int
+
+
+class Sink(Protocol):
+    """What the worker needs of the training side: :class:`TrainingSink` in
+    the training process; the worker process's child has its own, which
+    sends each call back to it."""
+
+    num_classes: int | None  # K of the cross-entropy loss, None while unknown
+
+    def file_writer(self): ...  # the event file: add_summary(summary, global_step), flush()
+    def batches_held(self) -> int: ...  # recent batches held (a burst stays shorter)
+    def save_batch(self, event) -> str | None: ...  # the path of the batch behind event, saved
+    def fail(self, diagnosis: dict, events: list) -> None: ...  # on_error="raise": at the next hook
+    def config_json(self) -> dict: ...  # the run's stored config (neuraldbg/config)
+    def tag(self) -> str: ...  # the prefix of the worker's messages
+
+
+class TrainingSink:
+    """The :class:`Sink` in the training process: ``writer``'s event file,
+    the instrument's batches and hooks; ``failure``, the exception type that
+    ``on_error="raise"`` raises in training (the writer's ``TrainingFailure``)."""
+
+    tag = staticmethod(training_tag)
+
+    def __init__(self, writer, instrument, config: WatchConfig, failure: Callable[[dict, list], BaseException]):
+        self.writer = writer
+        self.instrument = instrument
+        self.config = config
+        self.failure = failure
+
+    @property
+    def num_classes(self) -> int | None:
+        return self.instrument.num_classes
+
+    def file_writer(self):
+        return self.writer._get_file_writer()
+
+    def batches_held(self) -> int:
+        return self.instrument.batches.held
+
+    def save_batch(self, event) -> str | None:
+        return self.instrument.batches.save_for(event, self.writer.log_dir)
+
+    def fail(self, diagnosis: dict, events: list) -> None:
+        self.instrument.fail_at_next_hook(self.failure(diagnosis, events))
+
+    def config_json(self) -> dict:
+        inst = self.instrument
+        return self.config.to_json(optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
+                                   scaler=inst.scaler is not None, num_classes=inst.num_classes,
+                                   blocks=metadata.BLOCK_ROWS)
+
+
+def drive(worker, get: Callable[..., object], acknowledge: Callable[[object], object], first: object = None) -> None:
+    """The worker's loop, on the writer's thread and in the worker process.
+
+    ``get(timeout=...)``: the next item, raising ``queue.Empty`` after
+    ``timeout`` seconds without one (None: no limit), as
+    ``queue.SimpleQueue.get`` does. An item is a :class:`StepPacket`,
+    :data:`STOP` (all is written, the loop ends) or a sync marker (what came
+    before it is analysed, then ``acknowledge(marker)``). ``first``: an item
+    to begin with. ``worker``: a :class:`Worker`, or what stands in its
+    place (the worker process's sender); its ``feed``, ``idle`` and
+    ``analyse`` say how long to wait for the next item before ``idle``."""
+    wait = None
+    item = first
+    while True:
+        if item is None:
+            try:
+                item = get(timeout=wait)
+            except queue.Empty:
+                wait = worker.idle()
+                continue
+        if isinstance(item, StepPacket):
+            wait = worker.feed(item)
+        elif item is STOP:
+            worker.finish()
+            return
+        else:
+            wait = worker.analyse()
+            acknowledge(item)
+        item = None
+
+
+def sync_queue(packets: queue.SimpleQueue, thread: threading.Thread | None, timeout: float | None) -> bool:
+    """Wait until ``thread`` has taken everything queued so far off
+    ``packets`` and acknowledged it (at most ``timeout`` seconds); False if
+    it did not get there."""
+    if thread is None or not thread.is_alive() or threading.current_thread() is thread:
+        return False
+    done = threading.Event()
+    packets.put(done)
+    return done.wait(timeout)
+
+
 class Worker:
     """The background side: rows, diagnosis, summaries, file writes.
 
-    ``packets``: the queue the instrument's sink puts each step into (built
-    first, so that neither needs the other to exist: the instrument gets its
-    ``put``, the worker reads it). ``writer``: the ``DebugWriter`` whose event
-    file and run directory this writes to. ``failure``: the exception type
-    raised in training after an error-level event with ``on_error="raise"``
-    (the writer's ``TrainingFailure``: passed in so that this module does not
-    import the writer). In a distributed run, ``ranks`` (a
-    :class:`.distributed.RankGather`) brings every rank's statistics to rank
-    0 (the only one that writes), or to every rank when each writes a run.
+    Each packet becomes a ``[layers, metrics]`` row that the diagnosis sees
+    at once. Rows pass through a ring of ``ring`` steps: one leaving it is
+    written if it is on the write stride (:meth:`.schedule.WatchConfig.stride`)
+    or within ``ring`` steps after an event, and an event writes the whole
+    ring, so steps never go backwards and those around an event keep full
+    resolution. Events (their batch saved, the file flushed), the diagnosis
+    (on change) and the layer list (when it grows) are written at their
+    step; every ``metadata.BLOCK_ROWS`` rows, and before each flush of its
+    own, their block summary (:mod:`..format.blocks`). It never changes what
+    is measured, so the rows do not depend on how far it lags.
 
-    The constructor starts nothing: :meth:`start` starts the daemon thread.
-    Every failure is warned once and the worker carries on (a broken engine
-    only stops the diagnosis).
+    ``packets``: the queue :meth:`start`'s thread reads. ``ranks`` (a
+    distributed run's :class:`.distributed.RankGather`) brings every rank's
+    statistics to the rank(s) that write. Every failure is warned once and
+    the worker carries on (a broken engine only stops the diagnosis).
     """
 
-    _STOP = object()
-
-    def __init__(
-        self,
-        writer,
-        instrument: Instrument,
-        config: WatchConfig,
-        packets: queue.SimpleQueue,
-        failure: Callable[[dict, list], BaseException],
-        ranks: "distributed.RankGather | None" = None,
-    ):
-        self.writer = writer
+    def __init__(self, sink: Sink, config: WatchConfig, packets: queue.SimpleQueue | None = None,
+                 ranks: "distributed.RankGather | None" = None):
+        self.sink = sink
+        self.config = config
+        self.queue = packets
         self.ranks = ranks
         # A rank that does not write (``ranks`` on a rank other than 0).
         self.silent = ranks is not None and not ranks.writes
-        self._null = GuardedFileWriter(None, str(getattr(writer, "log_dir", "")))
-        self.instrument = instrument
-        self.config = config
-        self.queue = packets
-        self.failure = failure
+        # Summaries into the sink's event file (a rank that does not write: into none).
+        null = GuardedFileWriter(None, "")
+        self.file = SummaryFile((lambda: null) if self.silent else sink.file_writer)
         self.thread: threading.Thread | None = None
         self.layers: list[dict] = []
         self.engine = None
@@ -134,43 +215,79 @@ class Worker:
         self.last_events_step = -1
         self.steps_analysed = 0
         self.rows_written = 0
-        # The thread's CPU seconds over the steps analysed after its first
-        # burst (which imports the diagnosis): DebugWriter.stats_info.
         self.cpu_s = 0.0
         self.cpu_steps = 0
         self.warned: set[str] = set()
-        self._seen_fw = None
-        self._seen_tags: set[str] = set()
+        self._pending: list[StepPacket] = []  # fed, not yet analysed
         self.rows = RowAssembler()
         self.blocks = blocks.BlockBuilder()
         self._block_opened = 0.0  # time.monotonic() of the open block's first row
 
     def tag(self) -> str:
-        """The prefix of the worker's messages (:func:`training_tag`; a
-        worker process's child takes its parent's instead)."""
-        return training_tag()
+        return self.sink.tag()
 
-    @property
-    def engine_running(self) -> bool:
-        """The diagnosis engine exists and has not failed."""
-        return self.engine is not None and not self.engine_broken
+    # -- what drive() calls -----------------------------------------------
 
-    # -- thread plumbing --------------------------------------------------
+    # Each returns how long to wait for the next packet before idle() (None:
+    # no limit): a gathered burst waits BURST_WAIT_S, an open block IDLE_CLOSE_S.
+
+    def feed(self, packet: StepPacket) -> float | None:
+        """Take a step's packet: gathered, and the burst analysed once full."""
+        pending = self._pending
+        pending.append(packet)
+        if len(pending) < self._burst():
+            return BURST_WAIT_S
+        return self.analyse()
+
+    def idle(self) -> float | None:
+        """No packet for the time said: the gathered burst is analysed
+        (training paused: an evaluation, the end), or else an open block
+        that is old enough is closed and the file flushed."""
+        if not self._pending:
+            self._safe("block", self._close_idle_block)
+        return self.analyse()
+
+    def analyse(self) -> float | None:
+        """Analyse every packet fed so far."""
+        pending = self._pending
+        if not pending:
+            return IDLE_CLOSE_S if self.blocks.pending else None
+        t0, counted = time.thread_time(), self.steps_analysed > 0
+        # The burst's rows first, in one go (the same rows as one at a
+        # time: where that fails, each packet assembles its own).
+        ready = self._safe("burst", self.rows.burst, pending, len(self.layers)) if len(pending) > 1 else None
+        for i, packet in enumerate(pending):
+            self._safe("step", self._process, packet, *(ready[i] if ready else ()))
+        if counted:
+            self.cpu_s += time.thread_time() - t0
+            self.cpu_steps += len(pending)
+        pending.clear()
+        return IDLE_CLOSE_S if self.blocks.pending else None
+
+    def finish(self) -> None:
+        """The end of the run: analyse what is left, write the ring, the
+        last block and the end-of-run events, flush."""
+        self.analyse()
+        self._safe("finish", self._finish)
+
+    def counters(self) -> Counters:
+        return Counters(self.steps_analysed, self.rows_written, self.engine is not None and not self.engine_broken,
+                        self.cpu_s, self.cpu_steps)
+
+    # -- the thread -------------------------------------------------------
 
     def start(self) -> None:
-        """Start the thread that processes the queued packets (once)."""
+        """Start the daemon thread that drives this worker from ``packets``
+        (once; the constructor starts nothing)."""
         if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="tb_neuraldbg-writer", daemon=True)
+            self.thread = threading.Thread(target=drive, args=(self, self.queue.get, threading.Event.set),
+                                           name="tb_neuraldbg-writer", daemon=True)
             self.thread.start()
 
     def sync(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far has been processed (at most
         ``timeout`` seconds); False if the worker did not get there."""
-        if self.thread is None or not self.thread.is_alive() or threading.current_thread() is self.thread:
-            return False
-        done = threading.Event()
-        self.queue.put(done)
-        return done.wait(timeout)
+        return sync_queue(self.queue, self.thread, timeout)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the worker after what is queued; False if it is still
@@ -178,74 +295,24 @@ class Worker:
         the interpreter alive)."""
         if self.thread is None:
             return True  # never started: nothing was processed, nothing to finish
-        self.queue.put(self._STOP)
+        self.queue.put(STOP)
         if threading.current_thread() is self.thread:
             return False
         self.thread.join(timeout)
         if self.thread.is_alive():
-            msg = f"{self.tag()}: the writer's worker did not finish within {timeout} s; the last steps may be missing"
-            warnings.warn(msg, RuntimeWarning)
-            log.warning(msg)
+            warn(f"{self.tag()}: the writer's worker did not finish within {timeout} s; the last steps may be missing")
             return False
         return True
 
-    def _run(self) -> None:
-        pending: list[StepPacket] = []
-        while True:
-            if pending:
-                try:
-                    item = self.queue.get(timeout=BURST_WAIT_S)
-                except queue.Empty:  # training paused (an evaluation, the end): analyse what came
-                    self._process_all(pending)
-                    continue
-            else:
-                try:
-                    item = self.queue.get(timeout=IDLE_CLOSE_S if self.blocks.pending else None)
-                except queue.Empty:  # no step for a while, a block open
-                    self._safe("block", self._close_idle_block)
-                    continue
-            if isinstance(item, StepPacket):
-                pending.append(item)
-                if len(pending) < self._burst():
-                    continue
-            self._process_all(pending)  # (before a marker: everything queued before it)
-            if item is self._STOP:
-                self._safe("finish", self._finish)
-                return
-            if isinstance(item, threading.Event):
-                item.set()
+    # -- analysis ---------------------------------------------------------
 
     def _burst(self) -> int:
-        """How many packets to gather before analysing them back to back:
-        :data:`BURST`; with ``save_batches``, fewer when the batch keeper
-        holds few batches (large ones), so that an event's batch is still
-        held when it is analysed."""
+        """:data:`BURST`; with ``save_batches``, fewer when few batches are
+        held (large ones), so that an event's batch is still held when it is
+        analysed."""
         if not self.config.save_batches:
             return BURST
-        return max(1, min(BURST, self.instrument.batches.held - 2))
-
-    def _process_all(self, pending: list) -> None:
-        t0, counted = time.thread_time(), self.steps_analysed > 0
-        # The burst's rows first, in one go (the same rows as one at a
-        # time: where that fails, each packet assembles its own).
-        ready = self._safe("burst", self._assemble, pending) if len(pending) > 1 else None
-        for i, packet in enumerate(pending):
-            self._safe("step", self._process, packet, *(ready[i] if ready else ()))
-        if counted:
-            self.cpu_s += time.thread_time() - t0
-            self.cpu_steps += len(pending)
-        pending.clear()
-
-    def _assemble(self, packets: list) -> list:
-        """(host values, assembled row) of each packet: the row count a
-        packet gets is the layer list's length once it has grown to that
-        packet's (see :meth:`_grow_layers`)."""
-        values = [p.host_values() for p in packets]
-        counts, n = [], len(self.layers)
-        for p in packets:
-            n = max(n, len(p.layers))
-            counts.append(n)
-        return list(zip(values, self.rows.assembled(packets, values, counts)))
+        return max(1, min(BURST, self.sink.batches_held() - 2))
 
     def _safe(self, what: str, fn, *args):
         try:
@@ -257,40 +324,20 @@ class Worker:
     def _warn_once(self, what: str, e: BaseException) -> None:
         if what not in self.warned:
             self.warned.add(what)
-            msg = f"{self.tag()}: writer {what} failed: {type(e).__name__}: {e}"
-            warnings.warn(msg, RuntimeWarning)
-            log.warning(msg)
+            warn(f"{self.tag()}: writer {what} failed: {type(e).__name__}: {e}")
 
     # -- writing ----------------------------------------------------------
 
-    def _file_writer(self):
-        if self.silent:
-            return self._null  # rank 0 writes the run
-        fw = self.writer._get_file_writer()
-        if fw is not self._seen_fw:  # a new event file: metadata again
-            self._seen_fw = fw
-            self._seen_tags = set()
-        return fw
-
-    def _add(self, summ, step: int) -> None:
-        fw = self._file_writer()
-        for v in summ.value:
-            if v.tag in self._seen_tags:
-                v.ClearField("metadata")
-            else:
-                self._seen_tags.add(v.tag)
-        fw.add_summary(summ, global_step=step)
-
     def _write_row(self, step: int, row: np.ndarray, states: np.ndarray, per_rank=None) -> None:
-        fw = self._file_writer()  # (first: a new event file forgets the tags seen)
-        if self._seen_tags.issuperset(summary.ROW_TAGS):
+        fw = self.file.get()  # (first: a new event file forgets the tags seen)
+        if self.file.seen(summary.ROW_TAGS):
             fw.add_summary(summary.row_summary_without_metadata(row, states), global_step=step)
         else:
-            self._add(summary.stats_summary(row, states), step)
+            self.file.add(summary.stats_summary(row, states), step)
         if per_rank is not None:  # (a distributed run: torch is there)
             from . import distributed
 
-            self._add(distributed.ranks_summary(per_rank), step)
+            self.file.add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
         self.rows_written += 1
         if not self.blocks.pending:
@@ -300,7 +347,7 @@ class Worker:
     def _close_idle_block(self) -> None:
         if time.monotonic() - self._block_opened >= IDLE_BLOCK_AGE_S:
             self._close_block()
-            self._file_writer().flush()
+            self.file.get().flush()
 
     def _close_block(self, final: bool = False) -> None:
         """Write the block of the rows written since the last one: before a
@@ -315,10 +362,9 @@ class Worker:
             self._safe("block", self._add_block, block)
 
     def _add_block(self, block: "blocks.Block") -> None:
-        self._file_writer()  # (first: a new event file forgets the tags seen)
-        self._add(summary.block_summary(
-            block.span, block.values, block.states,
-            with_metadata=not self._seen_tags.issuperset(summary.BLOCK_TAGS)), block.step)
+        self.file.get()  # (first: a new event file forgets the tags seen)
+        self.file.add(summary.block_summary(block.span, block.values, block.states,
+                                            with_metadata=not self.file.seen(summary.BLOCK_TAGS)), block.step)
 
     def _flush_ring(self) -> None:
         for step, row, states, per_rank in self.ring:
@@ -342,8 +388,8 @@ class Worker:
         first = not self.layers
         self.layers.extend(new)
         if first:
-            self._add(summary.config_summary(self._config_json()), step)
-        self._add(summary.layers_summary(self.layers), step)
+            self.file.add(summary.config_summary(self.sink.config_json()), step)
+        self.file.add(summary.layers_summary(self.layers), step)
         if self.engine_broken or self.silent:
             return
         try:
@@ -358,15 +404,6 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             self.engine_broken = True
             self._warn_once("diagnosis", e)
-
-    def _config_json(self) -> dict:
-        inst = self.instrument
-        return self.config.to_json(
-            optimizer=type(inst.optimizer).__name__ if inst.optimizer else None,
-            scaler=inst.scaler is not None,
-            num_classes=inst.num_classes,
-            blocks=metadata.BLOCK_ROWS,
-        )
 
     def _process(self, packet: StepPacket, values: np.ndarray | None = None,
                  assembled: np.ndarray | None = None) -> None:
@@ -386,7 +423,8 @@ class Worker:
                 self.steps_analysed += 1
                 return
             if per_rank is not None:
-                seen = self.ranks.merge(row, per_rank, self._loss_row())
+                loss = next((i for i, la in enumerate(self.layers) if la.get("name") == metadata.PSEUDO_LOSS), None)
+                seen = self.ranks.merge(row, per_rank, loss)
                 if self.ranks.everyone:
                     per_rank = None  # a run per rank stores its own rank's row
                 else:
@@ -395,7 +433,7 @@ class Worker:
         states = np.full(L, metadata.STATE_UNKNOWN, dtype=np.uint8)
         if self.engine is not None and not self.engine_broken:
             try:
-                k = self.instrument.num_classes
+                k = self.sink.num_classes
                 if k is not None and getattr(self.engine, "num_classes", k) is None:
                     self.engine.num_classes = k
                 events = list(self.engine.update(step, seen))
@@ -410,25 +448,13 @@ class Worker:
             self._warn_once("order", ValueError(f"step {step} is not after the last one; not written"))
         else:
             self.ring.append((step, row, states, per_rank))
-            self._write_histograms(packet, values, step)
+            hists = histograms(packet, values, self.layers)
+            if hists:
+                self.file.get().add_summary(summary.histograms_summary(hists), global_step=step)
         if events:
             self._on_events(step, events)
         else:
             self._drain_ring(step)
-
-    def _write_histograms(self, packet: StepPacket, values: np.ndarray, step: int) -> None:
-        m = packet.keys == Key.HIST
-        if not m.any():
-            return
-        width = S.HIST_BINS + 5
-        hv, hr = values[m], packet.rows[m]
-        hists = []
-        for i in range(0, len(hv), width):
-            parts = S.histogram_parts(hv[i : i + width])
-            if parts.get("num"):
-                hists.append((metadata.hist_tag(self.layers[int(hr[i])]["name"]), parts))
-        if hists:
-            self._file_writer().add_summary(summary.histograms_summary(hists), global_step=step)
 
     def _on_events(self, step: int, events: list) -> None:
         # The ring first (steps stay in order), but a failure there must not
@@ -443,24 +469,22 @@ class Worker:
             self._name_rank(d)
             # Rank 0 holds its own batches only: another rank's is not saved.
             theirs = self.ranks is not None and self.ranks.rank not in d.get("ranks", [d.get("rank", self.ranks.rank)])
-            path = None if theirs else self._safe("batch save", self._save_batch, e)
+            saved = self.config.save_batches and not theirs
+            path = self._safe("batch save", self.sink.save_batch, e) if saved else None
             if path:
                 d["batch_file"] = os.path.basename(path)
             dicts.append(d)
             if d.get("severity") == "error":
                 log.warning("%s: step %s, %s: %s", self.tag(), d.get("step"), d.get("layer"), d.get("message"))
-        self._add(summary.events_summary(dicts), step)
+        self.file.add(summary.events_summary(dicts), step)
         self.last_events_step = step
         self._write_diagnosis(step)
         # Flush first: a run that stops here (on_error="raise", a crash) has
         # its events on disk.
-        self._file_writer().flush()
-        if (
-            self.config.on_error == "raise"
-            and any(d.get("severity") == "error" for d in dicts)
-            and self.diagnosis is not None
-        ):
-            self.instrument.fail_at_next_hook(self.failure(dict(self.diagnosis), dicts))
+        self.file.get().flush()
+        if self.config.on_error == "raise" and self.diagnosis is not None and any(
+                d.get("severity") == "error" for d in dicts):
+            self.sink.fail(dict(self.diagnosis), dicts)
 
     def _write_diagnosis(self, step: int) -> None:
         if self.engine is None:
@@ -472,12 +496,7 @@ class Worker:
         diag = {"status": self.engine.status, "root_cause": rc}
         if diag != self.diagnosis:
             self.diagnosis = diag
-            self._add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
-
-    def _save_batch(self, event) -> str | None:
-        if not self.config.save_batches:
-            return None
-        return self.instrument.batches.save_for(event, self.writer.log_dir)
+            self.file.add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
 
     def _finish(self) -> None:
         last = self.ring[-1][0] if self.ring else self.last_written
@@ -497,16 +516,10 @@ class Worker:
                 dicts = [e.to_dict() for e in events]
                 for d in dicts:
                     self._name_rank(d)
-                self._add(summary.events_summary(dicts), at)
+                self.file.add(summary.events_summary(dicts), at)
                 self.last_events_step = last = at
             self._write_diagnosis(last)
-        self._file_writer().flush()
-
-    def _loss_row(self) -> int | None:
-        for i, layer in enumerate(self.layers):
-            if layer.get("name") == metadata.PSEUDO_LOSS:
-                return i
-        return None
+        self.file.get().flush()
 
     def _name_rank(self, d: dict) -> None:
         """The rank an event comes from, in a distributed run (see .distributed)."""

@@ -1,40 +1,35 @@
 """The writer's worker in a child process: ``watch(analysis="process")``.
 
 Where a step is bound by Python (a small model, often on a GPU), the
-worker's Python (rows, diagnosis, summaries: about 0.5-0.8 ms a step
-whatever the model's size) holds the GIL that the training thread needs,
-and training waits for it, core to spare or not; no window of the step is
-free of that wait (the backward takes the GIL too: docs/COST.md). Here the
-same :class:`.worker.Worker` runs in a child process: on the CPU, ``tiny``
-(101 modules, 5 ms a step) 1.28-1.34x -> 1.22x, ``micro`` (0.2 ms) 6.0x ->
-4.2x (``benchmarks/overhead.py --modes bare,bare2,watched,process``).
+worker's Python holds the GIL that the training thread needs, core to spare
+or not. Here the same :class:`.worker.Worker`, driven by the same loop
+(:func:`.worker.drive`), runs in a child process that reads the packets
+from a pipe (``benchmarks/overhead.py --modes watched,process`` measures
+the difference).
 
 :class:`ProcessWorker` has the worker's interface (``start``, ``sync``,
-``stop``, the counters). Its thread takes each step's packet from the
-instrument's queue, waits for its host copy, and writes it to the child's
-stdin in one message; its receiver thread takes what the child sends back:
-each Event the worker writes (as bytes: they go into this process's own
-event file, where the user's scalars go too and which TensorBoard follows),
-the acknowledgements of ``sync`` and the counters after each burst (for
-``DebugWriter.stats_info``), the failure of ``on_error="raise"``, and
-the requests for an event's batch (the batches are held here), answered on
-a pipe of their own. A child that cannot start or that dies is warned once,
-and the worker's thread takes over from the next step (its diagnosis starts
-again; the rows the child held, its ring's last ``ring`` steps and those
-in flight to it, are lost).
+``stop``, ``counters``). Its sender thread takes each step's packet from
+the instrument's queue, waits for its host copy and writes it to the
+child's stdin; its receiver thread takes what comes back: the Events the
+worker writes (they go into this process's own event file, where the
+user's scalars go too), the counters, ``sync``'s acknowledgements, the
+failure of ``on_error="raise"``, and the requests for an event's batch
+(held here, answered on a pipe of their own). A child that cannot start or
+that dies is warned once, and a worker's thread takes over from the next
+step (its diagnosis starting again; the rows the child held are lost).
 
-The child is ``python -c`` calling :func:`serve` (started with
-:mod:`subprocess`, not :mod:`multiprocessing`, whose spawn runs the user's
-script again where it has no ``__main__`` guard); it ends with the run.
-Messages are binary (numpy arrays' bytes) and JSON; nothing is unpickled.
-POSIX only (file descriptors passed to the child).
+The child is ``python -c`` calling :func:`serve` (:mod:`subprocess`, not
+:mod:`multiprocessing`, whose spawn runs the user's script again where it
+has no ``__main__`` guard); it imports numpy, not torch, and ends with the
+run. Messages are numpy arrays' bytes and JSON; nothing is unpickled. POSIX
+only (file descriptors passed to the child).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
-import logging
 import os
 import queue
 import select
@@ -44,24 +39,22 @@ import sys
 import threading
 import time
 import types
-import warnings
 
 import numpy as np
 
 from .schedule import WatchConfig
 from .step.slots import StepPacket
-from .worker import BURST, BURST_WAIT_S, IDLE_CLOSE_S, Worker, training_tag
+from .worker import STOP, Counters, TrainingSink, Worker, drive, sync_queue, warn
 
 __all__ = ["ProcessWorker", "serve"]
 
-log = logging.getLogger("tb_neuraldbg")
-
 # A packet: step, K of the cross-entropy (-1: unknown), full statistics,
-# values, layer-list JSON bytes (0: unchanged), ran rows (-1: None), batches held.
+# values, layer-list JSON bytes (0: unchanged), ran rows (-1: None), batches
+# held; then its rows, keys (int64) and values (float64), the layer list, ran.
 _PACKET = struct.Struct("<qqbqqqq")
 _LENGTH = struct.Struct("<q")
-# The counters of an acknowledgement ("K") or of a burst done ("C"): steps
-# analysed, rows written, engine running, CPU seconds and the steps they cover.
+# The counters (.worker.Counters) of a burst done ("C") or of an
+# acknowledgement ("K").
 _COUNTS = struct.Struct("<qqbdq")
 # The child's program: the package root, then its two file descriptors.
 _CHILD_MAIN = """import sys
@@ -74,59 +67,53 @@ serve(out_fd, reply_fd)
 
 
 def _json(obj) -> bytes:
-    data = json.dumps(obj).encode()
+    # (default=str: the config's include/exclude may hold module types,
+    # which the child does not use)
+    data = json.dumps(obj, default=str).encode()
     return _LENGTH.pack(len(data)) + data
+
+
+class _Handover(Exception):
+    """The child is gone: a worker's thread goes on from ``item``."""
+
+    def __init__(self, item):
+        super().__init__("the worker process is gone")
+        self.item = item
 
 
 class ProcessWorker:
     """The worker of :mod:`.worker` run in a child process (module docstring).
 
-    The same arguments as :class:`.worker.Worker` but ``ranks`` (a
-    distributed run's collectives belong to the training process: the
-    writer runs those with the thread). :meth:`start` raises ``OSError``
-    where the child cannot be started.
+    The arguments of :class:`.worker.Worker` but ``ranks`` (a distributed
+    run's collectives belong to the training process: the writer runs those
+    with the thread). :meth:`start` raises ``OSError`` where the child
+    cannot be started.
     """
 
-    _STOP = Worker._STOP
-
-    def __init__(self, writer, instrument, config: WatchConfig, packets: queue.SimpleQueue, failure):
-        self.writer = writer
-        self.instrument = instrument
+    def __init__(self, sink: TrainingSink, config: WatchConfig, packets: queue.SimpleQueue):
+        self.sink = sink
         self.config = config
         self.queue = packets
-        self.failure = failure
         self.thread: threading.Thread | None = None  # the sender (and, after a failure, the worker's thread)
         self.fallback: Worker | None = None
         self._receiver: threading.Thread | None = None
         self._proc: subprocess.Popen | None = None
-        self._acks: collections.deque = collections.deque()  # threading.Events, in the order sent
+        self._acks: collections.deque = collections.deque()  # sync's threading.Events, in the order sent
         self._lock = threading.Lock()
         self._dead = False
         self._warned_step = False
         self._layers = 0
-        self._counts = (0, 0, True, 0.0, 0)
+        self._counts = Counters(0, 0, True, 0.0, 0)
 
-    # -- the worker's interface -------------------------------------------------
+    # -- the worker's interface ---------------------------------------------------
 
-    @property
-    def steps_analysed(self) -> int:
-        return self._counts[0] + (self.fallback.steps_analysed if self.fallback else 0)
-
-    @property
-    def rows_written(self) -> int:
-        return self._counts[1] + (self.fallback.rows_written if self.fallback else 0)
-
-    @property
-    def engine_running(self) -> bool:
-        return self.fallback.engine_running if self.fallback else bool(self._counts[2])
-
-    @property
-    def cpu_s(self) -> float:
-        return self._counts[3] + (self.fallback.cpu_s if self.fallback else 0.0)
-
-    @property
-    def cpu_steps(self) -> int:
-        return self._counts[4] + (self.fallback.cpu_steps if self.fallback else 0)
+    def counters(self) -> Counters:
+        """The child's counters, and the thread's after it took over."""
+        if self.fallback is None:
+            return self._counts
+        theirs = self.fallback.counters()
+        return Counters(*(a + b for a, b in zip(self._counts, theirs)))._replace(
+            engine_running=theirs.engine_running)
 
     def start(self) -> None:
         """Start the child and the threads that talk to it (once)."""
@@ -154,7 +141,10 @@ class ProcessWorker:
         self._out = os.fdopen(out_r, "rb")
         self._reply = reply_w
         try:
-            self._send(b"I" + _json(self._init()))
+            # The settings as the dataclass's fields (the thresholds a dict),
+            # and the run's stored config (it imports torch: made here).
+            self._send(b"I" + _json({"config": dataclasses.asdict(self.config), "stored": self.sink.config_json(),
+                                     "tag": self.sink.tag()}))
         except BaseException:
             self._close_pipes()
             self._proc.kill()
@@ -164,10 +154,11 @@ class ProcessWorker:
         self.thread.start()
         self._receiver.start()
 
-    #: Wait until everything queued so far has been processed (at most
-    #: ``timeout`` seconds); False if it was not: the sender passes the
-    #: marker to the child, and its acknowledgement sets it.
-    sync = Worker.sync
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has been processed (at most
+        ``timeout`` seconds); False if it was not: the sender passes the
+        marker to the child, and its acknowledgement sets it."""
+        return sync_queue(self.queue, self.thread, timeout)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop after what is queued: the child finishes the run (its last
@@ -175,7 +166,7 @@ class ProcessWorker:
         than ``timeout`` seconds (the child is then killed)."""
         if self.thread is None:
             return True
-        self.queue.put(self._STOP)
+        self.queue.put(STOP)
         self.thread.join(timeout)
         ok = not self.thread.is_alive()
         proc = self._proc
@@ -189,8 +180,11 @@ class ProcessWorker:
             self._receiver.join(5.0)
         self._close_pipes()
         if not ok:
-            _warn(f"the writer's worker process did not finish within {timeout} s; the last steps may be missing")
+            self._warn(f"the writer's worker process did not finish within {timeout} s; the last steps may be missing")
         return ok
+
+    def _warn(self, msg: str) -> None:
+        warn(f"{self.sink.tag()}: {msg}")
 
     def _close_pipes(self) -> None:
         for close in (self._proc.stdin.close, self._out.close, lambda: os.close(self._reply)):
@@ -199,42 +193,57 @@ class ProcessWorker:
             except OSError:
                 pass
 
-    # -- the sender ---------------------------------------------------------------
-
-    def _init(self) -> dict:
-        cfg = self.config
-        fields = {k: getattr(cfg, k) for k in ("stats_every", "update_every", "hist_every", "full_steps", "ring",
-                                               "on_error", "start_step", "save_batches", "nonfinite")}
-        thresholds = cfg.thresholds.to_dict() if cfg.thresholds is not None else None
-        stored = Worker._config_json(self)  # (its num_classes: the child's, from each packet)
-        return {"log_dir": str(getattr(self.writer, "log_dir", "")), "config": fields, "thresholds": thresholds,
-                "stored": stored, "tag": training_tag()}
+    # -- the sender: the worker's loop, with the child in the worker's place ------
 
     def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if self._dead:
-                self._take_over(item)
-                return
-            try:
-                if isinstance(item, StepPacket):
-                    self._send_packet(item)
-                elif item is self._STOP:
-                    self._send(b"E")
-                    return
-                elif isinstance(item, threading.Event):
-                    with self._lock:
-                        self._acks.append(item)
-                    self._send(b"S")
-            except OSError:  # (the child is gone: the receiver says why)
-                self._receiver.join(5.0)
-                self._died("its input closed")
-                self._take_over(item)
-                return
-            except Exception as e:  # noqa: BLE001 -- a step not sent costs that step only
-                if not self._warned_step:
-                    self._warned_step = True
-                    _warn(f"writer step failed: {type(e).__name__}: {e}")
+        try:
+            drive(self, self._next, self._forward_sync)
+        except _Handover as gone:
+            # A worker's thread from here on, on the same queue, from the item
+            # that found the child gone.
+            self.fallback = Worker(self.sink, self.config, self.queue)
+            drive(self.fallback, self.queue.get, threading.Event.set, first=gone.item)
+
+    # What drive() calls on this thread: the child does the worker's part (it
+    # keeps the time, so no idle() here; it analyses what came before a sync).
+
+    def _next(self, timeout: None = None):
+        item = self.queue.get()
+        if self._dead:
+            raise _Handover(item)
+        return item
+
+    def analyse(self) -> None:
+        pass
+
+    def feed(self, packet: StepPacket) -> None:
+        try:
+            self._send_packet(packet)
+        except OSError:
+            raise self._gone(packet) from None
+        except Exception as e:  # noqa: BLE001 -- a step not sent costs that step only
+            if not self._warned_step:
+                self._warned_step = True
+                self._warn(f"writer step failed: {type(e).__name__}: {e}")
+
+    def finish(self) -> None:
+        self._send_or_hand_over(STOP, b"E")
+
+    def _forward_sync(self, marker: threading.Event) -> None:
+        with self._lock:
+            self._acks.append(marker)
+        self._send_or_hand_over(marker, b"S")
+
+    def _send_or_hand_over(self, item, data: bytes) -> None:
+        try:
+            self._send(data)
+        except OSError:
+            raise self._gone(item) from None
+
+    def _gone(self, item) -> _Handover:
+        self._receiver.join(5.0)  # (the child is gone: the receiver says why)
+        self._died("its input closed")
+        return _Handover(item)
 
     def _send_packet(self, p: StepPacket) -> None:
         values = p.host_values()  # (on CUDA: waits here for the copy, not in training)
@@ -242,10 +251,10 @@ class ProcessWorker:
         if len(p.layers) != self._layers:
             self._layers = len(p.layers)
             layers = json.dumps(p.layers).encode()
-        k = self.instrument.num_classes
+        k = self.sink.num_classes
         ran = None if p.ran is None else np.asarray(p.ran, np.int64)
         header = _PACKET.pack(int(p.step), -1 if k is None else int(k), int(p.stats), len(values), len(layers),
-                              -1 if ran is None else len(ran), self.instrument.batches.held)
+                              -1 if ran is None else len(ran), self.sink.batches_held())
         parts = [b"P", header, np.asarray(p.rows, np.int64).tobytes(), np.asarray(p.keys, np.int64).tobytes(),
                  np.ascontiguousarray(values, np.float64).tobytes(), layers]
         if ran is not None:
@@ -258,20 +267,6 @@ class ProcessWorker:
         while view:
             view = view[os.write(fd, view):]
 
-    def _take_over(self, item) -> None:
-        """The worker's thread from here on (the child died): this thread
-        runs it, on the same queue, beginning with ``item``."""
-        w = self.fallback = Worker(self.writer, self.instrument, self.config, self.queue, self.failure)
-        w.thread = self.thread
-        if isinstance(item, StepPacket):
-            w._process_all([item])
-        elif item is self._STOP:
-            w._safe("finish", w._finish)
-            return
-        elif isinstance(item, threading.Event):
-            item.set()
-        w._run()
-
     def _died(self, why: str) -> None:
         with self._lock:
             first = not self._dead
@@ -280,24 +275,25 @@ class ProcessWorker:
         for e in waiting:  # (what it was to acknowledge is lost)
             e.set()
         if first:
-            _warn(f"the writer's worker process ended ({why}); the writer's thread analyses the steps "
+            self._warn(f"the writer's worker process ended ({why}); the writer's thread analyses the steps "
                   f"from here, its diagnosis starting again")
 
     # -- the receiver -------------------------------------------------------------
 
     def _receive(self) -> None:
         src = self._out
-        records = _record_writer(self.writer)
+        file_writer = self.sink.file_writer
         try:
             while True:
                 kind = src.read(1)
                 if not kind:
                     break
                 if kind == b"L":
-                    _flush(self.writer)
+                    file_writer().flush()
                     continue
                 if kind in (b"C", b"K"):  # the counters: after a burst, or sync's acknowledgement
-                    self._counts = _COUNTS.unpack(src.read(_COUNTS.size))
+                    steps, rows, engine, cpu_s, cpu_steps = _COUNTS.unpack(src.read(_COUNTS.size))
+                    self._counts = Counters(steps, rows, bool(engine), cpu_s, cpu_steps)
                     if kind == b"K":
                         with self._lock:
                             done = self._acks.popleft() if self._acks else None
@@ -307,10 +303,10 @@ class ProcessWorker:
                 (n,) = _LENGTH.unpack(src.read(_LENGTH.size))
                 data = src.read(n)
                 if kind == b"R":
-                    records(data)
+                    file_writer().add_record(data)
                 elif kind == b"F":
                     f = json.loads(data)
-                    self.instrument.fail_at_next_hook(self.failure(f["diagnosis"], f["events"]))
+                    self.sink.fail(f["diagnosis"], f["events"])
                 elif kind == b"B":
                     path = (self._save_batch(json.loads(data)) or "").encode()
                     os.write(self._reply, _LENGTH.pack(len(path)) + path)
@@ -325,202 +321,142 @@ class ProcessWorker:
 
     def _save_batch(self, event: dict) -> str | None:
         try:
-            return self.instrument.batches.save_for(types.SimpleNamespace(**event), self.writer.log_dir)
+            return self.sink.save_batch(types.SimpleNamespace(**event))
         except Exception as e:  # noqa: BLE001 -- as the thread's _safe("batch save")
-            _warn(f"writer batch save failed: {type(e).__name__}: {e}")
+            self._warn(f"writer batch save failed: {type(e).__name__}: {e}")
             return None
-
-
-def _warn(msg: str) -> None:
-    msg = f"{training_tag()}: {msg}"
-    warnings.warn(msg, RuntimeWarning)
-    log.warning(msg)
-
-
-def _flush(writer) -> None:
-    fw = writer._get_file_writer()
-    try:
-        fw.flush()
-    except Exception as e:  # noqa: BLE001 -- (the guard's own flush does not raise either)
-        fw.fail("flush", e)
-
-
-def _record_writer(writer):
-    """A function that writes one serialized Event into ``writer``'s event
-    file: handed to TensorBoard's writer thread as it is where that thread is
-    reachable, else parsed again and added as an Event; a failure is the
-    file's guard's (warned once, the write dropped)."""
-    from tensorboard.compat.proto import event_pb2
-
-    def write(data: bytes) -> None:
-        fw = writer._get_file_writer()
-        inner = getattr(fw, "inner", None)
-        raw = getattr(getattr(getattr(inner, "event_writer", None), "_async_writer", None), "write", None)
-        try:
-            if raw is not None and not fw.failed:
-                raw(data)
-            else:
-                event = event_pb2.Event.FromString(data)
-                fw.add_event(event, step=event.step, walltime=event.wall_time)
-        except Exception as e:  # noqa: BLE001 -- a file error never raises into training
-            fw.fail("write", e)
-
-    return write
 
 
 # -- the child ----------------------------------------------------------------------
 
-
-class _Instrument:
-    """What the worker reads of the training side, in the child."""
-
-    num_classes = optimizer = scaler = None
-
-    def __init__(self, send, ask):
-        self.batches = _Batches(ask)
-        self._send = send
-
-    def fail_at_next_hook(self, failure) -> None:
-        self._send(b"F" + _json({"diagnosis": failure.diagnosis, "events": failure.events}))
+_SYNC = object()  # drive()'s sync marker, in the child
 
 
-class _Batches:
-    """The training process's batches, seen from the child: a save is a request."""
+class _ChildSink:
+    """The child's :class:`.worker.Sink`: the training process's event file,
+    batches and hooks, each reached through a message (``out``), a batch's
+    path answered on ``reply``. It is its own file writer: each Event's
+    bytes go back."""
 
-    held = BURST + 2
-
-    def __init__(self, ask):
-        self._ask = ask
-
-    def save_for(self, event, log_dir) -> str | None:
-        return self._ask(event.to_dict()) or None
-
-
-class _Failure(Exception):
-    """``on_error="raise"``'s failure, carried back to the training process."""
-
-    def __init__(self, diagnosis, events):
-        super().__init__("training is failing")
-        self.diagnosis, self.events = diagnosis, events
-
-
-class _Back:
-    """The training process's event file, seen from the child: each Event's bytes go back."""
-
-    failed = False
-
-    def __init__(self, send):
+    def __init__(self, out, reply, stored: dict, tag: str):
         from tensorboard.compat.proto import event_pb2
 
+        self.num_classes: int | None = None  # (these two: from each packet)
+        self.held = 0
+        self._out, self._reply, self._stored, self._tag = out, reply, stored, tag
         self._event = event_pb2.Event
-        self._send = send
 
-    def add_event(self, event, step=None, walltime=None) -> None:
-        event.wall_time = time.time() if walltime is None else walltime
-        if step is not None:
-            event.step = int(step)
+    def file_writer(self) -> _ChildSink:
+        return self
+
+    def batches_held(self) -> int:
+        return self.held
+
+    def save_batch(self, event) -> str | None:
+        self._out.write(b"B" + _json(event.to_dict()))
+        self._out.flush()
+        (n,) = _LENGTH.unpack(self._reply.read(_LENGTH.size))
+        return self._reply.read(n).decode() or None
+
+    def fail(self, diagnosis: dict, events: list) -> None:
+        self._out.write(b"F" + _json({"diagnosis": diagnosis, "events": events}))
+
+    def config_json(self) -> dict:
+        return dict(self._stored, num_classes=self.num_classes)
+
+    def tag(self) -> str:
+        return self._tag
+
+    def add_summary(self, summary, global_step=None) -> None:
+        event = self._event(summary=summary, wall_time=time.time())
+        if global_step is not None:
+            event.step = int(global_step)
         data = event.SerializeToString()
-        self._send(b"R" + _LENGTH.pack(len(data)) + data)
-
-    def add_summary(self, summary, global_step=None, walltime=None) -> None:
-        self.add_event(self._event(summary=summary), global_step, walltime)
+        self._out.write(b"R" + _LENGTH.pack(len(data)) + data)
 
     def flush(self) -> None:
-        self._send(b"L")  # (the worker flushes after an event: the training process's file)
+        self._out.write(b"L")  # (the worker flushes after an event: the training process's file)
+
+
+class _Input:
+    """The child's stdin: the training process's messages, as :func:`.worker.drive`'s items."""
+
+    def __init__(self):
+        self._raw = sys.stdin.buffer.raw  # (unbuffered: select() then sees what is unread)
+        self.sink: _ChildSink | None = None  # (once the init message is read)
+        self._layers: list = []
+
+    def read(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self._raw.readinto(view[got:])
+            if not k:
+                raise EOFError
+            got += k
+        return buf
+
+    def next(self, timeout: float | None):
+        if timeout is not None and not select.select([self._raw], [], [], timeout)[0]:
+            raise queue.Empty
+        try:
+            kind = self.read(1)
+        except EOFError:
+            return STOP
+        if kind == b"P":
+            return self._packet()
+        return _SYNC if kind == b"S" else STOP
+
+    def _packet(self) -> StepPacket:
+        step, k, stats, nv, nl, nr, held = _PACKET.unpack(self.read(_PACKET.size))
+        data = self.read(24 * nv)
+        rows, keys = np.frombuffer(data, np.int64, nv), np.frombuffer(data, np.int64, nv, 8 * nv)
+        values = np.frombuffer(data, np.float64, nv, 16 * nv)
+        if nl:
+            self._layers = json.loads(self.read(nl))
+        ran = np.frombuffer(self.read(8 * nr), np.int64) if nr >= 0 else None
+        self.sink.num_classes = None if k < 0 else k
+        self.sink.held = held
+        return StepPacket(step=step, rows=rows, keys=keys, layers=list(self._layers), stats=bool(stats),
+                          host=[values], ran=ran)
+
+
+def _config(fields: dict) -> WatchConfig:
+    """The run's :class:`.schedule.WatchConfig` again, from its fields."""
+    from ..diagnosis import Thresholds
+
+    t = fields["thresholds"]
+    return WatchConfig(**dict(fields, thresholds=None if t is None else Thresholds(**t)))
 
 
 def serve(out_fd: int, reply_fd: int) -> None:
     """The child's loop: packets from stdin, the worker's output to ``out_fd``."""
-    from ..diagnosis import Thresholds
-
-    inp = sys.stdin.buffer.raw  # (unbuffered: select() then sees what is unread)
     out = os.fdopen(out_fd, "wb")
-    reply = os.fdopen(reply_fd, "rb")
-
-    def read(n: int) -> bytes:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            k = inp.readinto(view[got:])
-            if not k:
-                raise EOFError
-            got += k
-        return bytes(buf)
-
-    send = out.write
-
-    def ask(event: dict) -> str:
-        out.write(b"B" + _json(event))
-        out.flush()
-        (n,) = _LENGTH.unpack(reply.read(_LENGTH.size))
-        return reply.read(n).decode()
-
-    if read(1) != b"I":
+    inp = _Input()
+    if inp.read(1) != b"I":
         raise SystemExit("tb_neuraldbg worker process: no init message")
-    (n,) = _LENGTH.unpack(read(_LENGTH.size))
-    init = json.loads(read(n))
-    t = init["thresholds"]
-    config = WatchConfig(**init["config"], thresholds=None if t is None else Thresholds(**t))
-    stored = init["stored"]
-    instrument = _Instrument(send, ask)
-    writer = types.SimpleNamespace(log_dir=init["log_dir"])
-    back = _Back(send)
+    (n,) = _LENGTH.unpack(inp.read(_LENGTH.size))
+    init = json.loads(inp.read(n))
+    inp.sink = _ChildSink(out, os.fdopen(reply_fd, "rb"), init["stored"], init["tag"])
+    worker = Worker(inp.sink, _config(init["config"]))
+    sent = -1  # the steps_analysed of the counters last sent
 
-    class ChildWorker(Worker):
-        def tag(self) -> str:
-            return init["tag"]
-
-        def _file_writer(self):
-            return back
-
-        def _config_json(self):
-            return dict(stored, num_classes=instrument.num_classes)
-
-    worker = ChildWorker(writer, instrument, config, queue.SimpleQueue(), failure=_Failure)
-
-    def counts(kind: bytes = b"C") -> None:
+    def report(kind: bytes = b"C") -> None:
         """The counters, after a burst ("C") or as ``sync``'s acknowledgement ("K")."""
-        out.write(kind + _COUNTS.pack(worker.steps_analysed, worker.rows_written, worker.engine_running,
-                                      worker.cpu_s, worker.cpu_steps))
+        nonlocal sent
+        counts = worker.counters()
+        sent = counts.steps_analysed
+        out.write(kind + _COUNTS.pack(*counts))
         out.flush()
 
-    layers: list = []
-    pending: list = []
-    while True:
-        wait = BURST_WAIT_S if pending else (IDLE_CLOSE_S if worker.blocks.pending else None)
-        if wait is not None and not select.select([inp], [], [], wait)[0]:
-            if pending:  # (a paused loop: analyse what came, as the thread does)
-                worker._process_all(pending)
-                counts()
-            else:  # (no step for a while, a block open)
-                worker._safe("block", worker._close_idle_block)
-                out.flush()
-            continue
-        try:
-            kind = read(1)
-        except EOFError:
-            kind = b"E"
-        if kind == b"P":
-            step, k, stats, nv, nl, nr, held = _PACKET.unpack(read(_PACKET.size))
-            rows = np.frombuffer(read(8 * nv), np.int64)
-            keys = np.frombuffer(read(8 * nv), np.int64)
-            values = np.frombuffer(read(8 * nv), np.float64)
-            if nl:
-                layers = json.loads(read(nl))
-            ran = np.frombuffer(read(8 * nr), np.int64) if nr >= 0 else None
-            instrument.num_classes = None if k < 0 else k
-            instrument.batches.held = held
-            pending.append(StepPacket(step=step, rows=rows, keys=keys, layers=list(layers), stats=bool(stats),
-                                      host=[values], ran=ran))
-            if len(pending) >= worker._burst():
-                worker._process_all(pending)
-                counts()
-        elif kind == b"S":
-            worker._process_all(pending)
-            counts(b"K")
+    def get(timeout: float | None = None):
+        # Before each wait: what the worker wrote goes out, with its
+        # counters when it analysed steps.
+        if worker.steps_analysed != sent:
+            report()
         else:
-            worker._process_all(pending)
-            worker._safe("finish", worker._finish)
-            counts(b"K")
-            return
+            out.flush()
+        return inp.next(timeout)
 
+    drive(worker, get, lambda marker: report(b"K"))
+    report(b"K")

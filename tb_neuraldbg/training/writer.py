@@ -29,7 +29,7 @@ from .modules import loss_modules, select_added, unwrap
 from .optimizer_wrappers import unwrap_optimizer
 from .schedule import WatchConfig, knobs_doc
 from .step import stats
-from .worker import Worker
+from .worker import TrainingSink, Worker
 
 __all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
 
@@ -268,7 +268,7 @@ class DebugWriter(SummaryWriter):
                 worker.start()
             except OSError as e:  # (a child process that cannot start: the thread)
                 _warn_thread(f"the worker process could not start ({type(e).__name__}: {e})")
-                worker = Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+                worker = Worker(worker.sink, config, packets, ranks=gather)
                 worker.start()
         except BaseException:
             instrument.remove()
@@ -365,13 +365,14 @@ class DebugWriter(SummaryWriter):
     def _new_worker(self, instrument, config, packets, gather):
         """The thread's worker, or with ``analysis="process"`` the child's
         (not in a distributed run: its collectives are this process's)."""
+        sink = TrainingSink(self, instrument, config, TrainingFailure)
         if config.analysis == "process":
             if gather is None:
                 from .worker_process import ProcessWorker
 
-                return ProcessWorker(self, instrument, config, packets, failure=TrainingFailure)
+                return ProcessWorker(sink, config, packets)
             _warn_thread("a distributed run gathers its ranks' rows on the worker's thread")
-        return Worker(self, instrument, config, packets, failure=TrainingFailure, ranks=gather)
+        return Worker(sink, config, packets, ranks=gather)
 
     def _stop_worker(self) -> None:
         if self._worker is not None:
@@ -400,16 +401,16 @@ class DebugWriter(SummaryWriter):
         w = self._worker or self._last_worker
         if w is None:
             return {}
-        inst = w.instrument
+        inst, counts = w.sink.instrument, w.counters()
         steps = inst.steps_recorded
         hooks = inst.hook_ns / 1e6 / steps if steps else None
-        worker = w.cpu_s * 1e3 / w.cpu_steps if w.cpu_steps else None
+        worker = counts.cpu_s * 1e3 / counts.cpu_steps if counts.cpu_steps else None
         periods = sorted(inst.periods_ns)  # (a copy: the training thread appends)
         step = periods[len(periods) // 2] / 1e6 if periods else None
         return {
-            "steps_analysed": w.steps_analysed,
-            "rows_written": w.rows_written,
-            "engine": w.engine_running,
+            "steps_analysed": counts.steps_analysed,
+            "rows_written": counts.rows_written,
+            "engine": counts.engine_running,
             "steps_recorded": steps,
             "hooks_ms_per_step": hooks,
             "worker_ms_per_step": worker,
@@ -435,8 +436,8 @@ def _in_use(ref: "weakref.ref[DebugWriter]") -> bool:
     writer = ref()
     if writer is None:
         return False
-    # Ours: this local, getrefcount's argument, and the worker's attribute.
-    own = 2 + (writer._worker is not None and writer._worker.writer is writer)
+    # Ours: this local, getrefcount's argument, and the worker's sink's attribute.
+    own = 2 + (writer._worker is not None and writer._worker.sink.writer is writer)
     return sys.getrefcount(writer) > own
 
 
