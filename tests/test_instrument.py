@@ -15,7 +15,7 @@ from tb_neuraldbg import metadata
 from tb_neuraldbg.training.step import stats as S
 from tb_neuraldbg.training.hooks.instrument import Instrument
 from tb_neuraldbg.training.modules import select_modules
-from tb_neuraldbg.training.rows import RowAssembler
+from tb_neuraldbg.training.step.rows import RowAssembler
 from tb_neuraldbg.training.schedule import WatchConfig
 from tests.device import DEVICE, to_device
 from tests.faults import InfBackward

@@ -21,7 +21,7 @@ import pytest
 
 from scenarios import corpus_failures, corpus_healthy, failures, healthy
 from scenarios.harness import read_events, train
-from tb_neuraldbg.training.worker import Worker
+from tb_neuraldbg.training.worker.thread import Worker
 
 CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_cases()}
 HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs()}

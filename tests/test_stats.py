@@ -404,7 +404,7 @@ def test_assembling_steps_together_gives_each_steps_own_row(seed):
 
 def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
     from tb_neuraldbg.training.step.collector import StepPacket
-    from tb_neuraldbg.training.rows import LAYOUTS, RowAssembler
+    from tb_neuraldbg.training.step.rows import LAYOUTS, RowAssembler
 
     rng = np.random.default_rng(0)
     L = 6
@@ -428,7 +428,7 @@ def test_row_assembler_reuses_a_layout_only_for_the_same_rows_and_keys():
 
 
 def test_row_assembler_assembles_a_large_layout_a_few_steps_at_a_time(monkeypatch):
-    from tb_neuraldbg.training import rows as rows_module
+    from tb_neuraldbg.training.step import rows as rows_module
     from tb_neuraldbg.training.step.collector import StepPacket
 
     rng = np.random.default_rng(3)

@@ -381,7 +381,7 @@ def test_a_deleted_logdir_does_not_raise_at_the_end_of_a_with_block(tmp_path):
 
 def test_events_are_written_and_flushed_even_when_the_ring_cannot_be(tmp_path, planned, monkeypatch):
     planned.plan = {5: (3, "0", "nonfinite", "error")}
-    from tb_neuraldbg.training import worker as worker_mod
+    from tb_neuraldbg.training.worker import thread as worker_mod
 
     def broken_ring(self):
         raise OSError("ring lost")

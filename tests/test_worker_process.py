@@ -18,7 +18,7 @@ from tensorboard.util import tensor_util
 from torch import nn
 
 from tb_neuraldbg import DebugWriter, metadata
-from tb_neuraldbg.training.worker_process import ProcessWorker
+from tb_neuraldbg.training.worker.process import ProcessWorker
 from tb_neuraldbg.training.writer import TrainingFailure
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the worker process needs a POSIX system")
@@ -125,7 +125,7 @@ def test_a_child_that_cannot_start_leaves_the_thread(tmp_path, monkeypatch):
 
 def test_the_child_runs_without_torch(tmp_path, monkeypatch):
     # (torch is a second and 200 MB of the child's start: the worker needs numpy and protobuf only)
-    from tb_neuraldbg.training import worker_process
+    from tb_neuraldbg.training.worker import process as worker_process
 
     seen = tmp_path / "modules.json"
     monkeypatch.setattr(worker_process, "_CHILD_MAIN", worker_process._CHILD_MAIN + (
@@ -174,7 +174,7 @@ def test_the_child_gets_every_setting_of_the_run():
     import dataclasses
 
     from tb_neuraldbg.diagnosis import Thresholds
-    from tb_neuraldbg.training import worker_process
+    from tb_neuraldbg.training.worker import process as worker_process
     from tb_neuraldbg.training.schedule import WatchConfig
 
     defaults = WatchConfig()

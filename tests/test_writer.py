@@ -277,7 +277,7 @@ def test_a_loop_that_stops_without_close_gets_its_block_after_a_while(tmp_path, 
     """A notebook's loop ended, the writer left open: once the worker has
     had no step for IDLE_CLOSE_S, the open block is written and the file
     flushed, so the blocks cover every row on disk."""
-    from tb_neuraldbg.training import worker as worker_module
+    from tb_neuraldbg.training.worker import thread as worker_module
 
     monkeypatch.setattr(worker_module, "IDLE_CLOSE_S", 0.2)
     monkeypatch.setattr(worker_module, "IDLE_BLOCK_AGE_S", 0.0)
@@ -410,7 +410,7 @@ def test_real_engine_gets_every_row(tmp_path):
 
 def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
     from tb_neuraldbg.training.hooks import step_facts
-    from tb_neuraldbg.training import worker
+    from tb_neuraldbg.training.worker import thread as worker
 
     # A part of the commit made 20 ms slower: it runs inside the commit's own
     # guarded hook body, and is counted once, not once per nested guard.
@@ -469,8 +469,8 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     hists = sum(cfg.is_hist(s) for s in range(n_steps))
     # Measure what one more row and one more histogram cost on disk.
     from torch.utils.tensorboard.summary import histogram_raw
-    from tb_neuraldbg.training.filewriter import SummaryFile
-    from tb_neuraldbg.training.worker import Worker
+    from tb_neuraldbg.training.worker.filewriter import SummaryFile
+    from tb_neuraldbg.training.worker.thread import Worker
 
     class Fake:
         def __init__(self, d):
@@ -577,8 +577,8 @@ def _late_module_run(logdir):
 
 
 def test_a_burst_assembled_together_writes_what_one_step_at_a_time_writes(tmp_path, monkeypatch):
-    from tb_neuraldbg.training import worker
-    from tb_neuraldbg.training.rows import RowAssembler
+    from tb_neuraldbg.training.worker import thread as worker
+    from tb_neuraldbg.training.step.rows import RowAssembler
 
     together = _late_module_run(str(tmp_path / "together"))
     calls = []
@@ -834,7 +834,7 @@ def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
     import threading
 
     from tb_neuraldbg.training.hooks.instrument import Instrument
-    from tb_neuraldbg.training.worker import TrainingSink, Worker
+    from tb_neuraldbg.training.worker.thread import TrainingSink, Worker
 
     before = threading.active_count()
     packets = queue.SimpleQueue()
@@ -866,7 +866,7 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
     import queue
     import time
 
-    from tb_neuraldbg.training import worker as W
+    from tb_neuraldbg.training.worker import thread as W
     from tb_neuraldbg.training.step.collector import StepPacket
     from tb_neuraldbg.training.hooks.instrument import Instrument
 
@@ -920,7 +920,7 @@ def test_one_loop_drives_a_worker_with_the_waits_it_asks_for():
     feed/idle/analyse says how long to wait next."""
     import queue
 
-    from tb_neuraldbg.training import worker as W
+    from tb_neuraldbg.training.worker import thread as W
     from tb_neuraldbg.training.step.collector import StepPacket
 
     calls, waits, acked = [], [], []

@@ -23,13 +23,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from ..format import crc
 from . import distributed
-from .filewriter import GuardedFileWriter
+from .worker.filewriter import GuardedFileWriter
 from .hooks.instrument import Instrument
 from .modules import loss_modules, select_added, unwrap
 from .optimizer_wrappers import unwrap_optimizer
 from .schedule import WatchConfig, knobs_doc
 from .step import stats
-from .worker import TrainingSink, Worker
+from .worker.thread import TrainingSink, Worker
 
 __all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
 
@@ -368,7 +368,7 @@ class DebugWriter(SummaryWriter):
         sink = TrainingSink(self, instrument, config, TrainingFailure)
         if config.analysis == "process":
             if gather is None:
-                from .worker_process import ProcessWorker
+                from .worker.process import ProcessWorker
 
                 return ProcessWorker(sink, config, packets)
             _warn_thread("a distributed run gathers its ranks' rows on the worker's thread")

@@ -42,9 +42,9 @@ import types
 
 import numpy as np
 
-from .schedule import WatchConfig
-from .step.slots import StepPacket
-from .worker import STOP, Counters, TrainingSink, Worker, drive, sync_queue, warn
+from ..schedule import WatchConfig
+from ..step.slots import StepPacket
+from .thread import STOP, Counters, TrainingSink, Worker, drive, sync_queue, warn
 
 __all__ = ["ProcessWorker", "serve"]
 
@@ -61,7 +61,7 @@ _CHILD_MAIN = """import sys
 root, out_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if root not in sys.path:
     sys.path.append(root)
-from tb_neuraldbg.training.worker_process import serve
+from tb_neuraldbg.training.worker.process import serve
 serve(out_fd, reply_fd)
 """
 
@@ -423,7 +423,7 @@ class _Input:
 
 def _config(fields: dict) -> WatchConfig:
     """The run's :class:`.schedule.WatchConfig` again, from its fields."""
-    from ..diagnosis import Thresholds
+    from ...diagnosis import Thresholds
 
     t = fields["thresholds"]
     return WatchConfig(**dict(fields, thresholds=None if t is None else Thresholds(**t)))

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
-from ..format import blocks, metadata, summary
+from ...format import blocks, metadata, summary
 from .filewriter import GuardedFileWriter, SummaryFile
-from .rows import RowAssembler, histograms
-from .schedule import WatchConfig
-from .step.slots import StepPacket
+from ..step.rows import RowAssembler, histograms
+from ..schedule import WatchConfig
+from ..step.slots import StepPacket
 
 if TYPE_CHECKING:
-    from . import distributed
+    from .. import distributed
 
 __all__ = ["STOP", "Counters", "Sink", "TrainingSink", "Worker", "drive", "sync_queue", "training_tag", "warn"]
 
@@ -57,7 +57,7 @@ STOP = object()
 def training_tag() -> str:
     """:func:`.distributed.tag` of the training process (imported here, not
     at the top: it imports torch, which a worker process's child does not)."""
-    from . import distributed
+    from .. import distributed
 
     return distributed.tag()
 
@@ -335,7 +335,7 @@ class Worker:
         else:
             self.file.add(summary.stats_summary(row, states), step)
         if per_rank is not None:  # (a distributed run: torch is there)
-            from . import distributed
+            from .. import distributed
 
             self.file.add(distributed.ranks_summary(per_rank), step)
         self.last_written = step
@@ -396,7 +396,7 @@ class Worker:
             if self.engine is None:
                 # Looked up now, through the package attribute: the diagnosis
                 # loads only with a first row, and tests swap the Engine there.
-                from ..diagnosis import Engine
+                from ...diagnosis import Engine
 
                 self.engine = Engine(self.layers, thresholds=self.config.thresholds)
             else:

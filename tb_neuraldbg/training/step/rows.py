@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..format import metadata
-from .step import slots as S
-from .step.slots import StepPacket
+from ...format import metadata
+from . import slots as S
+from .slots import StepPacket
 
 __all__ = ["RowAssembler", "histograms"]
 
