@@ -3,7 +3,7 @@ step, and a digest that tells whether a change of the engine changed what it
 says.
 
 The engine runs on the writer's worker at every step (about 0.4 ms of a small
-model's step, more with many rows: docs/COST.md). To change it for speed
+model's step, more with many rows: docs/cost-history.md). To change it for speed
 without changing a single event, record the scenario corpus's rows once,
 digest them with the code before and after, and compare:
 

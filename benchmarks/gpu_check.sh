@@ -21,7 +21,7 @@
 #      by Python and kernel launches (tiny: 101 modules of microsecond ops;
 #      the benchmark MLP): the writer's fixed cost a step, its worker's Python
 #      sharing the GIL with the training thread's (about 1.3x on the CPU's
-#      tiny model, docs/COST.md);
+#      tiny model, docs/cost-history.md);
 #   5. watch(analysis="process") on the small models: the worker in a child
 #      process against the worker's thread (on the CPU, tiny 1.28-1.34x ->
 #      1.22x), where a step waits for Python.

@@ -16,19 +16,15 @@ Modes (``--modes``), identical copies of the model trained in one process:
 whose ratio is the noise), ``clip`` (the loop plus ``clip_grad_norm_``: a read of the gradients for
 their norms, then a read and a write of them for the in-place multiply it
 always does), ``norms`` (the loop plus the per-parameter gradient norms
-alone, computed as the writer computes them, the C kernel's read where it
-takes the gradients, else torch's, and their finiteness read on the host:
-the one pass that per-layer gradient norms every step cannot skip, the floor
-of the writer's defaults), ``watched``
-(``DebugWriter.watch`` with default settings), ``stats_every_50``
+alone, ``torch._foreach_norm`` per device and dtype as the writer takes
+them, and their finiteness read on the host: the one pass that per-layer
+gradient norms every step cannot skip, the floor of the writer's defaults),
+``watched`` (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
-cost a user can choose instead), ``torch_stats`` (default settings with the
-fused CPU statistics kernel off: torch's ops, as where no C compiler is), ``one_core``
-(default settings with the kernel's large reads on one core, not in parts on torch's threads:
-what the parts save), ``hooks_kept``
-(default settings with the module hooks kept on at cheap steps, as before
-2026-12-03's last round), ``no_blocks`` (default settings without the block
-summaries the worker writes every 8 rows: their cost), ``every_step``
+cost a user can choose instead), ``hooks_kept`` (default settings with the
+module hooks kept on at cheap steps: what switching them off saves),
+``no_blocks`` (default settings without the block summaries the worker
+writes every 8 rows: their cost), ``every_step``
 (``watch(nonfinite="every_step")``), ``process`` (``watch(analysis="process")``:
 the worker in a child process, whose CPU the process time does not count)
 and ``watched_hand`` (default settings,
@@ -44,9 +40,8 @@ bare loop's in the same block; printed: the median over blocks and the range
 (min-max), for wall time and for the process's CPU time (every thread, the
 writer's worker included), which other processes on a shared machine
 disturb less. ``writer's threads``: CPU time per step of the writer's
-worker, of TensorBoard's event-file writer thread (records serialised and
-checksummed) and of torch's other threads in the CPU kernel's reads in parts
-(the gradient norms, large activations), and the worker's parts (assemble the row, the diagnosis
+worker and of TensorBoard's event-file writer thread (records serialised and
+checksummed), and the worker's parts (assemble the row, the diagnosis
 engine, the summaries' protobuf and writes). ``--own N``: N single steps
 that time the writer's own CPU, its hooks on the training thread and its
 threads, and ``clip_grad_norm_`` and the gradient norms alone (``norms``)
@@ -59,10 +54,15 @@ block ratios noisy cancels out; printed, the ratio of the sums of steps and
 the median (min-max) over chunks of 10 rounds. On CUDA, ``peak``: the most
 memory a step allocated above what was allocated before it (activations,
 gradients, the writer's own).
+``--markdown PATH``: after the run, PATH is rewritten as a page (the tables,
+the method, the command line and the machine of this run) by
+``performance_page.py``, which keeps the hand-written parts of an existing
+PATH (between its ``kept`` markers).
 
 Usage:
     python benchmarks/overhead.py                          # the three CPU models
-    python benchmarks/overhead.py --alternate 100 --own 100  # the README's table
+    python benchmarks/overhead.py --models mlp,resnet,transformer --modes bare,bare2,clip,watched \\
+        --blocks 8 --markdown docs/performance.md          # the published page
     python benchmarks/overhead.py --models big --steps 10
     python benchmarks/overhead.py --models mlp --modes bare,bare2,watched,every_step
     python benchmarks/overhead.py --device cuda --amp bf16 --models gpt
@@ -79,7 +79,9 @@ os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # before torch is imported: idle thre
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import copy  # noqa: E402
+import platform  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -88,10 +90,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tb_neuraldbg import DebugWriter  # noqa: E402
-from tb_neuraldbg.training import cpu_kernel  # noqa: E402
-from tb_neuraldbg.training import rows as row_module  # noqa: E402
-from tb_neuraldbg.training import worker as worker_module  # noqa: E402
-from tb_neuraldbg.training.step.stats import stacked_norms  # noqa: E402
+from tb_neuraldbg.training.hooks import forward as forward_hooks  # noqa: E402
+from tb_neuraldbg.training.hooks.instrument import Instrument  # noqa: E402
+from tb_neuraldbg.training.step.rows import RowAssembler  # noqa: E402
+from tb_neuraldbg.training.worker.thread import Worker  # noqa: E402
 
 # -- models ---------------------------------------------------------------------
 
@@ -264,11 +266,10 @@ def gpt():
 
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
           "big": big, "tiny": tiny, "micro": micro, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "norms", "watched", "every_step", "watched_hand", "stats_every_50", "torch_stats",
-         "one_core", "hooks_kept", "no_blocks", "process")
+MODES = ("bare", "bare2", "clip", "norms", "watched", "every_step", "watched_hand", "stats_every_50", "hooks_kept",
+         "no_blocks", "process")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "torch_stats": {}, "one_core": {}, "hooks_kept": {}, "no_blocks": {},
-         "process": {"analysis": "process"}}
+         "stats_every_50": {"stats_every": 50}, "hooks_kept": {}, "no_blocks": {}, "process": {"analysis": "process"}}
 
 
 #: ``--amp``: an autocast's type, or the type a model and its inputs are cast to.
@@ -287,17 +288,20 @@ class _NoBlocks:
     def close(self, final=False):
         return None
 
+
 def grad_norms_finite(params) -> bool:
-    """Mode ``norms``: each parameter's gradient norm, computed as the
-    writer's hooks compute them (``stats.stacked_norms``: the C kernel's read
-    of the CPU gradients it takes, else torch's ``_foreach_norm``), and
-    whether all are finite, read on the host (the writer's check of every
-    step; on CUDA its one planned synchronisation)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    norms = stacked_norms(grads)
-    if not isinstance(norms, torch.Tensor):
-        norms = torch.stack(norms)
-    return bool(torch.isfinite(norms).all())
+    """Mode ``norms``: each parameter's gradient norm, one
+    ``torch._foreach_norm`` per device and dtype as the writer's hooks take
+    them, and whether all are finite, read on the host (the writer's check of
+    every step; on CUDA its one planned synchronisation)."""
+    groups: dict = {}
+    for p in params:
+        if p.grad is not None:
+            groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+    if not groups:
+        return True
+    finite = [torch.isfinite(torch.stack(torch._foreach_norm(g))).all() for g in groups.values()]
+    return all(bool(f) for f in finite)
 
 
 # -- the worker's parts (CPU time of its thread) ------------------------------------
@@ -327,11 +331,13 @@ class WorkerParts:
         self._undo.append((owner, name, original))
 
     def install(self):
-        self._wrap(row_module.RowAssembler, "row", "assemble")
-        if hasattr(row_module.RowAssembler, "assembled"):  # (a burst's rows, first; since 2026-12-06)
-            self._wrap(row_module.RowAssembler, "assembled", "assemble")
-        self._wrap(worker_module.Worker, "_write_row", "write")
-        self._wrap(worker_module.Worker, "_grow_layers", "write")
+        assembler, worker = RowAssembler, Worker
+        for name in ("row", "assembled"):  # (one row; a burst's rows)
+            if hasattr(assembler, name):
+                self._wrap(assembler, name, "assemble")
+        for name in ("_write_row", "_grow_layers"):
+            if hasattr(worker, name):
+                self._wrap(worker, name, "write")
         import tb_neuraldbg.diagnosis as diagnosis
 
         self._wrap(diagnosis.Engine, "update", "engine")
@@ -344,20 +350,21 @@ class WorkerParts:
 
 # -- the instrumentation's own CPU time ------------------------------------------------
 
-# Instrument methods that hooks call (and the factories of the hook closures):
-# wrapped to time the hooks on the training thread, in a separate pass only
-# (the wrapping costs about a microsecond a call).
-_HOOKS = ("_on_model_input", "_on_model_output", "_on_loss", "_on_backward_end", "_on_step_pre",
-          "_on_step_post", "_commit")
-_HOOK_FACTORIES = ("_make_forward_hook", "_make_output_hook", "_make_gout_hook")
+# The methods that hooks call (and the factories of the hook closures), by
+# class: wrapped to time the hooks on the training thread, in a separate pass
+# only (the wrapping costs about a microsecond a call).
+_HOOKS = {
+    Instrument: ("_on_model_input", "_on_model_output", "_on_loss", "_on_backward_end", "_on_step_pre",
+                 "_on_step_post", "_commit"),
+    forward_hooks._GoutHook: ("__call__",),
+}
+_HOOK_FACTORIES = {Instrument: ("_make_output_hook",), forward_hooks.ForwardHooks: ("_make_forward_hook",)}
 
 
 @contextlib.contextmanager
 def timed_hooks(seconds: list):
     """Adds the training thread's CPU time inside every hook to ``seconds[0]``
     (outermost calls only: ``_commit`` runs inside ``_on_step_post``)."""
-    from tb_neuraldbg.training.hooks.instrument import Instrument
-
     depth = [0]
 
     def timed(f):
@@ -373,16 +380,18 @@ def timed_hooks(seconds: list):
 
         return g
 
-    saved = {n: getattr(Instrument, n) for n in _HOOKS + _HOOK_FACTORIES}
-    for n in _HOOKS:
-        setattr(Instrument, n, timed(saved[n]))
-    for n in _HOOK_FACTORIES:
-        setattr(Instrument, n, (lambda make: lambda self, *a: timed(make(self, *a)))(saved[n]))
+    saved = [(cls, n, getattr(cls, n)) for table in (_HOOKS, _HOOK_FACTORIES) for cls, names in table.items()
+             for n in names]
+    for cls, n, f in saved:
+        if n in _HOOKS.get(cls, ()):
+            setattr(cls, n, timed(f))
+        else:
+            setattr(cls, n, (lambda make: lambda self, *a: timed(make(self, *a)))(f))
     try:
         yield
     finally:
-        for n, f in saved.items():
-            setattr(Instrument, n, f)
+        for cls, n, f in saved:
+            setattr(cls, n, f)
 
 
 def own_cost(name, steps, device, amp, mode="watched") -> dict:
@@ -390,8 +399,7 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
     loop's hooks (watched ``mode``), of the writer's threads (timed per
     thread: less disturbed by other processes than wall time), and of
     ``clip_grad_norm_`` and of mode ``norms``'s norms in loops of their own
-    (the floors, timed the same way: the training thread's CPU, and the
-    norms' reads in parts on torch's threads); and the means of
+    (the floors, timed the same way: the training thread's CPU); and the means of
     the bare and the watched loop's whole steps on the training thread
     (PyTorch's slower calls of hooked modules, which the hooks' own time
     does not see)."""
@@ -409,21 +417,18 @@ def own_cost(name, steps, device, amp, mode="watched") -> dict:
         norms.steps(2)
         watched.begin_block(tmp, 1000 - 3, 3)
         bare_cpu, watched_cpu, hooks[0], clip.clip_s, norms.clip_s = [], [], 0.0, 0.0, 0.0
-        not_writer = 0.0  # the norms' reads in parts on torch's threads: counted with the writer's threads
         w0 = watched._worker_cpu()
         for _ in range(steps):  # interleaved single steps
             t0 = time.thread_time()
             bare.steps(1)
             bare_cpu.append(time.thread_time() - t0)
             clip.steps(1)
-            h0 = cpu_kernel.helper_seconds()
             norms.steps(1)
-            not_writer += cpu_kernel.helper_seconds() - h0
             t0 = time.thread_time()
             watched.steps(1)
             watched_cpu.append(time.thread_time() - t0)
         watched._sync()
-        worker = watched._worker_cpu() - w0 - not_writer
+        worker = watched._worker_cpu() - w0
         watched.end_block()
     b = statistics.median(bare_cpu)
     return {"bare_ms": 1000 * b, "hooks_ms": 1000 * hooks[0] / steps, "worker_ms": 1000 * worker / steps,
@@ -471,7 +476,7 @@ class Runner:
             handle = self.writer.watch(self.model, optimizer=self.opt, criterion=crit, start_step=start_step,
                                        **WATCH[self.mode])
             if self.mode == "hooks_kept":
-                handle.instrument.hooks_off_when_cheap = False
+                handle.instrument.fwd.module_hooks.can_detach = False
             if self.mode == "no_blocks":
                 self.writer._worker.blocks = _NoBlocks()
         self.steps(warm)
@@ -479,10 +484,9 @@ class Runner:
         self._worker0 = self._worker_cpu()
 
     def _worker_cpu(self):
-        """CPU seconds so far of the writer's threads: its worker,
+        """CPU seconds so far of the writer's threads: its worker and
         TensorBoard's event-file writer (which serialises and checksums the
-        records: pure Python without google-crc32c's C code) and the CPU
-        kernel's reads in parts on torch's other threads (the process's: this runner's steps run alone)."""
+        records: pure Python without google-crc32c's C code)."""
         if self.writer is None or self.writer._worker is None or self.writer._worker.thread is None:
             return 0.0
         threads = [self.writer._worker.thread]
@@ -490,7 +494,7 @@ class Runner:
             threads.append(self.writer._get_file_writer().inner.event_writer._async_writer._worker)
         except AttributeError:
             pass
-        total = cpu_kernel.helper_seconds()
+        total = 0.0
         for t in threads:
             if t is not None and t.ident is not None and t.is_alive():
                 total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
@@ -507,8 +511,6 @@ class Runner:
             torch.autocast(self.device.type, dtype=_AUTOCAST[self.amp]) if self.amp in _AUTOCAST
             else contextlib.nullcontext()
         )
-        cpu_kernel.set_enabled(self.mode != "torch_stats")
-        cpu_kernel.set_reads_in_parts(self.mode != "one_core")
         for _ in range(n):
             self.opt.zero_grad(set_to_none=True)
             with autocast:
@@ -526,10 +528,10 @@ class Runner:
                 t0 = time.thread_time()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1e9)
                 self.clip_s += time.thread_time() - t0
-            elif self.mode == "norms":  # (torch's threads in the kernel's reads in parts count too)
-                t0, h0 = time.thread_time(), cpu_kernel.helper_seconds()
+            elif self.mode == "norms":
+                t0 = time.thread_time()
                 grad_norms_finite(self.model.parameters())
-                self.clip_s += time.thread_time() - t0 + cpu_kernel.helper_seconds() - h0
+                self.clip_s += time.thread_time() - t0
             self.opt.step()
 
     def timed(self, n):
@@ -646,7 +648,30 @@ def _fmt(series):
     return f"{med:.3f} ({min(series):.2f}-{max(series):.2f})"
 
 
+def machine(threads: int, device: torch.device) -> dict:
+    """What the figures depend on: the system, the CPU, Python, torch, the
+    threads, and the load average (other processes on the machine)."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "system": platform.platform(),
+        "cpu": cpu or "unknown",
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                   else f"CPU, {threads} torch thread{'s' if threads != 1 else ''}"),
+        "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "load": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="mlp,resnet,transformer", help=f"comma-separated, of {','.join(MODELS)}")
     p.add_argument("--modes", default="bare,bare2,clip,watched", help=f"comma-separated, of {','.join(MODES)}")
@@ -662,6 +687,8 @@ def main(argv=None) -> int:
                    help="steps of the pass that times the instrumentation itself (0: none)")
     p.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
                    help="rounds of a pass that alternates the modes step by step (0: none; 100 covers the schedule)")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="after the run, write the page of its method, command, machine and tables to PATH")
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if "bare" not in modes:
@@ -671,19 +698,20 @@ def main(argv=None) -> int:
         p.error(f"unknown: {unknown}")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
-    print(f"torch {torch.__version__}, {where}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, amp {args.amp}")
-    if device.type == "cpu":  # (what the watched modes' figures depend on)
-        kernel = ("C kernel, large reads in parts on torch's threads" if cpu_kernel.reads_in_parts()
-                  else "C kernel, reads on one core" if cpu_kernel.available() else "no C kernel: torch's ops")
-        print(f"CPU statistics: {kernel}")
+    box = machine(args.threads, device)
+    print(f"torch {box['torch']}, {box['device']}, OMP_WAIT_POLICY={box['omp_wait_policy']}, amp {args.amp}")
+    print(f"machine: {box['system']}, {box['cpu']}, {box['cpus']} logical CPUs, Python {box['python']}"
+          + (f", load average {box['load'][0]:.2f}" if box["load"] else ""))
     print(f"{args.blocks} blocks x {args.steps} timed steps per mode (+{args.warm} untimed per fresh writer),"
           f" modes interleaved")
     print("ratio to 'bare' in the same block: median (min-max) over blocks; wall = step time,")
     print("cpu = process CPU time (all threads); bare2 is the A/A control (the noise); clip and norms: floors")
     parts = WorkerParts().install()
+    results = []
     for name in (n.strip() for n in args.models.split(",") if n.strip()):
         r = measure(name, modes, args.blocks, args.steps, args.warm, device, args.amp, parts)
+        r["alternated"], r["own"] = None, {}
+        results.append(r)
         print(f"\n{name}: {r['params'] / 1e6:.1f}M parameters, bare step {r['bare_ms']:.1f} ms")
         peak = r["peak_gib"]
         print(f"  {'mode':<12} {'wall':>22} {'cpu':>22}" + ("   peak GiB" if peak else ""))
@@ -692,16 +720,16 @@ def main(argv=None) -> int:
         for m, (w, c) in r["ratios"].items():
             print(f"  {m:<12} {_fmt(w):>22} {_fmt(c):>22}" + (f" {peak[m]:>10.2f}" if peak else ""))
         for m, ms in r["worker_ms"].items():
-            print(f"  writer's threads ({m}: its worker, the event-file writer, torch's threads in the kernel's reads):"
-                  f" {ms:.2f} ms CPU per step")
+            print(f"  writer's threads ({m}: its worker and the event-file writer): {ms:.2f} ms CPU per step")
         print("  worker parts, all watched modes: " + ", ".join(f"{k} {v:.2f} ms" for k, v in r["parts_ms"].items()))
         if args.alternate:
             print(f"  alternated step by step ({args.alternate} rounds of one step a mode from step 1000, the writer's"
                   f" worker caught up after each step): ratio of the sums, and median (min-max) over chunks of 10")
-            for m, ((w, wc), (c, cc)) in alternated(name, modes, args.alternate, args.warm, device, args.amp).items():
+            r["alternated"] = alternated(name, modes, args.alternate, args.warm, device, args.amp)
+            for m, ((w, wc), (c, cc)) in r["alternated"].items():
                 print(f"  {m:<12} wall {w:.3f} {_fmt(wc):>22}   cpu {c:.3f} {_fmt(cc):>22}")
         for m in (m for m in modes if m in WATCH and args.own):
-            o = own_cost(name, args.own, device, args.amp, m)
+            o = r["own"][m] = own_cost(name, args.own, device, args.amp, m)
             print(f"  own CPU time per step ({m}, {args.own} steps 1000..): hooks {o['hooks_ms']:.2f} ms on the"
                   f" training thread + writer's threads {o['worker_ms']:.2f} ms, against {o['bare_ms']:.1f} ms of the"
                   f" bare loop's training thread: 1 + {(o['hooks_ms'] + o['worker_ms']) / o['bare_ms']:.3f}")
@@ -714,6 +742,13 @@ def main(argv=None) -> int:
             print(f"    the training thread's whole step, mean: {o['watched_mean_ms']:.1f} ms against the bare"
                   f" loop's {o['bare_mean_ms']:.1f} ms: {extra:+.2f} ms ({100 * extra / o['bare_mean_ms']:+.1f} %,"
                   f" PyTorch's calls of hooked modules included)")
+    if args.markdown:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import performance_page
+
+        box["load_after"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+        performance_page.write(args.markdown, argv, vars(args), modes, box, results)
+        print(f"\nwrote {args.markdown}")
     return 0
 
 

@@ -2,7 +2,8 @@
 is minutes (benchmarks/gpu_check.sh). Part 2, the synchronisations' loops
 (benchmarks/gpu_syncs.py), and part 3, overhead.py on a GPT under bf16
 autocast with the script's own arguments, run here on the CPU. And the
-benchmarks short enough to run whole in a test (reads_in_parts.py)."""
+benchmarks short enough to run whole in a test, and the performance page
+overhead.py writes (--markdown)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ import re
 import subprocess
 import sys
 
-from tests.test_cpu_kernel import needs_kernel, run_python
-
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def run_python(code: str, env: dict, timeout: float = 120) -> str:
+    """What ``code`` prints, run by a fresh Python with ``env`` added."""
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
 
 
 def _gpu_check_overhead_args() -> list[list[str]]:
@@ -93,7 +100,7 @@ sys.exit(O.main({args + ['--warm', '1']!r}))
 
 def test_overhead_trains_a_model_cast_to_bfloat16():
     # --amp bf16_model: every copy's weights and batch bfloat16, the watched
-    # one's rows written (its gradients' norms through the kernel, if built).
+    # one's rows written.
     code = f"""
 import sys, torch
 sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
@@ -111,8 +118,8 @@ sys.exit(O.main(["--models", "mlp", "--modes", "bare,watched", "--blocks", "1", 
 
 
 def test_overhead_norms_floor_reads_every_gradient_and_prints_its_figures():
-    # Mode "norms": the writer's own norms (the kernel's read where it takes
-    # the gradients, else torch's), a NaN in any gradient seen on the host.
+    # Mode "norms": torch's per-parameter norms, grouped by device and dtype,
+    # a NaN in any gradient seen on the host.
     code = f"""
 import sys, torch
 sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
@@ -148,20 +155,6 @@ def test_gpu_checks_synchronisation_loops_run_on_the_cpu():
     assert "FAIL" not in r.stdout
 
 
-@needs_kernel
-def test_reads_in_parts_benchmark_runs_under_both_policies():
-    r = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "reads_in_parts.py"), "--rounds", "2"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    blocks = r.stdout.split("OMP_WAIT_POLICY=")[1:]
-    assert [b.split(",")[0] for b in blocks] == ["(unset: OpenMP default)", "PASSIVE"]
-    for block in blocks:
-        ratios = re.findall(r"in parts +\d+ us \((\d+\.\d+)x\), A/A (\d+\.\d+)x", block)
-        assert len(ratios) == 5 and all(float(a) > 0 and float(b) > 0 for a, b in ratios)
-
-
 def test_compile_overhead_benchmark_prints_every_mode_against_its_bare_one():
     # dynamo alone (--backend eager): the same loops as inductor's, in seconds
     r = subprocess.run(
@@ -180,3 +173,28 @@ def test_compile_overhead_benchmark_prints_every_mode_against_its_bare_one():
         if mode in ("eager", "compiled"):  # the reference of its kind
             assert block.group(2) == "1.000" and alt.group(1) == "1.000", r.stdout
 
+
+
+def test_overhead_writes_the_performance_page_and_keeps_its_hand_written_notes(tmp_path):
+    page = tmp_path / "performance.md"
+    page.write_text("# old\n\n<!-- kept -->\nnotes by hand\n<!-- native-price -->\n<!-- /kept -->\n\nold table\n")
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})
+import overhead as O
+from torch import nn
+O.MODELS["mlp"] = lambda: (nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)), (8, 16), 4)
+sys.exit(O.main(["--models", "mlp", "--modes", "bare,bare2,clip,watched", "--blocks", "2", "--steps", "2",
+                 "--warm", "1", "--own", "2", "--markdown", {str(page)!r}]))
+"""
+    run_python(code, {"PYTHONPATH": ROOT}, timeout=300)
+    text = page.read_text()
+    assert "<!-- kept -->\nnotes by hand\n<!-- native-price -->\n<!-- /kept -->" in text
+    assert "old table" not in text
+    for heading in ("## Method", "## Command", "## Machine", "## Results"):
+        assert heading in text, heading
+    assert "python benchmarks/overhead.py --models mlp --modes bare,bare2,clip,watched" in text
+    assert "OMP_WAIT_POLICY=PASSIVE" in text
+    for mode in ("bare2", "clip", "watched"):
+        assert re.search(rf"^\|[^|]*\|[^|]*\| `{mode}`[^|]*\| \d\.\d{{3}} \(", text, re.M), (mode, text)
+    assert re.search(r"^\| mlp \| `watched` \| \d+\.\d\d ms \|", text, re.M), text
