@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..training.step import stats as S
+from ..training.step import stats
 from ._harness import CheckResult, Preserved, adam, batches, train_steps, trainable
 
 __all__ = ["ClippingResult", "gradient_clipping_advice"]
@@ -28,7 +28,7 @@ def _total_norm(params: list[nn.Parameter]) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    norms = S.foreach_norm(grads)
+    norms = stats.foreach_norm(grads)
     dev = norms[0].device
     return torch.linalg.vector_norm(torch.stack([n.to(dev, torch.float32) for n in norms]))
 

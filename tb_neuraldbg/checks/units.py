@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..diagnosis.thresholds import Thresholds
-from ..training.step import stats as S
+from ..training.step import stats
 from ..training.modules import Behaviour, behaviour_of, unwrap
 from ._harness import CheckResult, Hooks, Preserved, call, output
 
@@ -126,14 +126,14 @@ class _Tally:
         b = self.behaviour
         if b.dead:
             self.units += t[0].numel()
-            self.dead.append(S.zero_and_dead(t)[1])
+            self.dead.append(stats.zero_and_dead(t)[1])
         if b.saturation is not None:
             lo, hi = b.saturation(mod)
             self.numel += t.numel()
             if b.dead:  # zeros are "dead", not saturated: top end only
                 self.sat.append((t >= hi).sum())
             else:
-                self.sat.append(S.saturated(t.float(), lo, hi))
+                self.sat.append(stats.saturated(t.float(), lo, hi))
 
     def layer(self, dead_threshold: float, saturated_threshold: float) -> LayerUnits:
         dead = _summed(self.dead) / self.units if self.dead else None

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..format import metadata
-from .step import stats as S
+from .step import stats
 
 __all__ = [
     "RANK_METRICS",
@@ -319,7 +319,7 @@ def sharded_norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """
     dt = _dtensor_type()
     local = [t.to_local() if dt is not None and isinstance(t, dt) else t for t in tensors]
-    norms = S.foreach_norm(local)
+    norms = stats.foreach_norm(local)
     # Grouped by mesh and by the mesh dimensions that shard the tensor
     # (HSDP replicates along one and shards along the other).
     groups: dict[tuple, tuple] = {}

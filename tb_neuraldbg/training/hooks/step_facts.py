@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..step import stats as S
+from ..step import stats
 from ..step.stats import Key
 
 __all__ = ["StepFacts"]
@@ -198,7 +198,7 @@ class StepFacts:
             # through this model (a GAN's generator step through the
             # discriminator) fills gradients that zero_grad() drops before
             # the model's own backward, and no update of the model sees them.
-            self._carried = (S.foreach_norm(left), left_rows, held)
+            self._carried = (stats.foreach_norm(left), left_rows, held)
 
     # -- at the step's end ----------------------------------------------------
 

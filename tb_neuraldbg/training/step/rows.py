@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...format import metadata
-from . import slots as S
+from . import slots
 from .slots import StepPacket
 
 __all__ = ["RowAssembler", "histograms"]
@@ -54,9 +54,9 @@ class RowAssembler:
 
     def __init__(self):
         self.applies = np.zeros((0, len(_FLAGS)), dtype=bool)
-        self.layouts: dict[tuple, S.SlotLayout] = {}
+        self.layouts: dict[tuple, slots.SlotLayout] = {}
 
-    def layout(self, packet: StepPacket, num_rows: int) -> S.SlotLayout:
+    def layout(self, packet: StepPacket, num_rows: int) -> slots.SlotLayout:
         """The slot layout of ``packet``: a kept one when a recent step had
         the same rows and keys (compared whole), else a new one."""
         rows = np.asarray(packet.rows, dtype=np.int64)
@@ -66,7 +66,7 @@ class RowAssembler:
         if layout is None:
             if len(self.layouts) >= LAYOUTS:
                 self.layouts.clear()  # (a run whose layout keeps changing: no gain to keep)
-            layout = self.layouts[key] = S.SlotLayout(rows, keys, num_rows)
+            layout = self.layouts[key] = slots.SlotLayout(rows, keys, num_rows)
         return layout
 
     def burst(self, packets: list, num_rows: int) -> list:
@@ -86,15 +86,15 @@ class RowAssembler:
         :func:`slots.assemble_steps` call (a burst's cheap steps: one call
         for all of them; a step's row depends on its own values only). Only
         computes: :meth:`row` then finishes each row, in step order."""
-        groups: dict[S.SlotLayout, list] = {}  # (a kept layout is one object: keyed by identity)
+        groups: dict[slots.SlotLayout, list] = {}  # (a kept layout is one object: keyed by identity)
         for i, (p, n) in enumerate(zip(packets, num_rows)):
             groups.setdefault(self.layout(p, n), []).append(i)
         out: list = [None] * len(packets)
         for layout, idx in groups.items():
-            per_call = max(1, TOGETHER // (S.Key.COUNT * max(1, layout.num_rows)))
+            per_call = max(1, TOGETHER // (slots.Key.COUNT * max(1, layout.num_rows)))
             for k in range(0, len(idx), per_call):
                 part = idx[k: k + per_call]
-                for i, row in zip(part, S.assemble_steps(np.stack([values[i] for i in part]), layout)):
+                for i, row in zip(part, slots.assemble_steps(np.stack([values[i] for i in part]), layout)):
                     out[i] = row
         return out
 
@@ -106,7 +106,7 @@ class RowAssembler:
         if assembled is not None:
             row = assembled
         else:
-            row = S.assemble(values, packet.rows, packet.keys, num_rows, self.layout(packet, num_rows))
+            row = slots.assemble(values, packet.rows, packet.keys, num_rows, self.layout(packet, num_rows))
         if len(self.applies) < num_rows:
             grown = np.zeros((num_rows, len(_FLAGS)), dtype=bool)
             grown[: len(self.applies)] = self.applies
@@ -117,7 +117,7 @@ class RowAssembler:
             known = ~np.isnan(row[:, _FLAGS])
             seen = known.any(axis=1)
             self.applies[seen] = known[seen]
-        elif len(ran) and not (row[:, S.NONFINITE_EVIDENCE] > 0).any():  # NaN > 0 is False
+        elif len(ran) and not (row[:, slots.NONFINITE_EVIDENCE] > 0).any():  # NaN > 0 is False
             ran = ran[ran < num_rows]
             row[ran[:, None], _FLAGS] = np.where(self.applies[ran], np.float32(0.0), np.float32(np.nan))
         return row
@@ -125,14 +125,14 @@ class RowAssembler:
 
 def histograms(packet: StepPacket, values: np.ndarray, layers: list) -> list:
     """(tag, histogram parts) of each activation histogram in a step's values."""
-    m = packet.keys == S.Key.HIST
+    m = packet.keys == slots.Key.HIST
     if not m.any():
         return []
-    width = S.HIST_BINS + 5
+    width = slots.HIST_BINS + 5
     hv, hr = values[m], packet.rows[m]
     out = []
     for i in range(0, len(hv), width):
-        parts = S.histogram_parts(hv[i : i + width])
+        parts = slots.histogram_parts(hv[i : i + width])
         if parts.get("num"):
             out.append((metadata.hist_tag(layers[int(hr[i])]["name"]), parts))
     return out
