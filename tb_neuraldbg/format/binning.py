@@ -56,8 +56,8 @@ _SPARSE = 8
 # Bins are binned a chunk at a time, about this many cells ([bins, L]) each:
 # a chunk's temporaries (a few hundred KB) stay in the caches and in memory
 # malloc keeps. Whole-matrix temporaries of tens of MB are fresh pages each
-# request, whose first touch cost more than the arithmetic (measured:
-# 2,000 x 1,000 cells, 33 ms for one fresh float64 product, 3 ms reused).
+# request, whose first touch cost more than the arithmetic
+# (benchmarks/plugin_scale.py).
 _CHUNK_CELLS = 1 << 16
 
 

@@ -2,9 +2,9 @@
 
 Every record of an event file (TFRecord framing) carries two masked CRC32C
 checksums. Without TensorFlow, TensorBoard computes them in pure Python, a
-byte at a time: 27 ms for the 160 KB row of one step of a 1,000-module model
-(0.05 ms with ``google-crc32c``'s C code), on the event writer's thread,
-holding the GIL that the training thread needs, and again in every reader.
+byte at a time (hundreds of times slower than ``google-crc32c``'s C code),
+on the event writer's thread, holding the GIL that the training thread
+needs, and again in every reader.
 
 :func:`masked_crc` is the checksum here; :func:`use_fast_crc` swaps the C
 version into TensorBoard's own writer and reader. The C version gives

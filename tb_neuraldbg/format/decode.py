@@ -289,8 +289,8 @@ class _Gather:
     each is copied at once into one buffer sized for all records, so its
     bytes object is freed and the next one reuses that memory; a list of
     20,000 rows and a join of them would first fault in as much memory
-    again (a fresh process pays ~8 us a 4 KB page here: the plugin's first
-    request). Any other record (another length, an array) turns the rows so
+    again (a fresh process pays for every page it touches first: the
+    plugin's first request). Any other record (another length, an array) turns the rows so
     far into views of the buffer, kept with the rest in a list."""
 
     __slots__ = ("capacity", "spec", "buf", "size", "count", "chunks")

@@ -94,8 +94,9 @@ def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
             ("Cache-Control", "no-cache, must-revalidate"),
         ])
     if len(text) > _FAST_GZIP_BYTES and request.accept_encodings["gzip"] > 0:
-        # Respond would gzip at level 3: for a 30 MB heatmap that is ~0.7 s of
-        # the 1 s budget; level 1 takes a third of it for ~6 % more bytes.
+        # Respond would gzip at level 3: for a large heatmap that is most of
+        # the answer's time budget; level 1 takes a fraction of it for a few
+        # more bytes (benchmarks/plugin_scale.py).
         text = gzip.compress(text, compresslevel=1, mtime=0)
         return http_util.Respond(request, text, "application/json", content_encoding="gzip")
     return http_util.Respond(request, text, "application/json")

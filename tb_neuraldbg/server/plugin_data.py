@@ -420,7 +420,7 @@ class PluginData:
         GrpcDataProvider.read_tensors sends) on its stub.
 
         GrpcDataProvider.read_tensors decodes each step's TensorProto on its
-        own (make_ndarray: ~13 us a step); here the answer is decoded in
+        own (make_ndarray, a Python call a step); here the answer is decoded in
         bulk by ``decode.decode_rows``. Requests are sent as gRPC futures (gRPC's
         own I/O threads; none started here), at most _IN_FLIGHT at once, so
         the next answer is transferred while this one is decoded. A failed

@@ -118,7 +118,7 @@ class Window:
     """The last ``size`` values of one scalar series, with cheap robust stats.
 
     The median and maximum are recomputed every ``refresh`` appends (a
-    reference need not move at every step; a numpy median costs ~20 us); in
+    reference need not move at every step, and a numpy median is not free); in
     between, the maximum only grows, which errs on the quiet side.
     """
 

@@ -42,9 +42,8 @@ _FLAGS = np.array([_M["act_nonfinite"], _M["in_nonfinite"], _M["gout_nonfinite"]
 LAYOUTS = 8
 #: At most this many table places (``Key.COUNT`` x rows, float64) of steps
 #: assembled in one call: past the caches' size, the calls that assembling
-#: together saves cost less than the misses of its larger arrays (the
-#: 1,000-module model's steps: 0.3 ms a step more, in training; each of its
-#: steps fills 36,000 places alone, a 100-module model's 3,700).
+#: together saves cost less than the misses of its larger arrays
+#: (``benchmarks/overhead.py --models big`` against ``tiny``).
 TOGETHER = 32768
 
 
