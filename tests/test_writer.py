@@ -788,7 +788,7 @@ def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
         release.set()
 
 
-def test_record_with_an_odd_loss_warns_and_training_goes_on(tmp_path):
+def test_record_with_a_loss_that_is_no_number_raises_and_monitoring_goes_on(tmp_path):
     model = tiny()
     w = DebugWriter(str(tmp_path))
     w.watch(model)
@@ -796,12 +796,17 @@ def test_record_with_an_odd_loss_warns_and_training_goes_on(tmp_path):
         model(torch.randn(4, 4)).sum().backward()
         w.record(loss=loss)
     model(torch.randn(4, 4)).sum().backward()
-    with pytest.warns(RuntimeWarning, match="loss"):
-        w.record(loss="not a number")
-    model(torch.randn(4, 4)).sum().backward()
-    w.record(loss={"a": 1})
+    for odd in ("abc", {"a": 1}):
+        with pytest.raises(TypeError, match="record\\(loss=...\\) takes a tensor"):
+            w.record(loss=odd)
+    w.record(loss=5.0)  # the same step, recorded once its loss is one
     w.close()
-    assert w.stats_info["steps_analysed"] == 5
+    assert w.stats_info["steps_analysed"] == 4
+    from tb_neuraldbg.offline.reader import read_logdir
+
+    (run,) = read_logdir(str(tmp_path))
+    loss = run.stats[:, run.layer_names.index("<loss>"), run.metrics.index("value")]
+    assert loss[-1] == 5.0 and "loss" not in w._handle.instrument.guard.broken  # still measured
 
 
 # -- one declaration of the settings, one owner per job -------------------------

@@ -510,7 +510,9 @@ class Instrument:
         """Record one step by hand (no optimizer watched), after backward.
 
         With an optimizer watched this only attaches ``loss`` to the step
-        that the next ``optimizer.step()`` records.
+        that the next ``optimizer.step()`` records. A ``loss`` that is not a
+        tensor, a number or a sequence of numbers raises ``TypeError``
+        (before anything is recorded: the call can be made again).
         """
         self._raise_pending()
         if self.optimizer is not None and step is not None:
@@ -523,8 +525,11 @@ class Instrument:
         elif loss is not None:
             try:  # a number, a numpy value or array, a list of numbers
                 self._loss = torch.as_tensor(np.asarray(loss, dtype=np.float64).reshape(-1))
-            except (TypeError, ValueError) as e:  # not a loss: warned, training goes on
-                self.guard.run("loss", _raise, e)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"record(loss=...) takes a tensor, a number or a sequence of numbers, "
+                    f"not {type(loss).__name__} {str(loss)[:40]!r}"
+                ) from None
         if self.optimizer is not None:
             return
         if step is not None:
