@@ -4,7 +4,7 @@ Public face only. ``DebugWriter``, ``register_module``, ``Behaviour`` and
 ``checks`` (need torch) and ``diagnose`` are imported lazily so that the
 TensorBoard plugin and the report CLI load without torch.
 
-Where things are, along the data path (see README "Where things are"):
+Where things are, along the data path (see ARCHITECTURE.md):
 ``training/`` (hooks, statistics, the writer), ``format/`` (the stored format,
 imported by every side), ``diagnosis/`` (pure numpy), ``server/`` (the
 TensorBoard plugin), ``offline/`` (reader and reports), ``checks/`` (the
@@ -12,7 +12,14 @@ preflight protocol), ``integrations/`` (Lightning and Hugging Face callbacks,
 imported on their own).
 """
 
+import logging
+
 from ._version import __version__
+
+# A library's logger gets no handler of its own but this one: each warning is
+# shown once, through the warnings module, unless the user configures logging
+# (without it, logging's last-resort handler printed every warning a second time).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["DebugWriter", "unwatch", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
 

@@ -454,7 +454,7 @@ def _take_over(existing: WatchHandle) -> None:
     where = f" (log_dir {old.log_dir})" if old is not None else ""
     del old
     msg = f"{distributed.tag()}: the model was watched by a DebugWriter no longer in use{where}; it is closed and the new one watches"
-    warnings.warn(msg, RuntimeWarning, stacklevel=4)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)  # (the caller of watch())
     log.warning(msg)
     _release(existing)
 
