@@ -198,10 +198,10 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
             assert line, "the server exited before printing its URL"
         url = line.split(" at ", 1)[1].split("#", 1)[0]
         assert line.rstrip().endswith("#neuraldbg  (Ctrl-C stops it)")
-        with urllib.request.urlopen(url + "data/plugins_listing", timeout=60) as resp:
+        with urllib.request.urlopen(url + "data/plugins_listing", timeout=120) as resp:
             assert "neuraldbg" in json.load(resp)
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        rest, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -226,7 +226,7 @@ def test_ctrl_c_received_by_another_thread_still_stops_the_wait():
         "except KeyboardInterrupt:\n"
         "    print('stopped')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "stopped"
 
