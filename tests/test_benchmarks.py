@@ -11,9 +11,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_cpu_kernel import needs_kernel, run_python
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+pytestmark = pytest.mark.slow  # each runs a benchmark in a fresh interpreter
 
 
 def _gpu_check_overhead_args() -> list[list[str]]:

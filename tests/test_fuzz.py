@@ -159,6 +159,7 @@ _VALUES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=300)
 @given(route=st.sampled_from(_ROUTES),
        params=st.lists(st.tuples(st.sampled_from(_KEYS), _VALUES), max_size=6),

@@ -222,6 +222,7 @@ def test_newer_format_is_refused_and_the_other_runs_read(tmp_path):
         read_run(tmp_path / "future")
 
 
+@pytest.mark.slow
 def test_a_large_run_reads_back_exactly(tmp_path):
     """2000 steps x 66 layers (its read time: benchmarks/untrusted_logdir.py
     times read_logdir, benchmarks/plugin_scale.py a run 20 times larger)."""

@@ -27,6 +27,8 @@ CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_case
 HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs()}
 TRUTHS = [name for name, c in CASES.items() if c.truth is not None]
 
+pytestmark = pytest.mark.slow  # the scenario corpus: a training a case
+
 
 @pytest.fixture(autouse=True)
 def _quiet_writer_warnings():

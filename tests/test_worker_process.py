@@ -21,7 +21,8 @@ from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.training.worker_process import ProcessWorker
 from tb_neuraldbg.training.writer import TrainingFailure
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="the worker process needs a POSIX system")
+pytestmark = [pytest.mark.slow,  # (a child interpreter a test)
+              pytest.mark.skipif(os.name != "posix", reason="the worker process needs a POSIX system")]
 
 
 def model():
