@@ -3,7 +3,9 @@
 # test extras, chromium for the browser test (installed with apt-get when
 # run as root), the frontend unit tests, then pytest over tests/ (Python,
 # plugin, end-to-end and browser tests). Ends with pytest's summary line.
-# Arguments go to pytest (e.g. -k report, -x).
+# Arguments go to pytest (e.g. -k report, -x); `bash scripts/test.sh -m "not slow"`
+# runs the fast tier (no interpreters or servers spawned, no browser, no
+# scenario corpus, no benchmarks: pytest.ini's `slow` marker).
 set -euo pipefail
 # shellcheck source=scripts/setup_env.sh
 source "$(dirname "$0")/setup_env.sh" test

@@ -47,6 +47,8 @@ UNTRUSTED_RUN = "zz_untrusted<b class=evil>run</b>"
 FOCUS_PREFERENCE = ("exploding", "exploding_lr", "nan_op", "vanishing", "dead_relu")
 HOSTILE = "<img src=x onerror=window.__nd_hacked=true>"
 
+pytestmark = pytest.mark.slow  # chromium, node and a real tensorboard
+
 
 def _chromium() -> str | None:
     path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -112,7 +112,7 @@ def assert_same(a, b):
 
 
 @pytest.fixture
-def trained():
+def trained_mlp():
     """A healthy MLP with BatchNorm and Dropout, a user's Adam that has
     stepped (so it holds state) and grads left over from the last backward."""
     torch.manual_seed(0)
@@ -137,8 +137,8 @@ RUNS = {
 
 
 @pytest.mark.parametrize("check", list(RUNS), ids=list(RUNS))
-def test_state_restored_bitwise(trained, check):
-    model, opt, x, y = trained
+def test_state_restored_bitwise(trained_mlp, check):
+    model, opt, x, y = trained_mlp
     before = state(model, opt)
     RUNS[check](model, x, y)
     assert_same(state(model, opt), before)

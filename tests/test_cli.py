@@ -173,6 +173,7 @@ def test_demo_calls_demo_cli(monkeypatch):
     assert calls == [("/tmp/d", False), (None, True)]
 
 
+@pytest.mark.slow
 def test_console_script_is_installed(logdirs):
     """The `neuraldbg` entry point (setup.py) runs main() and returns its code."""
     script = os.path.join(os.path.dirname(sys.executable), "neuraldbg")
@@ -206,6 +207,7 @@ def test_all_lists_every_event(tmp_path, capsys):
     assert all(f"m{i}" in full for i in range(3)) and "similar" not in full
 
 
+@pytest.mark.slow
 def test_report_never_imports_torch(logdirs):
     """The report (and its offline re-diagnosis) must run where torch is not installed."""
     code = (

@@ -4,6 +4,7 @@ eager. (dynamo's "eager" backend: no C++ compiler needed; graph breaks are
 dynamo's, whatever the backend.)"""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -12,6 +13,8 @@ from tb_neuraldbg.offline.reader import read_run
 
 torch.set_num_threads(1)
 M = metadata.METRIC_INDEX
+
+pytestmark = pytest.mark.slow  # dynamo traces each model (its first use costs seconds)
 
 
 def mlp():

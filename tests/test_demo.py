@@ -46,6 +46,7 @@ def reports(demo):
     return {run.name: run_report(run.name, run.diagnosis, run.events) for run in read_logdir(logdir)}
 
 
+@pytest.mark.slow
 def test_demo_writes_one_run_per_scenario(demo, reports):
     logdir, code, out, err = demo
     assert code == 0, err
@@ -62,6 +63,7 @@ def test_demo_writes_one_run_per_scenario(demo, reports):
     assert f"tensorboard --logdir {logdir}" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_report_names_the_planted_cause(reports, name):
     scenario = load(name)
@@ -73,6 +75,7 @@ def test_scenario_report_names_the_planted_cause(reports, name):
     assert report["status"] == ("healthy" if scenario.EXPECTED is None else "failing")
 
 
+@pytest.mark.slow
 def test_planted_versus_found_table_matches_the_reports(demo, reports):
     out = demo[2]
     table = out[out.index("Planted versus found:"):].splitlines()[1 : 1 + len(SCENARIOS)]
@@ -82,6 +85,7 @@ def test_planted_versus_found_table_matches_the_reports(demo, reports):
         assert line.endswith(" ok") == (not problems), line
 
 
+@pytest.mark.slow
 def test_bad_batch_run_keeps_the_offending_batch(demo):
     from tb_neuraldbg._demo import bad_batch
 
@@ -128,6 +132,7 @@ def test_planted_cause_problems(expected, report, problems):
     assert len(demo_cli.planted_cause_problems(expected, report)) == problems
 
 
+@pytest.mark.slow
 def test_scenario_runs_as_a_script(tmp_path):
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "demo", "healthy.py"), "--logdir", str(tmp_path),
@@ -183,6 +188,7 @@ def test_progress_bar_redraws_in_place_on_a_terminal():
     assert "[1/2] healthy [" + "#" * demo_cli._BAR_WIDTH + "] 100/100 steps in" in text
 
 
+@pytest.mark.slow
 def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
     """A real process: the served TensorBoard lists the neuraldbg plugin, and
     SIGINT (Ctrl-C) stops it with exit 0 and a closing line."""
@@ -198,10 +204,10 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
             assert line, "the server exited before printing its URL"
         url = line.split(" at ", 1)[1].split("#", 1)[0]
         assert line.rstrip().endswith("#neuraldbg  (Ctrl-C stops it)")
-        with urllib.request.urlopen(url + "data/plugins_listing", timeout=60) as resp:
+        with urllib.request.urlopen(url + "data/plugins_listing", timeout=120) as resp:
             assert "neuraldbg" in json.load(resp)
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        rest, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -210,6 +216,7 @@ def test_serve_prints_the_url_and_stops_cleanly_on_ctrl_c(demo):
     assert rest.rstrip().endswith("TensorBoard stopped.")
 
 
+@pytest.mark.slow
 def test_ctrl_c_received_by_another_thread_still_stops_the_wait():
     """The kernel may hand SIGINT to any of the server's threads; Python then
     raises KeyboardInterrupt only when the main thread next runs. The wait
@@ -226,7 +233,7 @@ def test_ctrl_c_received_by_another_thread_still_stops_the_wait():
         "except KeyboardInterrupt:\n"
         "    print('stopped')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "stopped"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -1047,26 +1046,6 @@ def test_an_all_zero_output_is_dead_with_its_value_on_any_module():
         assert e.value == 1.0 and e.step == 100 and "exactly 0" in e.message and "n/a" not in e.message
     assert "LeakyReLU/GELU" not in dead["gelu0"].message
     assert "weights and bias are 0" in dead["fc1"].message
-
-
-# ----------------------------------------------------------- performance
-
-
-@pytest.mark.parametrize("hidden", [50, 500])
-def test_update_is_cheap(hidden):
-    """~100 and ~1000 rows. Prints the median time per update; the bound is
-    loose because this machine is shared (see the report for figures)."""
-    run = Run(hidden=hidden)
-    rows = [run.row(s) for s in range(300)]
-    eng = Engine(run.layers)
-    times = []
-    for s, r in enumerate(rows):
-        t0 = time.perf_counter()
-        eng.update(s, r)
-        times.append(time.perf_counter() - t0)
-    med = float(np.median(times[50:]))
-    print(f"\n{len(run.layers)} rows: {med * 1e6:.0f} us per update (median)")
-    assert med < 0.02
 
 
 # ------------------------------------------------------------ hysteresis

@@ -22,9 +22,9 @@ ROOT = os.path.dirname(HERE)
 M = metadata.METRIC_INDEX
 STEPS, BAD = 16, 12
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(  # (torchrun: a process a rank)
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(), reason="needs gloo"
-)
+)]
 
 
 def torchrun(logdir, *args):

@@ -115,17 +115,20 @@ def _fresh_modules(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_plugin_loads_without_torch_or_the_training_side():
     mods = _fresh_modules("import tb_neuraldbg.server.plugin as p; p.NeuralDbgLoader")
     assert "torch" not in mods
     assert not [m for m in mods if m.startswith("tb_neuraldbg.training")]
 
 
+@pytest.mark.slow
 def test_the_report_cli_loads_without_torch():
     mods = _fresh_modules("from tb_neuraldbg import cli; cli.build_parser()")
     assert "torch" not in mods
 
 
+@pytest.mark.slow
 def test_the_diagnosis_loads_alone():
     mods = _fresh_modules("import tb_neuraldbg.diagnosis as d; d.Engine, d.Thresholds")
     ours = sorted(m for m in mods if m.startswith("tb_neuraldbg."))

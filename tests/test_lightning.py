@@ -83,8 +83,8 @@ def trainer_for(L, root, watch=None, **kw):
     return t, cb
 
 
-@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=pytest.mark.skipif(
-    os.name != "posix", reason="the worker process needs a POSIX system"))])
+@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=[pytest.mark.slow, pytest.mark.skipif(
+    os.name != "posix", reason="the worker process needs a POSIX system")])])
 @pytest.mark.parametrize("ns", NAMESPACES)
 def test_a_healthy_module_with_self_crit_is_one_healthy_run_beside_lightnings_scalars(tmp_path, ns, analysis):
     L = importlib.import_module(ns)

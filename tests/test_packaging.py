@@ -144,6 +144,7 @@ def wheel(tmp_path_factory):
     return out / name
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_bundle_the_demo_and_the_entry_points(wheel):
     from tb_neuraldbg._demo import SCENARIOS
 
@@ -162,6 +163,7 @@ def test_wheel_ships_the_bundle_the_demo_and_the_entry_points(wheel):
     assert not any(n.startswith(("demo/", "frontend/", "tests/")) for n in names)
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_a_scenario_without_the_source_tree(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run(

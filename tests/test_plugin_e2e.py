@@ -20,6 +20,8 @@ from tests.synthetic import Plant, SyntheticWriter, event, make_layers, write_ru
 NUM_STEPS = 150  # above the Rust loader's default reservoir of 100 per tag
 BASE = "/data/plugin/neuraldbg"
 
+pytestmark = pytest.mark.slow  # a real tensorboard process a test
+
 
 # tensorboard depends on tensorboard-data-server, so both loaders must work:
 # a missing Rust server fails here rather than skipping.

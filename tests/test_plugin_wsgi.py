@@ -108,7 +108,7 @@ GROWN = {"name": "head.extra", "type": "Linear"}
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory):
+def logdir_and_truth(tmp_path_factory):
     root = tmp_path_factory.mktemp("logdir")
     truth = {}
     truth["healthy"] = write_run(root, "healthy", num_modules=3, num_steps=12, seed=1)
@@ -138,13 +138,13 @@ def logdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def app(logdir):
-    return App(logdir[0])
+def app(logdir_and_truth):
+    return App(logdir_and_truth[0])
 
 
 @pytest.fixture(scope="module")
-def truth(logdir):
-    return logdir[1]
+def truth(logdir_and_truth):
+    return logdir_and_truth[1]
 
 
 def test_plugins_listing(app):
@@ -482,8 +482,8 @@ def test_loader_keeps_every_step_unless_the_user_says_otherwise():
     assert f.samples_per_plugin == {metadata.PLUGIN_NAME: 50, "scalars": 10}
 
 
-def test_sampling_hint_is_passed_as_downsample(logdir):
-    a = App(logdir[0], sampling=5)
+def test_sampling_hint_is_passed_as_downsample(logdir_and_truth):
+    a = App(logdir_and_truth[0], sampling=5)
     got = a.json(f"{BASE}/heatmap?run=failing&metric=grad_norm&max_cols=5000")
     assert got["cols"] == 5  # the user asked TensorBoard to keep 5 points a tag
 

@@ -222,19 +222,17 @@ def test_newer_format_is_refused_and_the_other_runs_read(tmp_path):
         read_run(tmp_path / "future")
 
 
-def test_large_run_reads_fast(tmp_path):
-    """2000 steps x 66 layers: decoding is vectorised, not per element."""
+@pytest.mark.slow
+def test_a_large_run_reads_back_exactly(tmp_path):
+    """2000 steps x 66 layers (its read time: benchmarks/untrusted_logdir.py
+    times read_logdir, benchmarks/plugin_scale.py a run 20 times larger)."""
     layers = make_layers(64)
     with SyntheticWriter(tmp_path, "big", layers, keep_truth=False) as w:
         rows = np.random.default_rng(0).random((2000, len(layers), len(metadata.METRICS)), dtype=np.float32)
         for s in range(2000):
             w.step(s, rows[s])
-    t0 = time.perf_counter()
     (run,) = read_logdir(tmp_path)
-    elapsed = time.perf_counter() - t0
     np.testing.assert_array_equal(run.stats, rows)
-    # Generous bound for a shared 2-core box; measured about 1 s (see the report).
-    assert elapsed < 20, elapsed
 
 
 def test_tensors_without_tensor_content_are_decoded(tmp_path):

@@ -21,6 +21,8 @@ boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 torch.set_num_threads(1)
 
+pytestmark = pytest.mark.slow  # a local S3 server
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -27,6 +27,8 @@ CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_case
 HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs()}
 TRUTHS = [name for name, c in CASES.items() if c.truth is not None]
 
+pytestmark = pytest.mark.slow  # the scenario corpus: a training a case
+
 
 @pytest.fixture(autouse=True)
 def _quiet_writer_warnings():
@@ -37,7 +39,7 @@ def _quiet_writer_warnings():
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def scenario_run(tmp_path_factory):
     """train(spec) once per module: the root-cause test and the truth test
     of a case share its run."""
     cache = {}
@@ -51,9 +53,9 @@ def trained(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_planted_failure_gives_the_root_cause(name, trained):
+def test_planted_failure_gives_the_root_cause(name, scenario_run):
     case = CASES[name]
-    result = trained(case.spec)
+    result = scenario_run(case.spec)
     engine = result.replay(**case.replay) if case.replay else result.engine
     rc = engine.root_cause
     summary = [(e.step, e.layer, e.kind, e.severity) for e in engine.events][:12]
@@ -77,25 +79,25 @@ def test_planted_failure_gives_the_root_cause(name, trained):
 
 
 @pytest.mark.parametrize("name", TRUTHS)
-def test_planted_fault_is_real(name, trained):
+def test_planted_fault_is_real(name, scenario_run):
     """The fault is where the case says, measured without the diagnosis,
     against the same run without the bug."""
     case = CASES[name]
-    case.truth(trained(case.spec), trained(case.fixed))
+    case.truth(scenario_run(case.spec), scenario_run(case.fixed))
 
 
 @pytest.mark.parametrize("name", ["amp_scaler_collapse", "contrastive_sqrt_under_gradscaler"])
-def test_a_collapsed_gradscaler_is_reported_beside_its_origin(name, trained):
+def test_a_collapsed_gradscaler_is_reported_beside_its_origin(name, scenario_run):
     """DESIGN: the root is where the non-finite gradient is born; the
     collapse of the scale, its symptom, is an event too."""
-    engine = trained(CASES[name].spec).engine
+    engine = scenario_run(CASES[name].spec).engine
     collapse = [e for e in engine.events if e.kind == "scaler_collapse"]
     assert collapse and collapse[0].layer == "<optimizer>"
     assert engine.root_cause["layer"] != "<optimizer>" and engine.root_cause["kind"] == "nonfinite"
 
 
-def test_deep_sigmoid_vanishing_spreads_to_the_input(trained):
-    result = trained(CASES["deep_sigmoid"].spec)
+def test_deep_sigmoid_vanishing_spreads_to_the_input(scenario_run):
+    result = scenario_run(CASES["deep_sigmoid"].spec)
     vanishing = {e.layer for e in result.engine.events if e.kind == "vanishing_gradient"}
     # the first Linear and the root are vanishing, and so is everything between
     linears = [l["name"] for l in result.layers if l["type"] == "Linear"]

@@ -61,8 +61,8 @@ def train(tmp_path, accumulation=1, steps=6, **watch):
     return trainer, cb, losses
 
 
-@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=pytest.mark.skipif(
-    os.name != "posix", reason="the worker process needs a POSIX system"))])
+@pytest.mark.parametrize("analysis", ["thread", pytest.param("process", marks=[pytest.mark.slow, pytest.mark.skipif(
+    os.name != "posix", reason="the worker process needs a POSIX system")])])
 def test_trainer_run_is_one_run_with_hfs_scalars_and_equal_grad_norms(tmp_path, analysis):
     trainer, cb, losses = train(tmp_path, analysis=analysis)
     assert cb.writer is None

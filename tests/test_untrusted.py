@@ -333,6 +333,7 @@ def test_a_logdir_of_future_runs_only_is_exit_2_with_the_reason(tmp_path, capsys
 # -- 8. hostile filesystem objects ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fifos_links_to_root_and_loops_are_skipped(tmp_path):
     H.good_runs(tmp_path)
     os.mkfifo(tmp_path / "good" / "healthy" / "events.out.tfevents.0.fifo")

@@ -292,18 +292,33 @@ def test_stepping_with_another_optimizer_is_said(tmp_path):
         assert w.stats_info["steps_analysed"] == 0
 
 
-def test_gradient_accumulation_with_the_watched_optimizer_is_not_said(tmp_path):
+def _accumulate(path, zero_grad: bool) -> list:
+    """8 steps of 4 micro-batches each, the watched optimizer's zero_grad()
+    after each step or never; the events that blame accumulated gradients."""
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    with DebugWriter(str(tmp_path)) as w:
+    with DebugWriter(str(path)) as w:
         w.watch(model, optimizer=opt)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            for _ in range(3):
+            for _ in range(8):
                 for _ in range(4):
                     nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward()
                 opt.step()
-                opt.zero_grad()
+                if zero_grad:
+                    opt.zero_grad()
+    assert w.stats_info["steps_analysed"] == 8
+    return [e for e in read_run(str(path)).events if e.get("cause") == "grad_accumulation"]
+
+
+def test_gradient_accumulation_with_the_watched_optimizer_is_not_said(tmp_path):
+    assert _accumulate(tmp_path, zero_grad=True) == []
+
+
+def test_gradients_never_zeroed_are_said_to_accumulate(tmp_path):
+    # (the control of the test above: its run is long enough to tell)
+    (e,) = _accumulate(tmp_path, zero_grad=False)
+    assert (e["layer"], e["kind"], e["step"]) == ("<optimizer>", "exploding_gradient", 1)
 
 
 def test_a_recovery_saves_no_batch_file(tmp_path, planned):

@@ -21,7 +21,8 @@ from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.training.worker.process import ProcessWorker
 from tb_neuraldbg.training.writer import TrainingFailure
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="the worker process needs a POSIX system")
+pytestmark = [pytest.mark.slow,  # (a child interpreter a test)
+              pytest.mark.skipif(os.name != "posix", reason="the worker process needs a POSIX system")]
 
 
 def model():
@@ -148,7 +149,7 @@ def test_stats_info_follows_the_child_without_a_flush(tmp_path):
             opt.zero_grad()
             crit(m(torch.randn(16, 4)), torch.randint(0, 3, (16,))).backward()
             opt.step()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while w.stats_info["steps_analysed"] < 40 and time.monotonic() < deadline:
             time.sleep(0.05)
         info = w.stats_info

@@ -285,7 +285,7 @@ def test_a_loop_that_stops_without_close_gets_its_block_after_a_while(tmp_path, 
     try:
         fit(w, tiny(), 40, ring=4, hist_every=0)  # rows 0-35 leave the ring: written
         w._worker.sync(10)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while True:
             ea = load(tmp_path)
             spans = [tensor_util.make_ndarray(e.tensor_proto).tolist()
@@ -409,15 +409,21 @@ def test_real_engine_gets_every_row(tmp_path):
 
 
 def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
+    import sys
+
     from tb_neuraldbg.training.hooks import step_facts
     from tb_neuraldbg.training.worker import thread as worker
 
+    # The hooks' clock is a fake one that only the planted work moves, so that
+    # the figures are exact whatever else the machine runs (the real costs:
+    # benchmarks/overhead.py).
+    clock = [0]
     # A part of the commit made 20 ms slower: it runs inside the commit's own
     # guarded hook body, and is counted once, not once per nested guard.
     commit = step_facts.StepFacts.commit
 
     def slow_commit(self, *args):
-        time.sleep(0.02)
+        clock[0] += 20_000_000
         return commit(self, *args)
 
     monkeypatch.setattr(step_facts.StepFacts, "commit", slow_commit)
@@ -439,22 +445,24 @@ def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
         assert info["step_ms"] is None and info["hooks_share"] is None and info["worker_share"] is None
         opt = w._handle.instrument.optimizer
         model = w._handle.instrument.model
+        for part in (w._handle.instrument, w._handle.instrument.guard):  # (the step's clock, the hooks')
+            monkeypatch.setattr(sys.modules[type(part).__module__], "perf_counter_ns", lambda: clock[0])
         crit = nn.CrossEntropyLoss()
         for _ in range(3 * worker.BURST):
-            time.sleep(0.03)  # the loop's own work: 30 ms a step outside the hooks
+            clock[0] += 30_000_000  # the loop's own work: 30 ms a step outside the hooks
             opt.zero_grad()
             crit(model(to_device(torch.randn(8, 4))), to_device(torch.randint(0, 2, (8,)))).backward()
             opt.step()
         w.flush()
         info = w.stats_info
     assert info["steps_recorded"] == 3 * worker.BURST
-    assert 20 <= info["hooks_ms_per_step"] < 39, info
+    assert info["hooks_ms_per_step"] == pytest.approx(20), info
     assert info["worker_ms_per_step"] >= 9.9, info
     assert info["steps_analysed"] == 3 * worker.BURST
-    # a step: the 20 ms in the commit, the loop's 30 ms, the rest small
-    assert 50 <= info["step_ms"] < 90, info
-    assert info["hooks_share"] == pytest.approx(info["hooks_ms_per_step"] / info["step_ms"])
-    assert 0.22 < info["hooks_share"] < 0.6 and 0.1 < info["worker_share"] < 0.5, info
+    # a step: the 20 ms in the commit and the loop's 30 ms
+    assert info["step_ms"] == pytest.approx(50), info
+    assert info["hooks_share"] == pytest.approx(0.4), info
+    assert info["worker_share"] == pytest.approx(info["worker_ms_per_step"] / info["step_ms"]), info
 
 
 # -- size ---------------------------------------------------------------------
@@ -766,7 +774,6 @@ def test_a_writer_kept_after_close_does_not_keep_the_model_alive(tmp_path):
 
 def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
     import threading
-    import time
 
     import tb_neuraldbg.training.writer as writer_mod
 
@@ -775,14 +782,14 @@ def test_a_hung_worker_does_not_hang_close(tmp_path, monkeypatch):
     model = tiny()
     w = DebugWriter(str(tmp_path))
     w.watch(model)
-    monkeypatch.setattr(w._worker, "_process", lambda packet, *assembled: release.wait(30))
+    monkeypatch.setattr(w._worker, "_process", lambda packet, *assembled: release.wait(120))
     model(torch.randn(4, 4)).sum().backward()
     w.record()
-    t = time.monotonic()
+    worker = w._worker
     try:
         with pytest.warns(RuntimeWarning, match="did not finish"):
             w.close()
-        assert time.monotonic() - t < 10
+        assert worker.thread.is_alive()  # close gave up on it: it still waits for its release
         assert sum(len(m._forward_hooks) for m in model.modules()) == 0
     finally:
         release.set()
@@ -850,11 +857,11 @@ def test_the_worker_starts_its_thread_in_start_not_in_its_constructor(tmp_path):
     assert worker.sync(1.0) is False and worker.stop(1.0) is True  # nothing to wait for
     worker.start()
     assert worker.thread.is_alive() and threading.active_count() == before + 1
-    assert worker.sync(5.0) is True
+    assert worker.sync(60) is True
     inst.remove()
 
 
-def _wait_for(cond, timeout=10.0):
+def _wait_for(cond, timeout=30.0):
     import time
 
     deadline = time.monotonic() + timeout
@@ -896,7 +903,7 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
         assert _wait_for(lambda: len(done) >= W.BURST)
         time.sleep(0.2)
         assert done == list(range(W.BURST))  # the last 3 wait for their burst...
-        assert worker.sync(5.0) and done == list(range(W.BURST + 3))  # ...or a marker
+        assert worker.sync(60) and done == list(range(W.BURST + 3))  # ...or a marker
         monkeypatch.setattr(W, "BURST_WAIT_S", 0.05)
         packets.put(packet(100))  # (the wait of the burst it opens is read at its next get)
         packets.put(packet(101))
@@ -906,7 +913,7 @@ def test_the_worker_analyses_packets_in_bursts_and_never_holds_them_long(monkeyp
             inst.batches.keep(step, (torch.zeros(4),), {})  # 3 held: one packet at a time
         monkeypatch.setattr(W, "BURST_WAIT_S", 60.0)
         packets.put(packet(200))
-        assert _wait_for(lambda: done[-1] == 200, timeout=1.0)
+        assert _wait_for(lambda: done[-1] == 200)  # (not BURST_WAIT_S, 60 s, later)
         config.save_batches = False  # no batch to keep: full bursts whatever is held
         for step in range(300, 300 + W.BURST - 1):
             packets.put(packet(step))

@@ -45,18 +45,28 @@ try {
   await page.waitForSelector(".nd-root");
   const first = await stateOf();
   check(first === "loading", `first state is loading (${first})`);
-  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 60000 });
   check(true, "then ready");
 
   // Stale answers: zoom in (fast answer), show all (slow answer), zoom in
   // again (fast): the slow one arrives last and must not be drawn.
+  // (Waits for the slow request to end, answered or cancelled, not for a
+  // time: a busy machine is slow to draw.)
   const zoomIn = () => page.click(".nd-toolbar button[aria-label='Zoom in (+)']");
   await zoomIn();
-  await page.waitForTimeout(150);
+  await page.waitForFunction(() => !document.querySelector(".nd-panel .nd-panel-sub").textContent.startsWith("steps 0–299"), null, { timeout: 60000 });
+  const slowEnded = new Promise((resolve) => {
+    const ended = (r) => {
+      if (r.url().includes("/heatmap?") && !r.url().includes("start=")) resolve();
+    };
+    page.on("requestfinished", ended);
+    page.on("requestfailed", ended);
+  });
   await page.click(".nd-toolbar button[aria-label='Show all steps']");
   await page.waitForTimeout(150);
   await zoomIn();
-  await page.waitForTimeout(1600);
+  await Promise.race([slowEnded, page.waitForTimeout(60000)]);
+  await page.waitForTimeout(500);  // (a slow answer wrongly kept would be drawn by now)
   const head = await page.textContent(".nd-panel .nd-panel-sub");
   const range = await page.textContent(".nd-range");
   check(range.includes("zoomed") && !head.startsWith("steps 0–299"), `a superseded slow answer is dropped (toolbar: ${range}; drawn: ${head})`);
@@ -65,7 +75,7 @@ try {
   // testing in css px still finds the row under the mouse.
   const hidpi = await browser.newPage({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 2 });
   await hidpi.goto(base);
-  await hidpi.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  await hidpi.waitForSelector(".nd-root[data-state=ready]", { timeout: 60000 });
   const ratio = await hidpi.$eval(".nd-canvas", (c) => c.width / c.getBoundingClientRect().width);
   check(Math.abs(ratio - 2) < 0.01, `devicePixelRatio 2: canvas has 2 device px per css px (${ratio.toFixed(3)})`);
   const label = hidpi.locator(".nd-panel .nd-label").nth(3);
@@ -91,14 +101,14 @@ try {
     `without tables in meta: the built-in colours and labels (${JSON.stringify([vanishing, builtin.at(-1)])})`);
   // ... and a server that sends its tables draws with those: legend, toolbar, canvas.
   await page.goto(`${base}?mode=tables`);
-  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 10000 });
+  await page.waitForSelector(".nd-root[data-state=ready]", { timeout: 60000 });
   const served = await page.evaluate(() => fetch("./meta?run=vanishing_sigmoid").then((r) => r.json()));
-  await page.waitForFunction(() => document.querySelector(".nd-toolbar select option").textContent === "Server gradient norm", null, { timeout: 10000 });
+  await page.waitForFunction(() => document.querySelector(".nd-toolbar select option").textContent === "Server gradient norm", null, { timeout: 60000 });
   const want = served.states.filter((s) => s.code !== 0).map((s) => s.label).sort();
   // The legend follows the toolbar: wait for it (a miss is reported by the checks below).
   await page.waitForFunction((w) => JSON.stringify([...document.querySelectorAll(".nd-legend-list li")]
     .map((li) => li.textContent.trim()).filter((t) => t !== "no data").sort()) === w, JSON.stringify(want),
-    { timeout: 10000 }).catch(() => {});
+    { timeout: 60000 }).catch(() => {});
   const shown = await legend(page);
   check(JSON.stringify(shown.slice(0, -1).map((x) => x.text).sort()) === JSON.stringify(want),
     `with tables in meta: the legend lists the server's labels (${shown.length - 1})`);
@@ -116,11 +126,11 @@ try {
   check(onCanvas, `the heatmap paints vanishing cells in the server's colour (${vanishingColor})`);
 
   await page.goto(`${base}?mode=empty`);
-  await page.waitForSelector(".nd-root[data-state=empty]", { timeout: 10000 });
+  await page.waitForSelector(".nd-root[data-state=empty]", { timeout: 60000 });
   check((await page.textContent(".nd-state-screen")).includes("No NeuralDbg data"), "empty state explains how to record data");
 
   await page.goto(`${base}?mode=error`);
-  await page.waitForSelector(".nd-root[data-state=error]", { timeout: 10000 });
+  await page.waitForSelector(".nd-root[data-state=error]", { timeout: 60000 });
   const text = await page.textContent(".nd-state-screen");
   check(text.includes("500") && text.includes("boom"), "error state shows the server's answer");
   mkdirSync(path.join(here, "screenshots"), { recursive: true });

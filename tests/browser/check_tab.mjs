@@ -258,7 +258,7 @@ try {
   const heatmapsBefore = requests.filter((u) => u.includes("/heatmap?")).length;
   await page.mouse.move(cbox.x + cbox.width * 0.5, cbox.y + 5);
   await page.mouse.wheel(0, -300);
-  await frame.waitForFunction(() => document.querySelector(".nd-range").textContent.includes("zoomed"), null, { timeout: 10000 });
+  await frame.waitForFunction(() => document.querySelector(".nd-range").textContent.includes("zoomed"), null, { timeout: READY_TIMEOUT });
   await page.waitForTimeout(500);
   const heatmapsAfter = requests.filter((u) => u.includes("/heatmap?")).length;
   check(heatmapsAfter > heatmapsBefore && requests.filter((u) => u.includes("/heatmap?")).pop().includes("start="), "wheel zoom re-queries the heatmap for the new step range");
@@ -267,6 +267,7 @@ try {
   // TensorBoard's reload button -> experimental.DataReloaded -> refetch, zoom kept.
   const runsBefore = requests.filter((u) => u.endsWith("/runs")).length;
   await page.click("button.reload-button");
+  for (let i = 0; i < 600 && requests.filter((u) => u.endsWith("/runs")).length <= runsBefore; i++) await page.waitForTimeout(100);
   await frame.waitForFunction(() => document.querySelector(".nd-root").getAttribute("data-state") === "ready");
   await page.waitForTimeout(1500);
   const runsAfter = requests.filter((u) => u.endsWith("/runs")).length;
@@ -284,7 +285,7 @@ try {
     await frame.waitForFunction((z0) => {
       const m = document.querySelector(".nd-range").textContent.match(/(\d+)/);
       return m && Number(m[1]) < z0;
-    }, z0, { timeout: 10000 });
+    }, z0, { timeout: READY_TIMEOUT });
     check(true, `drag pans to earlier steps (${await frame.$eval(".nd-range", (e) => e.textContent)})`);
   }
 
