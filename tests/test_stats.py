@@ -439,7 +439,7 @@ def test_row_assembler_assembles_a_large_layout_a_few_steps_at_a_time(monkeypatc
     monkeypatch.setattr(rows_module, "TOGETHER", 2 * Key.COUNT * L)  # two steps a call
     calls = []
     real = S.assemble_steps
-    monkeypatch.setattr(rows_module.S, "assemble_steps", lambda v, layout: calls.append(len(v)) or real(v, layout))
+    monkeypatch.setattr(rows_module.slots, "assemble_steps", lambda v, layout: calls.append(len(v)) or real(v, layout))
     got = rows_module.RowAssembler().assembled(cheap, values, [L] * len(cheap))
     assert calls == [2, 2, 1]
     for row, v in zip(got, values):
