@@ -12,7 +12,7 @@ from torch import nn
 
 from ..step import stats
 from ..step.collector import Collector
-from ..modules import first_tensor
+from ..modules import first_tensor, not_dense
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "classes_of", "add_step_scalars"]
@@ -22,11 +22,12 @@ _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum 
 
 def batch_tensor(args, kwargs) -> torch.Tensor | None:
     """The model's first tensor argument (positional, else keyword): the
-    batch; None when there is none to measure (complex, or empty)."""
+    batch; None when there is none to measure (complex, sparse or another
+    layout that is not dense, or empty)."""
     x = first_tensor(args) if args else None
     if x is None:
         x = first_tensor(kwargs)
-    if x is None or x.is_complex() or x.numel() == 0:
+    if x is None or not_dense(x) is not None or x.is_complex() or x.numel() == 0:
         return None
     return x
 
