@@ -34,7 +34,7 @@ from .. import distributed
 from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors, not_dense
 from .step_facts import StepFacts
 from .params import RowTable
-from .pseudo_rows import batch_tensor, measure_batch
+from .pseudo_rows import batch_tensor, measure_batch, measure_empty_batch
 from ..step.slots import Key
 from .step_check import NonfiniteCheck
 
@@ -244,6 +244,7 @@ class ForwardHooks:
         self.batch_grad = any(map(_REQUIRES_GRAD, iter_tensors((args, kwargs))))
         x = batch_tensor(args, kwargs)
         if x is None:
+            measure_empty_batch(self.col, args, kwargs)
             return
         if x.is_floating_point():
             # The first module usually gets this very tensor: it then reuses
