@@ -29,9 +29,9 @@ STEPS = 14
 class Bomb(nn.Module):
     """A leaf layer (its own weight) whose output gets a NaN while ``armed``."""
 
-    def __init__(self):
+    def __init__(self, width=16):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(16, 16) / 4)
+        self.weight = nn.Parameter(torch.randn(width, width) / width**0.5)
         self.armed = False
 
     def forward(self, x):

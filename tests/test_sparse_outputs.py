@@ -14,6 +14,7 @@ from torch import nn
 
 from tb_neuraldbg import DebugWriter, metadata
 from tb_neuraldbg.offline.reader import read_run
+from tests.test_replay_state import Bomb
 
 torch.set_num_threads(1)
 M = metadata.METRIC_INDEX
@@ -33,38 +34,13 @@ _BACK = {
 }
 
 
-class To(nn.Module):
-    def __init__(self, kind):
+class Convert(nn.Module):
+    def __init__(self, fn):
         super().__init__()
-        self.kind = kind
+        self.fn = fn
 
     def forward(self, x):
-        return _TO[self.kind](x)
-
-
-class Back(nn.Module):
-    def __init__(self, kind):
-        super().__init__()
-        self.kind = kind
-
-    def forward(self, x):
-        return _BACK[self.kind](x)
-
-
-class Bomb(nn.Module):
-    """A leaf layer (its own weight) whose output gets a NaN while ``armed``."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(8, 8) / 3)
-        self.armed = False
-
-    def forward(self, x):
-        y = x @ self.weight
-        if self.armed:
-            y = y.clone()
-            y[0, 0] = float("nan")
-        return y
+        return self.fn(x)
 
 
 class Adjacency(nn.Module):
@@ -80,7 +56,7 @@ class WithSparseOutput(nn.Module):
         super().__init__()
         self.embed = nn.Linear(4, 8)
         self.adj = Adjacency()
-        self.body = nn.Sequential(nn.ReLU(), Bomb(), nn.Linear(8, 2))
+        self.body = nn.Sequential(nn.ReLU(), Bomb(8), nn.Linear(8, 2))
 
     def forward(self, x):
         h = self.embed(x)
@@ -121,10 +97,11 @@ def _born_in(run, layer):
 @pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "nested"])
 def test_a_module_returning_a_sparse_tensor_is_skipped_and_the_rest_watched(kind, tmp_path):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), To(kind), Back(kind), nn.ReLU(), Bomb(), nn.Linear(8, 2))
+    to, back = Convert(_TO[kind]), Convert(_BACK[kind])
+    model = nn.Sequential(nn.Linear(4, 8), to, back, nn.ReLU(), Bomb(8), nn.Linear(8, 2))
     inst, said, run = _fit(model, model[4], str(tmp_path))
     notes = [s for s in said if "returns a" in s]
-    assert len(notes) == 1 and "'1' (To)" in notes[0] and kind in notes[0] and len(notes[0]) < 200, said
+    assert len(notes) == 1 and "'1' (Convert)" in notes[0] and kind in notes[0] and len(notes[0]) < 200, said
     assert not [s for s in said if "failed and is switched off" in s], said
     assert inst.mode == "replay" and inst.replays == len(PLAN)
     _born_in(run, "4")
