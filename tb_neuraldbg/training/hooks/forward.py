@@ -317,7 +317,7 @@ class ForwardHooks:
         x = first_tensor(args) if args else None
         if x is None and kwargs:
             x = first_tensor(kwargs)
-        if x is not None and not (x.is_floating_point() and x.numel() > 0 and not_dense(x) is None):
+        if x is not None and not (not_dense(x) is None and x.is_floating_point() and x.numel() > 0):
             x = None
         y = first_tensor(output)
         if y is not None:
