@@ -314,6 +314,11 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                     "of the ops that follow it (division by ~0, sqrt/log/pow near 0, a custom "
                     "autograd Function).")
         if side == "loss":
+            if extra.get("empty_batch"):
+                return (f"{where}: the loss is non-finite from step {step}: the batch of that step was "
+                        "empty (batch size 0), and a mean over no elements is NaN. Check the data "
+                        "pipeline (a filter or a sampler that can yield an empty batch, a last partial "
+                        "batch emptied by a filter), or skip empty batches before the forward.")
             if extra.get("from_layer"):
                 return (f"{where}: the loss is non-finite from step {step}; its input, the output "
                         f"of {extra['from_layer']}, was already non-finite.")

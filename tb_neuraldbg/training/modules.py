@@ -34,6 +34,7 @@ __all__ = [
     "owned_params",
     "first_tensor",
     "iter_tensors",
+    "not_dense",
     "unwrap",
     "is_compiled",
     "is_loss_module",
@@ -326,6 +327,25 @@ def iter_tensors(*objs, depth: int = 0):
             yield from iter_tensors(*obj, depth=depth + 1)
         elif depth < 4 and isinstance(obj, dict):
             yield from iter_tensors(*obj.values(), depth=depth + 1)
+
+
+_STRIDED = torch.strided
+
+
+def not_dense(t: torch.Tensor) -> str | None:
+    """None for an ordinary dense tensor, which the statistics can read;
+    else what it is ("sparse_coo", "sparse_csr", ..., "nested", "quantized",
+    "meta"), a tensor the hooks skip as they skip one that is not float
+    (``tests/test_sparse_outputs.py``: torch's reductions refuse it)."""
+    if t.layout is not _STRIDED:
+        return str(t.layout).replace("torch.", "")
+    if t.is_nested:
+        return "nested"
+    if t.is_quantized:
+        return "quantized"
+    if t.is_meta:
+        return "meta"
+    return None
 
 
 def first_tensor(obj, depth: int = 0):

@@ -40,6 +40,9 @@ class Loss(Aspect):
         self.doubled_step = None  # the first step with a loss above twice the first one
         self.init_done = False
         self.plateau = Plateau(thresholds)
+        # Recent steps whose batch was empty (the <input> row's batch size 0;
+        # a mean over it is NaN): the message of a non-finite loss says so.
+        self.empty_steps = deque(maxlen=64)
 
     def below_first(self) -> bool:
         """The recent losses' median is below the (finite) first loss."""
@@ -56,6 +59,9 @@ class Loss(Aspect):
             self.first_step = step
         n = self.kinds.n
         out = {"loss": (blank(n), None), "plateau": (blank(n), None), "init": (blank(n), None)}
+        j = self.kinds.input_index
+        if j >= 0 and row[j, _M["value"]] == 0:
+            self.empty_steps.append(step)
         i = self.kinds.loss_index
         if i >= 0:
             self._loss(step, row[i], lr, plateau_conf[i] == STATE["loss_plateau"], out)
@@ -140,6 +146,8 @@ class Loss(Aspect):
             return p.climb_level, p.climb_best, extra
         if name == "loss" and kind == "nonfinite":
             extra["side"] = "loss"
+            if failing and tr.onset in self.empty_steps:
+                extra["empty_batch"] = True
             prev = nonfinite_before(row, tr.index)
             if prev >= 0:
                 extra["from_layer"] = self.kinds.names[prev]

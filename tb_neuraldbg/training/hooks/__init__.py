@@ -7,7 +7,8 @@ share), ``module_stats`` (what a module's hook measures), ``module_hooks``
 (the module hooks off on cheap steps), ``backward`` (where a backward starts
 and ends), ``params`` (rows, parameters, gradient and weight norms),
 ``pseudo_rows`` (batch, loss, learning rate), ``step_check`` and ``replay``
-(finding where a non-finite value is born), ``step_facts`` (leftover
+(finding where a non-finite value is born), ``replay_state`` (what a replay
+puts back: Python's and numpy's generators, the modules' own state), ``step_facts`` (leftover
 gradients, param groups, modules run without autograd), ``guard`` (hook
 bodies that never break training), ``gcpause``.
 """

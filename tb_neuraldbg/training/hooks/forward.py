@@ -16,6 +16,7 @@ the schedule the instrument gives :meth:`ForwardHooks.new_step`.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from operator import attrgetter
 from typing import Any
@@ -29,10 +30,11 @@ from ..step.collector import CHUNK, Collector
 from .guard import HookGuard
 from .module_hooks import ModuleHooks
 from .module_stats import measure_values
-from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors
+from .. import distributed
+from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors, not_dense
 from .step_facts import StepFacts
 from .params import RowTable
-from .pseudo_rows import batch_tensor, measure_batch
+from .pseudo_rows import batch_tensor, measure_batch, measure_empty_batch
 from ..step.slots import Key
 from .step_check import NonfiniteCheck
 
@@ -110,6 +112,7 @@ class ForwardHooks:
         # step the module hooks were on: a cheap step without them repeats them.
         self._last_ran: Any = None
         self._last_no_grad: frozenset = frozenset()
+        self._not_dense_said: set[str] = set()  # modules said to return a tensor that is not dense
         self.new_step(0, False, False)
 
     # -- the step -----------------------------------------------------------
@@ -241,6 +244,7 @@ class ForwardHooks:
         self.batch_grad = any(map(_REQUIRES_GRAD, iter_tensors((args, kwargs))))
         x = batch_tensor(args, kwargs)
         if x is None:
+            measure_empty_batch(self.col, args, kwargs)
             return
         if x.is_floating_point():
             # The first module usually gets this very tensor: it then reuses
@@ -313,11 +317,20 @@ class ForwardHooks:
         x = first_tensor(args) if args else None
         if x is None and kwargs:
             x = first_tensor(kwargs)
-        if x is not None and not (x.is_floating_point() and x.numel() > 0):
+        if x is not None and not (not_dense(x) is None and x.is_floating_point() and x.numel() > 0):
             x = None
         y = first_tensor(output)
-        if y is not None and not (y.is_floating_point() and y.numel() > 0):
-            y = None
+        if y is not None:
+            # A sparse (nested, quantised, meta) output is skipped as a
+            # non-float one is: torch's reductions refuse it, and the failure
+            # would switch every module's monitoring off
+            # (tests/test_sparse_outputs.py).
+            kind = not_dense(y)
+            if kind is not None:
+                self._say_not_dense(name, module, kind)
+                y = None
+            elif not (y.is_floating_point() and y.numel() > 0):
+                y = None
         same_as_prev = False
         nf_only = self.nf_only
         if x is not None:
@@ -355,8 +368,18 @@ class ForwardHooks:
             # value measured here).
             y.grad_fn.register_prehook(_GoutHook(self._ref, self.step, row, y.output_nr))
 
+    def _say_not_dense(self, name: str, module, kind: str) -> None:
+        if name not in self._not_dense_said:
+            self._not_dense_said.add(name)
+            warnings.warn(
+                f"{distributed.tag()}: module {name!r} ({type(module).__name__}) returns a {kind} tensor, "
+                "which is not measured (only dense ones are); the rest of the model is watched",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
     def _measure_gout(self, row: int, g: torch.Tensor) -> None:
-        if g is None or g.is_sparse or not g.is_floating_point() or g.numel() == 0:
+        if g is None or not_dense(g) is not None or not g.is_floating_point() or g.numel() == 0:
             return
         g = g.detach()
         threads = self.threads

@@ -19,6 +19,16 @@ __all__ = ["HookGuard"]
 log = logging.getLogger("tb_neuraldbg")
 
 
+# The most of an exception's message a warning repeats: PyTorch's dispatcher
+# errors list every backend on 200 lines (tests/test_sparse_outputs.py).
+_MAX_REASON = 300
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().split("\n", 1)[0]
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
 class HookGuard:
     """``broken``: the parts switched off; ``removed``: every hook is off
     (nothing runs); ``hook_ns``: the time spent in guarded bodies, nested
@@ -46,7 +56,10 @@ class HookGuard:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
             self.broken.add(part)
-            msg = f"{distributed.tag()}: monitoring of the {part} failed and is switched off: {type(e).__name__}: {e}"
+            msg = (
+                f"{distributed.tag()}: monitoring of the {part} failed and is switched off: "
+                f"{type(e).__name__}: {_first_line(e)}"
+            )
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             log.warning(msg)
             return None

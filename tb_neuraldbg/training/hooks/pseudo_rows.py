@@ -12,21 +12,22 @@ from torch import nn
 
 from ..step import stats
 from ..step.collector import Collector
-from ..modules import first_tensor
+from ..modules import first_tensor, not_dense
 from ..step.slots import Key
 
-__all__ = ["batch_tensor", "measure_batch", "classes_of", "add_step_scalars"]
+__all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 
 
 def batch_tensor(args, kwargs) -> torch.Tensor | None:
     """The model's first tensor argument (positional, else keyword): the
-    batch; None when there is none to measure (complex, or empty)."""
+    batch; None when there is none to measure (complex, sparse or another
+    layout that is not dense, or empty)."""
     x = first_tensor(args) if args else None
     if x is None:
         x = first_tensor(kwargs)
-    if x is None or x.is_complex() or x.numel() == 0:
+    if x is None or not_dense(x) is not None or x.is_complex() or x.numel() == 0:
         return None
     return x
 
@@ -49,6 +50,18 @@ def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> N
     col.const(0, Key.OUT_N, x.numel())
     if x.dim() >= 1:
         col.const(0, Key.VALUE, x.shape[0])  # the batch size, for the diagnosis (dead units need samples)
+
+
+def measure_empty_batch(col: Collector, args, kwargs) -> None:
+    """A batch with no elements (``batch_tensor`` gave none to measure): its
+    batch size, 0 where the batch is empty, which the diagnosis names in the
+    message of the NaN loss a mean over it gives
+    (``tests/test_empty_batch.py``)."""
+    x = first_tensor(args) if args else None
+    if x is None:
+        x = first_tensor(kwargs)
+    if x is not None and x.dim() >= 1 and not_dense(x) is None and x.numel() == 0:
+        col.const(0, Key.VALUE, x.shape[0])
 
 
 def classes_of(criterion: nn.Module, args) -> int | None:

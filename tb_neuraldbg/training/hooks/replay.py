@@ -15,10 +15,13 @@ gradient, and puts back whatever the re-run touched:
   and its autocast state;
 * the backward is a ``torch.autograd.grad`` into new tensors: weights, their
   ``.grad`` and the optimizer are never touched;
-* afterwards the RNG state is the one after the original step again, every
-  buffer (BatchNorm running statistics) holds its value from before the
-  re-run, and so does every plain attribute (a counter of calls) of the
-  modules and the criterion.
+* Python's ``random`` and numpy's global generator start from their state
+  before the step's forward too (:class:`.replay_state.HostRng`);
+* afterwards every generator's state is the one after the original step
+  again, every buffer (BatchNorm running statistics) holds its value from
+  before the re-run, and so does the modules' and the criterion's own state
+  (:class:`.replay_state.ModuleState`: their attributes, and in place the
+  tensors, arrays and containers they hold: a counter of calls, a list).
 
 The backward needs the gradient the loss sent into the model's output. Two
 sources, the cheaper first (:class:`StepCapture`):
@@ -32,12 +35,15 @@ sources, the cheaper first (:class:`StepCapture`):
   check: the memory of one model output (for a language model its logits,
   batch x sequence x vocabulary; 0.8 GB for 8 x 1024 x 50257 in bf16).
 
-Not restorable, so a replay that depends on them does not reproduce: other
-generators (``torch.Generator`` objects of the user's, numpy, ``random``), a
-batch changed in place after the forward, Python state other than plain
-attributes. The instrument checks that the re-run reproduced the step (the
-same parameters with non-finite gradients) and otherwise falls back to the
-every-step flags.
+Not restorable, so a replay that depends on them does not reproduce: a
+generator object of the user's (``np.random.default_rng()``,
+``random.Random()``, a ``torch.Generator``), whose state before the step is
+not kept: one the modules hold or their forward reaches (globals, closure)
+is put back after the re-run, which then raises :class:`ReplayError`; a
+batch changed in place after the forward; state outside the modules (a
+global counter). The instrument checks that the re-run reproduced the step
+(the same parameters with non-finite gradients) and otherwise falls back to
+the every-step flags.
 """
 
 from __future__ import annotations
@@ -51,13 +57,10 @@ import torch
 from torch import nn
 
 from ..modules import iter_tensors
+from .replay_state import HostRng, ModuleState
 
 __all__ = ["StepCapture", "LossCall", "capture", "rerun", "ReplayError"]
 
-# The Python types whose values a module attribute can hold and a re-run can
-# change by assignment only (a counter): saved and put back.
-_PLAIN = (bool, int, float, complex, str, bytes, type(None))
-_MISSING = object()
 # Output tensors of the model followed for the backward (a tuple or dict output).
 MAX_OUTPUTS = 8
 
@@ -80,15 +83,17 @@ class LossCall:
 @dataclass
 class StepCapture:
     """What the first forward of a step leaves for a possible re-run: its
-    arguments (by reference) and their in-place versions, the RNG and autocast
-    states before it, its output tensors (weakly), and either the criterion's
-    call on them or the gradients the backward sent into them."""
+    arguments (by reference) and their in-place versions, the RNG (torch's,
+    Python's and numpy's) and autocast states before it, its output tensors
+    (weakly), and either the criterion's call on them or the gradients the
+    backward sent into them."""
 
     args: tuple
     kwargs: dict
     versions: list
     rng: tuple
     autocast: tuple
+    host_rng: HostRng | None = None
     outputs: list | None = None  # weak references to the output tensors
     loss_call: LossCall | None = None
     criterion_calls: int = 0
@@ -215,19 +220,8 @@ def capture(args, kwargs, cuda_devices, device_types) -> StepCapture:
         versions=[_version_of(t) for t in iter_tensors(args, kwargs)],
         rng=rng_state(cuda_devices),
         autocast=autocast_state(device_types),
+        host_rng=HostRng.before(),
     )
-
-
-def _plain_attributes(modules) -> list:
-    return [(m, {k: v for k, v in vars(m).items() if type(v) in _PLAIN}) for m in modules]
-
-
-def _put_back_attributes(saved: list) -> None:
-    for m, attrs in saved:
-        d = vars(m)
-        for k, v in attrs.items():
-            if d.get(k, _MISSING) is not v:
-                d[k] = v
 
 
 def rerun(
@@ -242,54 +236,68 @@ def rerun(
     re-run or None, the gradients of ``params``, None where unused; an empty
     list when no backward source was kept). The hooks on ``root`` measure
     as they are set. Raises :class:`ReplayError` (or whatever the model
-    raises) when it cannot; the state is put back in every case."""
+    raises) when it cannot, or when it drew from a generator it could not
+    rewind (see :mod:`.replay_state`); the state is put back in every case."""
     if not cap.unchanged():
         raise ReplayError("the batch was modified in place after the forward")
     after = rng_state(cuda_devices)
+    host_after = HostRng.now()
     modules = list(root.modules()) + ([criterion] if criterion is not None else [])
-    attrs = _plain_attributes(modules)
     with torch.no_grad():
         # By module and name: a forward may assign a new tensor to a buffer.
         buffers = [(m, k, b, b.clone()) for m in modules for k, b in m._buffers.items() if b is not None]
+    state = ModuleState(modules, {id(b) for _, _, b, _ in buffers})
+    lost: list = []
     try:
         set_rng_state(cap.rng)
-        with torch.enable_grad(), autocast_context(cap.autocast):
-            out = root(*cap.args, **cap.kwargs)
-        outs = list(iter_tensors(out))[:MAX_OUTPUTS]
-        loss = None
-        call = cap.loss_call
-        if call is not None and criterion is not None:
-            if call.index >= len(outs):
-                raise ReplayError("the model returned fewer outputs in the re-run")
-            with torch.enable_grad(), autocast_context(call.autocast):
-                loss = criterion(_apply(call.how, outs[call.index]), *call.rest, **call.kwargs)
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise ReplayError("the criterion's loss is not a single value")
-            loss = loss.reshape(())
-            targets, grads = [loss * scale.to(loss.device) if scale is not None else loss], [None]
-        elif cap.out_grads:
-            if max(cap.out_grads) >= len(outs):
-                raise ReplayError("the model returned fewer outputs in the re-run")
-            idx = sorted(cap.out_grads)
-            targets, grads = [outs[i] for i in idx], [cap.out_grads[i] for i in idx]
-            if any(t.shape != g.shape for t, g in zip(targets, grads)):
-                raise ReplayError("the model's output has another shape in the re-run")
-        else:
-            return None, []
-        # The leaves the step's backward reached: the parameters, and batch
-        # tensors that require grad (an input gradient, adversarial training).
-        inputs = [p for p in params if p.requires_grad]
-        inputs += [t for t in iter_tensors(cap.args, cap.kwargs) if t.requires_grad and t.is_leaf]
-        if not inputs:
-            return loss, []
-        with torch.enable_grad():
-            got = torch.autograd.grad(targets, inputs, grads, allow_unused=True)
-        by_id = {id(p): g for p, g in zip(inputs, got)}
-        return (None if loss is None else loss.detach()), [by_id.get(id(p)) for p in params]
+        if cap.host_rng is not None:
+            cap.host_rng.start_rerun(host_after)
+        result = _run(root, criterion, cap, params, scale)
     finally:
         set_rng_state(after)
+        host_after.put_back()
         with torch.no_grad():
             for m, k, b, saved in buffers:
                 m._buffers[k] = b
                 b.copy_(saved)
-        _put_back_attributes(attrs)
+        lost = state.restore()
+    if lost:
+        raise ReplayError("the forward uses what a re-run cannot rewind: " + "; ".join(dict.fromkeys(lost)))
+    return result
+
+
+def _run(root, criterion, cap: StepCapture, params: list, scale) -> tuple[Any, list]:
+    """The re-run itself: :func:`rerun`'s forward and backward."""
+    with torch.enable_grad(), autocast_context(cap.autocast):
+        out = root(*cap.args, **cap.kwargs)
+    outs = list(iter_tensors(out))[:MAX_OUTPUTS]
+    loss = None
+    call = cap.loss_call
+    if call is not None and criterion is not None:
+        if call.index >= len(outs):
+            raise ReplayError("the model returned fewer outputs in the re-run")
+        with torch.enable_grad(), autocast_context(call.autocast):
+            loss = criterion(_apply(call.how, outs[call.index]), *call.rest, **call.kwargs)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ReplayError("the criterion's loss is not a single value")
+        loss = loss.reshape(())
+        targets, grads = [loss * scale.to(loss.device) if scale is not None else loss], [None]
+    elif cap.out_grads:
+        if max(cap.out_grads) >= len(outs):
+            raise ReplayError("the model returned fewer outputs in the re-run")
+        idx = sorted(cap.out_grads)
+        targets, grads = [outs[i] for i in idx], [cap.out_grads[i] for i in idx]
+        if any(t.shape != g.shape for t, g in zip(targets, grads)):
+            raise ReplayError("the model's output has another shape in the re-run")
+    else:
+        return None, []
+    # The leaves the step's backward reached: the parameters, and batch
+    # tensors that require grad (an input gradient, adversarial training).
+    inputs = [p for p in params if p.requires_grad]
+    inputs += [t for t in iter_tensors(cap.args, cap.kwargs) if t.requires_grad and t.is_leaf]
+    if not inputs:
+        return loss, []
+    with torch.enable_grad():
+        got = torch.autograd.grad(targets, inputs, grads, allow_unused=True)
+    by_id = {id(p): g for p, g in zip(inputs, got)}
+    return (None if loss is None else loss.detach()), [by_id.get(id(p)) for p in params]
