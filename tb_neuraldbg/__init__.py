@@ -12,14 +12,7 @@ preflight protocol), ``integrations/`` (Lightning and Hugging Face callbacks,
 imported on their own).
 """
 
-import logging
-
 from ._version import __version__
-
-# A library's logger gets no handler of its own but this one: each warning is
-# shown once, through the warnings module, unless the user configures logging
-# (without it, logging's last-resort handler printed every warning a second time).
-logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["DebugWriter", "unwatch", "register_module", "Behaviour", "diagnose", "checks", "__version__"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
 import queue
 import sys
 import warnings
@@ -33,7 +32,6 @@ from .worker.thread import TrainingSink, Worker
 
 __all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
 
-log = logging.getLogger("tb_neuraldbg")
 
 # Models watched by any DebugWriter: watching twice is a no-op, and nothing
 # is set on the user's module.
@@ -109,7 +107,6 @@ class WatchHandle:
             "watched from its first call (its row is appended)"
         )
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
-        log.warning(msg)
 
     @property
     def layers(self) -> list[dict]:
@@ -424,7 +421,6 @@ class DebugWriter(SummaryWriter):
 def _warn_thread(why: str) -> None:
     msg = f"{distributed.tag()}: watch(analysis='process'): {why}; the steps are analysed on the writer's thread"
     warnings.warn(msg, RuntimeWarning, stacklevel=4)
-    log.warning(msg)
 
 
 def _in_use(ref: "weakref.ref[DebugWriter]") -> bool:
@@ -455,7 +451,6 @@ def _take_over(existing: WatchHandle) -> None:
     del old
     msg = f"{distributed.tag()}: the model was watched by a DebugWriter no longer in use{where}; it is closed and the new one watches"
     warnings.warn(msg, RuntimeWarning, stacklevel=3)  # (the caller of watch())
-    log.warning(msg)
     _release(existing)
 
 

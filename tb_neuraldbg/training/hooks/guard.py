@@ -8,16 +8,12 @@ spent in the hooks (``DebugWriter.stats_info``'s ``hooks_ms_per_step``).
 
 from __future__ import annotations
 
-import logging
 import warnings
 from time import perf_counter_ns
 
 from .. import distributed
 
 __all__ = ["HookGuard"]
-
-log = logging.getLogger("tb_neuraldbg")
-
 
 # The most of an exception's message a warning repeats: PyTorch's dispatcher
 # errors list every backend on 200 lines (tests/test_sparse_outputs.py).
@@ -61,7 +57,6 @@ class HookGuard:
                 f"{type(e).__name__}: {_first_line(e)}"
             )
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
-            log.warning(msg)
             return None
         finally:
             if outer:

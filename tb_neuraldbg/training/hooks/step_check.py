@@ -12,7 +12,6 @@ exact counts from the step after the first non-finite one.
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import numpy as np
@@ -23,9 +22,6 @@ from ..step.collector import Collector, all_finite, host_finite
 from ..step.slots import Key
 
 __all__ = ["NonfiniteCheck", "reproduced", "scaler_decides"]
-
-log = logging.getLogger("tb_neuraldbg")
-
 
 def scaler_decides(scaler, optimizer) -> bool:
     """An enabled GradScaler on CUDA reads its found-inf flag itself: the
@@ -77,7 +73,6 @@ class NonfiniteCheck:
                 f"step from now on"
             )
             warnings.warn(msg, RuntimeWarning, stacklevel=5)
-            log.warning(msg)
 
     def note_nonfinite(self, host: list) -> None:
         """nonfinite="every_step": exact counts from the step after the

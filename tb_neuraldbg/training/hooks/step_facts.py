@@ -32,7 +32,6 @@ for the device.
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 import weakref
@@ -47,9 +46,6 @@ from ..step import stats
 from ..step.stats import Key
 
 __all__ = ["StepFacts"]
-
-log = logging.getLogger("tb_neuraldbg")
-
 
 _GRAD = attrgetter("grad")
 
@@ -131,7 +127,6 @@ class StepFacts:
                 "another optimizer? No step is recorded until the watched one steps"
             )
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
-            log.warning(msg)
         self._probe_version = version
         self._stepped = False
 

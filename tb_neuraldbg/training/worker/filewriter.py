@@ -15,14 +15,10 @@ metadata goes with its first write to the file only.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable, Iterable
 
 __all__ = ["GuardedFileWriter", "SummaryFile"]
-
-log = logging.getLogger("tb_neuraldbg")
-
 
 class GuardedFileWriter:
     """A torch ``FileWriter`` (or None: creating it failed) whose writes never
@@ -63,7 +59,6 @@ class GuardedFileWriter:
                 f"{type(e).__name__}: {e}); training goes on, later TensorBoard writes are dropped"
             )
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
-            log.warning(msg)
         self.dropped += 1
 
     def _call(self, what: str, *args, **kwargs):

@@ -63,9 +63,9 @@ def training_tag() -> str:
 
 
 def warn(msg: str) -> None:
-    """A warning of the worker's, also logged."""
+    """A warning of the worker's (shown once: through warnings, which
+    ``logging.captureWarnings`` routes into a user's logs)."""
     warnings.warn(msg, RuntimeWarning)
-    log.warning(msg)
 
 
 class Counters(NamedTuple):
