@@ -453,7 +453,9 @@ def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
     assert info["steps_analysed"] == 3 * worker.BURST
     # a step: the 20 ms in the commit, the loop's 30 ms, the rest small
     assert 50 <= info["step_ms"] < 90, info
-    assert info["hooks_share"] == pytest.approx(info["hooks_ms_per_step"] / info["step_ms"])
+    # (the shares are over one span of time each, not ratios to the median
+    # step: test_writer_checks.py's test_the_shares_stay_within_0_and_1)
+    assert 0 <= info["hooks_share"] <= 1 and 0 <= info["worker_share"] <= 1
     assert 0.22 < info["hooks_share"] < 0.6 and 0.1 < info["worker_share"] < 0.5, info
 
 
