@@ -122,7 +122,8 @@ def _collect_runs(logdir: str, rediagnose: bool) -> tuple[list, list[dict], list
             rep, skipped = diagnose_run(run).to_report(), []
         else:
             rep, skipped = _stored_report(run)
-        reports.append(annotate(rep, run.warnings + skipped, run.incomplete or bool(skipped)))
+        reports.append(annotate(rep, run.warnings + skipped, run.incomplete or bool(skipped),
+                                run.complete, run.last_step))
     return runs, reports, notes
 
 

@@ -78,6 +78,8 @@ def test_the_child_writes_what_the_thread_writes(tmp_path):
     configs = [json.loads(c[0][1]) for c in (thread.pop(metadata.TAG_CONFIG), process.pop(metadata.TAG_CONFIG))]
     assert [c.pop("analysis") for c in configs] == ["thread", "process"]
     assert configs[0] == configs[1] and configs[0]["num_classes"] == 3
+    for tag in (metadata.TAG_SESSION_START, metadata.TAG_SESSION_END):  # (each writer's own id and pid)
+        assert len(thread.pop(tag)) == len(process.pop(tag)) == 1
     for tag in thread:
         assert thread[tag] == process[tag], tag
     # the batch behind the events, saved by the training process on the child's request

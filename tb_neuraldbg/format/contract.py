@@ -28,6 +28,7 @@ __all__ = [
     "annotate",
     "logdir_report",
     "is_root_event",
+    "unclosed_note",
 ]
 
 # Key order of the contract; the JSON keeps it so diffs of reports stay readable.
@@ -185,18 +186,30 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping],
     return {"run": run, "status": status, "root_cause": root_cause, "events": clean_events}
 
 
-def annotate(report: dict, warnings: Iterable[str] = (), incomplete: bool = False) -> dict:
+def annotate(report: dict, warnings: Iterable[str] = (), incomplete: bool = False,
+             complete: bool | None = None, last_step: int | None = None) -> dict:
     """``report`` (a ``run_report`` dict) with the extension keys that say
     what of the run could not be read: ``"incomplete": true`` when data was
-    lost (its diagnosis may miss what that data held) and ``"warnings"``, one
-    line each. Added only when there is something to say, so a clean run is
-    exactly the contract."""
+    lost (its diagnosis may miss what that data held); ``"complete": false``
+    and ``"last_step"`` (its last logged step, null for none) when the run's
+    writer did not close it (killed, or still writing), which is also
+    incomplete; and ``"warnings"``, one line each. Added only when there is
+    something to say, so a clean run is exactly the contract."""
     warnings = [str(w) for w in warnings]
-    if incomplete:
+    if incomplete or complete is False:
         report["incomplete"] = True
+    if complete is False:
+        report["complete"] = False
+        report["last_step"] = None if last_step is None else _as_int(last_step)
     if warnings:
         report["warnings"] = warnings
     return report
+
+
+def unclosed_note(last_step: int | None) -> str:
+    """The one line said of a run whose writer did not close it."""
+    where = f"the data ends at step {last_step}" if last_step is not None else "no step was written"
+    return f"the writer did not close this run (its process was killed, or it is still writing): {where}"
 
 
 def logdir_report(runs: Iterable[Mapping], notes: Iterable[str] = ()) -> dict:

@@ -54,7 +54,8 @@ MAX_ROWS = 1 << 20
 
 # Tags holding one JSON string scalar per record (the rest are per-step rows).
 JSON_TAGS = frozenset(
-    {metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, metadata.TAG_CONFIG}
+    {metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, metadata.TAG_CONFIG,
+     metadata.TAG_SESSION_START, metadata.TAG_SESSION_END}
 )
 
 # The TensorFlow type each row dtype is stored as (docs/FORMAT.md).
@@ -129,11 +130,13 @@ class Rows(NamedTuple):
 class JsonRecords(NamedTuple):
     """The readable records of a JSON tag, in the order given (the order
     written, so after a restart the newest record comes last): ``steps``
-    int64 [n], ``values`` the parsed JSON, ``text_bytes`` their total size."""
+    int64 [n], ``values`` the parsed JSON, ``text_bytes`` their total size;
+    ``walls`` float64 [n], the records' wall times, when they were given."""
 
     steps: np.ndarray
     values: list
     text_bytes: int
+    walls: np.ndarray | None = None
 
     def pairs(self) -> list:
         """(step, value) pairs, as the run-level views below take them."""
@@ -388,17 +391,21 @@ def _string_scalar(tensor) -> str:
 
 
 def decode_json(steps: Iterable[int], tensors: Iterable, note: Note | None = None,
-                tag: str = "JSON") -> JsonRecords:
+                tag: str = "JSON", walls: Iterable[float] | None = None) -> JsonRecords:
     """Parse the JSON string scalars of one tag, in the order given.
 
     Every record counts (two event records at one step are both kept).
     Unreadable ones (not a string scalar, not UTF-8, not JSON, nested too
-    deep to parse) are skipped with a note.
+    deep to parse) are skipped with a note. ``walls``: the records' wall
+    times, kept beside the readable ones.
     """
     note = note or _ignore
     kept, values, text_bytes = [], [], 0
+    timed = walls is not None
+    walls = list(walls) if timed else None
+    kept_walls = []
     skips = _Skips(tag)
-    for step, tensor in zip(steps, tensors):
+    for i, (step, tensor) in enumerate(zip(steps, tensors)):
         try:
             text = _string_scalar(tensor)
             value = json.loads(text)
@@ -409,8 +416,11 @@ def decode_json(steps: Iterable[int], tensors: Iterable, note: Note | None = Non
         kept.append(int(step))
         values.append(value)
         text_bytes += len(text)
+        if timed:
+            kept_walls.append(float(walls[i]) if i < len(walls) else float("nan"))
     skips.tell(note)
-    return JsonRecords(np.asarray(kept, dtype=np.int64), values, text_bytes)
+    return JsonRecords(np.asarray(kept, dtype=np.int64), values, text_bytes,
+                       np.asarray(kept_walls, dtype=np.float64) if timed else None)
 
 
 # ---------------------------------------------------------------------------

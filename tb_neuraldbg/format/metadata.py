@@ -22,6 +22,8 @@ __all__ = [
     "TAG_EVENTS",
     "TAG_DIAGNOSIS",
     "TAG_CONFIG",
+    "TAG_SESSION_START",
+    "TAG_SESSION_END",
     "TAG_BLOCK_SPAN",
     "TAG_BLOCK_STATES",
     "BLOCK_ROWS",
@@ -81,6 +83,14 @@ TAG_EVENTS = "neuraldbg/events"
 TAG_DIAGNOSIS = "neuraldbg/diagnosis"
 # JSON string scalar written once: writer settings, thresholds, versions.
 TAG_CONFIG = "neuraldbg/config"
+# JSON string scalars, one of each per writer (docs/FORMAT.md, *Sessions*):
+# {"session", "pid", "host", "start_step", "purge_step"} when a DebugWriter
+# starts watching, at its start step; {"session", "last_step", "signal"} when
+# it closed cleanly, at its last step. A run whose last start has no end was
+# not closed (killed, or still running); a start with a purge_step hides what
+# was written before it from that step on (TensorBoard's purge_step).
+TAG_SESSION_START = "neuraldbg/session/start"
+TAG_SESSION_END = "neuraldbg/session/end"
 # Block summaries (docs/FORMAT.md): every BLOCK_ROWS consecutive written rows
 # (fewer where the writer flushed or closed) binned by the heatmap's rule into
 # one record per tag, at the step of the block's last row, so that a long run's

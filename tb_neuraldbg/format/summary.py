@@ -26,6 +26,7 @@ __all__ = [
     "events_summary",
     "diagnosis_summary",
     "config_summary",
+    "session_summary",
     "histograms_summary",
 ]
 
@@ -202,6 +203,14 @@ def diagnosis_summary(status: str, root_cause: Mapping | None) -> summary_pb2.Su
 def config_summary(config: Mapping) -> summary_pb2.Summary:
     """Summary of the writer's settings (written once, at the first step)."""
     return summary_pb2.Summary(value=[_json_value(metadata.TAG_CONFIG, dict(config), "config")])
+
+
+def session_summary(tag: str, payload: Mapping) -> summary_pb2.Summary:
+    """Summary of a writer's session start or end (``metadata.TAG_SESSION_START``
+    or ``TAG_SESSION_END``; docs/FORMAT.md, *Sessions*)."""
+    if tag not in (metadata.TAG_SESSION_START, metadata.TAG_SESSION_END):
+        raise ValueError(f"not a session tag: {tag!r}")
+    return summary_pb2.Summary(value=[_json_value(tag, dict(payload), "session")])
 
 
 def histograms_summary(histograms: Iterable[tuple[str, Mapping]]) -> summary_pb2.Summary:

@@ -7,6 +7,13 @@ are read by a bounded record reader of our own (``records.py``), not by
 TensorBoard's: only records holding neuraldbg tags are parsed, no length is
 trusted, and what cannot be read is named.
 
+A run written by several writers one after another is read as one
+(``format/sessions.py``): a writer resumed with ``purge_step`` N hides what
+the earlier ones wrote from step N on; a run whose last writer did not close
+it (killed, or still writing) says so (``Run.complete`` False, a note, and
+``Run.incomplete``); two writers writing one run at the same time (their
+files' records interleave in time and steps) are said in one note.
+
 Everything in a logdir is untrusted. Nothing is unpickled or executed. A
 record or a part of a file that cannot be read is skipped with one
 ``NeuralDbgDataWarning`` line, kept in the run's ``warnings``, and a run that
@@ -24,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tensorboard.compat import tf
 
-from ..format import decode, metadata
-from ..format.contract import NeuralDbgDataWarning
+from ..format import decode, metadata, sessions
+from ..format.contract import NeuralDbgDataWarning, unclosed_note
 from ..format.crc import use_fast_crc
 from . import logdir as logdir_files
 from . import records
@@ -53,8 +60,12 @@ class Run:
     stored ``{"status", "root_cause"}``; ``config`` the writer's settings.
     ``warnings`` are one-line notes on what could not be read (or was read
     oddly); ``incomplete`` is True when data of the run was not read (a
-    corrupt record, a lost tail, a skipped record), so that its diagnosis
-    may miss what that data held.
+    corrupt record, a lost tail, a skipped record, a writer that did not
+    close it), so that its diagnosis may miss what that data held.
+    ``complete``: True when the run's last writer closed it, False when it
+    did not (its process was killed, or it is still writing: what it had
+    not written after ``last_step`` is missing), None for a run written
+    before writers marked their close.
     """
 
     name: str
@@ -70,6 +81,12 @@ class Run:
     config: dict | None = None
     warnings: list = field(default_factory=list)
     incomplete: bool = False
+    complete: bool | None = None
+
+    @property
+    def last_step(self) -> int | None:
+        """The last logged step (None: no step yet)."""
+        return int(self.steps[-1]) if self.steps.shape[0] else None
 
     @property
     def layer_names(self) -> list:
@@ -146,10 +163,14 @@ class _Records:
         self.run = run
         self.note = note
         self.steps: dict = {}
+        self.walls: dict = {}
         self.tensors: dict = {}
         self._owner: dict = {}  # tag -> plugin name of its first metadata
 
-    def add(self, event) -> None:
+    def add(self, event) -> bool:
+        """Keep the event's neuraldbg values; True when it held data (a
+        value of a tag other than the sessions')."""
+        data = False
         for value in event.summary.value:
             tag = value.tag
             if tag not in _TAGS:
@@ -161,7 +182,21 @@ class _Records:
             if not value.HasField("tensor"):
                 continue
             self.steps.setdefault(tag, []).append(event.step)
+            self.walls.setdefault(tag, []).append(event.wall_time)
             self.tensors.setdefault(tag, []).append(value.tensor)
+            data = data or tag not in sessions.TAGS
+        return data
+
+    def purge(self, purges) -> None:
+        """Drop the records that a resumed writer's purge step hides."""
+        for tag in list(self.steps):
+            keep = sessions.kept(self.steps[tag], self.walls[tag], purges)
+            if keep is not None:
+                for d in (self.steps, self.walls, self.tensors):
+                    d[tag] = [v for v, k in zip(d[tag], keep) if k]
+
+    def has_data(self) -> bool:
+        return any(tag not in sessions.TAGS and steps for tag, steps in self.steps.items())
 
     def _check(self, tag: str, plugin_data) -> None:
         owner = self._owner.setdefault(tag, plugin_data.plugin_name)
@@ -177,19 +212,60 @@ class _Records:
     def get(self, tag: str) -> tuple[list, list]:
         return self.steps.get(tag, []), self.tensors.get(tag, [])
 
+    def walls_of(self, tag: str) -> list:
+        return self.walls.get(tag, [])
+
+
+class _Span:
+    """The wall times and steps one event file's data records cover."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.walls = [float("inf"), float("-inf")]
+        self.steps = [float("inf"), float("-inf")]
+
+    def add(self, wall: float, step: int) -> None:
+        self.walls = [min(self.walls[0], wall), max(self.walls[1], wall)]
+        self.steps = [min(self.steps[0], step), max(self.steps[1], step)]
+
+    def overlaps(self, other: "_Span") -> bool:
+        return (self.walls[0] < other.walls[1] and other.walls[0] < self.walls[1]
+                and self.steps[0] <= other.steps[1] and other.steps[0] <= self.steps[1])
+
+
+def _concurrent_writers(spans: list) -> str | None:
+    """One line when two of the run's files were written at the same time
+    over the same steps (two writers in one run directory), else None."""
+    spans = [s for s in spans if s.walls[0] <= s.walls[1]]
+    for i, a in enumerate(spans):
+        for b in spans[i + 1:]:
+            if a.overlaps(b):
+                return (f"two writers wrote this run at the same time ({a.name} and {b.name}, "
+                        f"steps {int(max(a.steps[0], b.steps[0]))} to {int(min(a.steps[1], b.steps[1]))} "
+                        "in both): their records interleave and are read as one; give each writer "
+                        "its own log_dir")
+    return None
+
 
 def _read_records(name: str, files: list, note: _Notes) -> _Records:
     """Every neuraldbg record of the run's event files, in reading order."""
     recs = _Records(name, note)
+    spans = []
     for path in files:
         shown = path.replace("\\", "/").rsplit("/", 1)[-1]  # the run's name says where
+        span = _Span(shown)
+        spans.append(span)
         try:
             for event in records.read_events(path, note.lost, shown):
-                recs.add(event)
+                if recs.add(event):
+                    span.add(event.wall_time, event.step)
         except records.NotRegularFile as e:
             note.add(f"skipped {shown}: {e}", lost=False)
         except OSError as e:
             note.lost(f"{shown}: cannot be read ({e.strerror or e})")
+    both = _concurrent_writers(spans) if len(spans) > 1 else None
+    if both:
+        note.add(both, lost=False)
     return recs
 
 
@@ -204,8 +280,8 @@ def _row_series(recs: _Records, note: decode.Note, max_width: int) -> dict:
 
 
 def _json_series(recs: _Records, note: decode.Note) -> dict:
-    """{tag: [(step, parsed JSON)]} of every JSON tag (empty when absent)."""
-    return {tag: decode.decode_json(*recs.get(tag), note, tag).pairs()
+    """{tag: decode.JsonRecords, with wall times} of every JSON tag (empty when absent)."""
+    return {tag: decode.decode_json(*recs.get(tag), note, tag, recs.walls_of(tag))
             for tag in sorted(decode.JSON_TAGS)}
 
 
@@ -242,16 +318,20 @@ def _build_run(name: str, path: str, files: list) -> Run | None:
     Raises FormatError for data of a newer format version."""
     note = _Notes(name)
     recs = _read_records(name, files, note)
-    if not recs.steps:
+    if not recs.has_data():  # (a writer's start alone: no data yet)
         note.finish()
         return None
+    timed = {t: decode.decode_json(*recs.get(t), note, t, recs.walls_of(t)) for t in sessions.TAGS}
+    sess = sessions.read_sessions(timed[metadata.TAG_SESSION_START], timed[metadata.TAG_SESSION_END], note)
+    recs.purge(sess.purges)
     records = _json_series(recs, note)
-    named = decode.layer_list(records[metadata.TAG_LAYERS])
+    pairs = {tag: r.pairs() for tag, r in records.items()}
+    named = decode.layer_list(pairs[metadata.TAG_LAYERS])
     series = _row_series(recs, note, decode.row_limit(len(named)))
     del recs
     steps, layer_counts = _step_axis(series)
     width = int(layer_counts.max(initial=0))
-    layers = decode.layer_list(records[metadata.TAG_LAYERS], width, note)
+    layers = decode.layer_list(pairs[metadata.TAG_LAYERS], width, note)
     stats, states = _matrices(series, steps, len(layers))
     run = Run(
         name=name,
@@ -262,10 +342,13 @@ def _build_run(name: str, path: str, files: list) -> Run | None:
         stats=stats,
         states=states,
         layer_counts=layer_counts,
-        events=decode.run_events(records[metadata.TAG_EVENTS], note),
-        diagnosis=decode.last_diagnosis(records[metadata.TAG_DIAGNOSIS], note),
-        config=decode.run_config(records[metadata.TAG_CONFIG], note),
+        events=decode.run_events(pairs[metadata.TAG_EVENTS], note),
+        diagnosis=sessions.combined_diagnosis(records[metadata.TAG_DIAGNOSIS], sess, note),
+        config=decode.run_config(pairs[metadata.TAG_CONFIG], note),
+        complete=sess.complete,
     )
+    if sess.complete is False:
+        note.lost(unclosed_note(run.last_step))
     run.warnings = note.finish()
     run.incomplete = note.incomplete
     return run

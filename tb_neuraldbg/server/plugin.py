@@ -81,6 +81,8 @@ _METRIC_INFO = [
     for m in metadata.METRIC_TABLE
 ]
 _COLORS = {"no_data": metadata.NO_DATA_COLOR, "unknown_state": metadata.UNKNOWN_STATE_COLOR}
+# The writers' session records: whether a run was closed (format/sessions.py).
+_SESSION_TAGS = (metadata.TAG_SESSION_START, metadata.TAG_SESSION_END)
 
 
 def _respond(request, body, *, compress: bool = True) -> wrappers.Response:
@@ -167,7 +169,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         """The run's contract report (cached per version of its events and
         diagnosis: 200,000 events are not coerced again on every request).
         Shared: callers copy what they change."""
-        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
 
         def build() -> dict:
             series = self._data.read(ctx, eid, run, tags, listing)
@@ -183,10 +185,21 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return self._data.memo(eid, run, "report", self._version(listing, tags), build,
                                lambda rep: 4096 + 400 * len(rep["events"]))
 
-    def _annotated(self, run: str, body: dict) -> dict:
-        """``body`` with the notes kept about the run (``contract.annotate``)."""
+    def _complete(self, ctx, eid: str, run: str, listing: dict) -> bool | None:
+        """Whether the run's last writer closed it (``format.sessions``;
+        None: written before writers marked their close)."""
+        series = self._data.read(ctx, eid, run, _SESSION_TAGS, listing)
+        return self._data.run_sessions(series, run).complete
+
+    def _annotated(self, run: str, body: dict, complete: bool | None = None,
+                   last_step: int | None = None) -> dict:
+        """``body`` with the notes kept about the run, and for a run whose
+        writer did not close it ``complete`` false, its ``last_step`` and a
+        line saying so (``contract.annotate``)."""
         notes = self._data.warnings(run)
-        return contract.annotate(body, notes, any(decode.is_skip(n) for n in notes))
+        if complete is False:
+            notes = notes + [contract.unclosed_note(last_step)]
+        return contract.annotate(body, notes, any(decode.is_skip(n) for n in notes), complete, last_step)
 
     @staticmethod
     def _axis_tag(listing: dict) -> str:
@@ -219,7 +232,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         runs refused (a newer format version) under "skipped"."""
         out = []
         found = self._data.listing(ctx, eid)
-        tags = (metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS)
+        tags = (metadata.TAG_LAYERS, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
         for run in sorted(found.runs):
             listing = found.runs[run]
             axis = self._axis_tag(listing)
@@ -227,7 +240,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             def build(run=run, listing=listing, axis=axis) -> dict:
                 layers, first, last, count = self._span(ctx, eid, run, listing, axis, tags)
                 rep = self._run_report(ctx, eid, run, listing)
-                return {
+                body = {
                     "run": run,
                     "status": rep["status"],
                     "root_cause": rep["root_cause"],
@@ -237,10 +250,14 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                     "num_steps": count,
                     "num_events": len(rep["events"]),
                 }
+                complete = self._complete(ctx, eid, run, listing)
+                if complete is not None:  # (runs written before writers marked their close: absent)
+                    body["complete"] = complete
+                return body
 
             version = self._version(listing, (axis, *tags, *heatmap.block_tags(None)))
             summary = self._data.memo(eid, run, "summary", version, build)
-            out.append(self._annotated(run, dict(summary)))
+            out.append(self._annotated(run, dict(summary), summary.get("complete"), summary["last_step"]))
         skipped = [{"run": run, "reason": found.refused[run]} for run in sorted(found.refused)]
         return {"runs": out, "skipped": skipped}
 
@@ -429,12 +446,17 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         found = self._data.listing(ctx, eid)
         runs = []
         for run in sorted(found.runs):
-            rep = dict(self._run_report(ctx, eid, run, found.runs[run]))
+            listing = found.runs[run]
+            rep = dict(self._run_report(ctx, eid, run, listing))
             if len(rep["events"]) > limit:
                 rep["total_events"] = len(rep["events"])
                 rep["truncated"] = True
                 rep["events"] = rep["events"][:limit]
-            runs.append(self._annotated(run, rep))
+            complete = self._complete(ctx, eid, run, listing)
+            last = None
+            if complete is False:
+                last = self._span(ctx, eid, run, listing, self._axis_tag(listing), ())[2]
+            runs.append(self._annotated(run, rep, complete, last))
         notes = [f"run {run[:200]!r}: {why}: run not read" for run, why in sorted(found.refused.items())]
         return contract.logdir_report(runs, notes)
 

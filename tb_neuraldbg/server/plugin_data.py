@@ -9,6 +9,11 @@ the layer list grew) and kept in a small LRU cache keyed by
 from ``list_tensors``: repeated zooms never re-read, and a run that gains
 steps is re-read once (its stale entry is replaced, not kept beside it).
 
+A run resumed with ``purge_step`` reads as one run, as in the offline reader
+(``format.sessions``): the records a resumed writer's purge step hides are
+dropped before decoding, whichever provider kept them (TensorBoard's Python
+loader keeps them when the first writer logged no session start).
+
 Decoding is ``format.decode``'s, the offline reader's too: the same records
 are skipped (each distinct note logged once, and kept per run for the
 routes' ``warnings``), the same rows named, and a row is read only as wide
@@ -53,7 +58,7 @@ try:  # the Rust data server's provider (load_fast); absent in odd installs
 except ImportError:  # pragma: no cover
     grpc = grpc_provider = data_provider_pb2 = None
 
-from ..format import decode, metadata
+from ..format import decode, metadata, sessions
 
 __all__ = ["PluginData", "Series", "Listing", "DEFAULT_CACHE_BYTES", "FULL_DOWNSAMPLE"]
 
@@ -80,15 +85,17 @@ _NOTED_RUNS = 1000
 class Series:
     """One tag of one run: ``steps`` int64 [S] and ``data``: for per-step
     tensors a dense [S, L] array (steps ascending and unique), for JSON tags
-    a list of parsed JSON values (the step of each, in the order written);
-    for a ``memo`` the derived value. ``nbytes`` is what the cache counts."""
+    a list of parsed JSON values (the step of each, in the order written,
+    and ``walls`` their wall times); for a ``memo`` the derived value.
+    ``nbytes`` is what the cache counts."""
 
-    __slots__ = ("steps", "data", "nbytes")
+    __slots__ = ("steps", "data", "nbytes", "walls")
 
-    def __init__(self, steps: np.ndarray, data, nbytes: int):
+    def __init__(self, steps: np.ndarray, data, nbytes: int, walls: np.ndarray | None = None):
         self.steps = steps
         self.data = data
         self.nbytes = nbytes
+        self.walls = walls
 
     @classmethod
     def from_rows(cls, rows: decode.Rows) -> "Series":
@@ -100,11 +107,15 @@ class Series:
         """The Series of a JSON tag decoded by ``decode.decode_json``."""
         # Rough: parsed objects outweigh their text.
         return cls(records.steps, records.values,
-                   4 * records.text_bytes + 8 * records.steps.shape[0])
+                   4 * records.text_bytes + 16 * records.steps.shape[0], records.walls)
 
     def records(self) -> list:
         """(step, value) pairs of a JSON tag, as ``decode``'s run-level views take."""
         return list(zip(self.steps.tolist(), self.data))
+
+    def json_records(self) -> decode.JsonRecords:
+        """A JSON tag's records with their wall times, as ``format.sessions`` takes them."""
+        return decode.JsonRecords(self.steps, self.data, 0, self.walls)
 
 
 class _LRU:
@@ -148,15 +159,24 @@ class _LRU:
 
 
 def _steps_and_tensors(raw) -> tuple:
-    """(steps, tensors) of one tag of a provider's answer: a list of points
-    (``step``, ``numpy``: read_tensors), a TensorData proto (the Rust data
-    server's ReadTensors answer, TensorProtos decoded in bulk) or already
-    (steps, TensorProtos) (the Python loader's multiplexer)."""
+    """(steps, wall times, tensors) of one tag of a provider's answer: a
+    list of points (``step``, ``wall_time``, ``numpy``: read_tensors), a
+    TensorData proto (the Rust data server's ReadTensors answer, TensorProtos
+    decoded in bulk) or already (steps, wall times, TensorProtos) (the Python
+    loader's multiplexer)."""
     if isinstance(raw, tuple):
         return raw
     if isinstance(raw, list):
-        return [p.step for p in raw], [p.numpy for p in raw]
-    return raw.step, raw.value
+        return [p.step for p in raw], [p.wall_time for p in raw], [p.numpy for p in raw]
+    return raw.step, raw.wall_time, raw.value
+
+
+def _purged(steps, walls, tensors, purges) -> tuple:
+    """``steps, walls, tensors`` without the records the purges hide."""
+    keep = sessions.kept(steps, walls, purges) if purges else None
+    if keep is None:
+        return steps, walls, tensors
+    return tuple([v for v, k in zip(seq, keep) if k] for seq in (steps, walls, tensors))
 
 
 class Listing(NamedTuple):
@@ -266,28 +286,42 @@ class PluginData:
         tags = [t for t in dict.fromkeys(tags) if t in listing]
         out = {}
         width = None
+        # The writers' starts first: a resumed one hides records of the others.
+        start = self._read(ctx, experiment_id, run,
+                           [t for t in (metadata.TAG_SESSION_START,) if t in listing], listing, keep,
+                           None, ())
+        purges = self._purges(start.get(metadata.TAG_SESSION_START), run)
+        if metadata.TAG_SESSION_START in tags:
+            out.update(start)
         if any(t not in decode.JSON_TAGS for t in tags):
             head = self._read(ctx, experiment_id, run,
                               [t for t in (metadata.TAG_LAYERS,) if t in listing], listing, keep,
-                              None)
+                              None, purges)
             if metadata.TAG_LAYERS in tags:
                 out.update(head)
             layers = head.get(metadata.TAG_LAYERS)
             # Quietly here: the routes name the layers (and note) themselves.
             width = decode.row_limit(len(decode.layer_list(layers.records() if layers else [])))
         rest = [t for t in tags if t not in out]
-        out.update(self._read(ctx, experiment_id, run, rest, listing, keep, width))
+        out.update(self._read(ctx, experiment_id, run, rest, listing, keep, width, purges))
         return out
 
+    def _purges(self, start: Series | None, run: str) -> tuple:
+        """The purges of the run's writers' start records (``format.sessions``)."""
+        if start is None:
+            return ()
+        return sessions.read_sessions(start.json_records(), None, self.note(run)).purges
+
     def _read(self, ctx, experiment_id: str, run: str, tags: list, listing: dict, keep: bool,
-              width: int | None) -> dict:
-        """``read`` of tags in ``listing``, rows at most ``width`` wide."""
+              width: int | None, purges: tuple) -> dict:
+        """``read`` of tags in ``listing``, rows at most ``width`` wide,
+        without what ``purges`` hide."""
         out, missing = {}, []
         for tag in tags:
             ts = listing[tag]
             key = (experiment_id, run, tag)
             version = (ts.max_step, ts.max_wall_time,
-                       None if tag in decode.JSON_TAGS else width)
+                       None if tag in decode.JSON_TAGS else width, purges)
             hit = self._cache.get(key, version)
             if hit is not None:
                 out[tag] = hit
@@ -302,8 +336,9 @@ class PluginData:
                     events = _downsample(mux.Tensors(run, tag), self._downsample)
                 except KeyError:  # gone since it was listed
                     events = []
-                got = {tag: ([e.step for e in events], [e.tensor_proto for e in events])}
-                self._store(run, [(tag, key)], got, out, keep, width)
+                got = {tag: ([e.step for e in events], [e.wall_time for e in events],
+                             [e.tensor_proto for e in events])}
+                self._store(run, [(tag, key)], got, out, keep, width, purges)
             return out
         stub = self._grpc_stub()
         if stub is not None:
@@ -315,7 +350,7 @@ class PluginData:
             done = set()
             try:
                 for group, got in self._grpc_reads(stub, experiment_id, run, groups):
-                    self._store(run, group, got, out, keep, width)
+                    self._store(run, group, got, out, keep, width, purges)
                     done.update(tag for tag, _ in group)
             except grpc.RpcError as e:
                 logger.info("neuraldbg: direct ReadTensors failed (%s); using read_tensors", e)
@@ -343,23 +378,24 @@ class PluginData:
                 self.note(run)(f"skipped tag {group[0][0]}: the data provider could not read "
                                f"it ({type(e).__name__}: {str(e)[:200]})")
                 got = {}
-            self._store(run, group, got, out, keep, width)
+            self._store(run, group, got, out, keep, width, purges)
         return out
 
     def _store(self, run: str, group: list, got: dict, out: dict, keep: bool,
-               width: int | None) -> None:
+               width: int | None, purges: tuple = ()) -> None:
         """Decode the Series of each (tag, cache key) of ``group`` from
-        ``got`` ({tag: list of points, a TensorData proto, or (steps,
-        TensorProtos)}) into ``out``; rows at most ``width`` wide."""
+        ``got`` ({tag: list of points, a TensorData proto, or (steps, wall
+        times, TensorProtos)}) into ``out``; rows at most ``width`` wide,
+        without the records ``purges`` hide."""
         note = self.note(run)
         for tag, key in group:
-            steps, tensors = _steps_and_tensors(got.pop(tag, []))
+            steps, walls, tensors = _purged(*_steps_and_tensors(got.pop(tag, [])), purges)
             if tag in decode.JSON_TAGS:
-                series = Series.from_json(decode.decode_json(steps, tensors, note, tag))
+                series = Series.from_json(decode.decode_json(steps, tensors, note, tag, walls))
             else:
                 limit = decode.MAX_ROWS if width is None else width
                 series = Series.from_rows(decode.decode_tag_rows(tag, steps, tensors, note, limit))
-            del steps, tensors
+            del steps, walls, tensors
             if keep:
                 self._cache.put(*key, series)
             out[tag] = series
@@ -489,10 +525,23 @@ class PluginData:
         """Every event dict written for the run, in the order written."""
         return decode.run_events(self._records(series, metadata.TAG_EVENTS), self.note(run))
 
+    def run_sessions(self, series: dict, run: str = "") -> sessions.Sessions:
+        """The run's writer sessions (``format.sessions``): whether its last
+        writer closed it (``complete``), the purges."""
+        start, end = (series.get(t) for t in (metadata.TAG_SESSION_START, metadata.TAG_SESSION_END))
+        if start is None:
+            return sessions.NONE
+        return sessions.read_sessions(start.json_records(), end.json_records() if end is not None else None,
+                                      self.note(run))
+
     def diagnosis(self, series: dict, run: str = "") -> dict | None:
-        """The last diagnosis written for the run, or None."""
-        records = self._records(series, metadata.TAG_DIAGNOSIS)
-        return decode.last_diagnosis(records, self.note(run))
+        """The run's diagnosis: the last one written, each writer's combined
+        where the run was resumed (``format.sessions.combined_diagnosis``),
+        or None."""
+        diag = series.get(metadata.TAG_DIAGNOSIS)
+        if diag is None:
+            return None
+        return sessions.combined_diagnosis(diag.json_records(), self.run_sessions(series, run), self.note(run))
 
     @staticmethod
     def _records(series: dict, tag: str) -> list:

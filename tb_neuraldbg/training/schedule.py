@@ -71,7 +71,8 @@ class WatchConfig:
         event (``flush()`` analyses everything queued).
     thresholds: passed to the diagnosis Engine
         (``tb_neuraldbg.diagnosis.Thresholds``).
-    start_step: the step of the first record (e.g. when resuming).
+    start_step: the step of the first record (e.g. when resuming); by
+        default the DebugWriter's ``purge_step``, else 0.
     save_batches: save the batch behind a data anomaly or the first
         non-finite event into the run directory as .npz.
     analysis: where the rows, the diagnosis and the summaries are made:
@@ -97,12 +98,14 @@ class WatchConfig:
     ring: int = 32
     on_error: str = "warn"
     thresholds: Any = None
-    start_step: int = 0
+    start_step: int | None = None
     save_batches: bool = True
     nonfinite: str = "replay"
     analysis: str = "thread"
 
     def __post_init__(self):
+        if self.start_step is None:  # (watch() puts the writer's purge_step here first)
+            self.start_step = 0
         for name in ("stats_every", "full_steps", "ring"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:

@@ -4,15 +4,19 @@ The public face of the training side. ``DebugWriter.watch`` builds the
 settings (:mod:`.schedule`), the hooks (:mod:`.instrument`) and the
 background thread that analyses and writes each step (:mod:`.worker`),
 joined by one queue; ``close()`` (also at interpreter exit, through the
-registry of live writers here) takes the hooks off and writes what is left.
+registry of live writers here, and on SIGTERM: :mod:`.signals`) takes the
+hooks off and writes what is left.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import inspect
+import operator
 import queue
 import sys
+import time
 import warnings
 import weakref
 from typing import Any
@@ -21,13 +25,14 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from ..format import crc
-from . import distributed
+from . import costs, distributed, preconditions, signals
 from .worker.filewriter import GuardedFileWriter
 from .hooks.instrument import Instrument
 from .modules import loss_modules, select_added, unwrap
 from .optimizer_wrappers import unwrap_optimizer
+from .runlock import RunLock
+from .session import Session
 from .schedule import WatchConfig, knobs_doc
-from .step import stats
 from .worker.thread import TrainingSink, Worker
 
 __all__ = ["DebugWriter", "WatchHandle", "TrainingFailure", "unwatch"]
@@ -40,6 +45,14 @@ _LIVE_WRITERS: "weakref.WeakSet[DebugWriter]" = weakref.WeakSet()
 # Longest wait for the worker in remove()/close() (and so at interpreter
 # exit): a hung worker (a stuck file system) is abandoned, not waited for.
 _CLOSE_TIMEOUT = 60.0
+# DebugWriter(drain_timeout=...)'s default: how long a signal waits for the
+# writer's last steps (a scheduler's grace period is tens of seconds;
+# Kubernetes' default is 30).
+DRAIN_TIMEOUT = 5.0
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 class TrainingFailure(RuntimeError):
@@ -115,6 +128,9 @@ class WatchHandle:
 
     def remove(self) -> None:
         """Remove every hook. Safe to call twice; the writer stays open."""
+        self._remove(_CLOSE_TIMEOUT)
+
+    def _remove(self, timeout: float) -> None:
         if self._added_hook is not None:
             self._added_hook.remove()
             self._added_hook = None
@@ -123,7 +139,7 @@ class WatchHandle:
         if writer is not None and writer._worker is not None:
             # Steps in flight may still need a batch; a hung worker must not
             # hang training (or interpreter exit): the wait is bounded.
-            writer._worker.sync(_CLOSE_TIMEOUT)
+            writer._worker.sync(timeout)
         self.instrument.release()
         model = self._model()
         if model is not None and _WATCHED.get(model) is self:
@@ -153,12 +169,34 @@ class DebugWriter(SummaryWriter):
     statistics, other ranks write nothing into ``log_dir`` (SummaryWriter
     calls of theirs go to ``<log_dir>/rank<r>``); ``"each"``: every rank
     writes its own run ``<log_dir>/rank<r>`` (see :mod:`.distributed`).
+
+    ``purge_step`` (SummaryWriter's, for a run resumed from a checkpoint):
+    ``watch()`` counts steps from it, and what earlier writers of the run
+    wrote from that step on is hidden (by TensorBoard, ``neuraldbg report``
+    and the tab). While it watches, SIGTERM and SIGINT first write the steps
+    it holds, within ``drain_timeout`` seconds, then do what they would have
+    done (:mod:`.signals`; ``handle_signals=False``: left alone). A second
+    live DebugWriter in the same run directory is warned (:mod:`.runlock`).
     """
 
-    def __init__(self, log_dir: str | None = None, *args, ranks: str = "gather", **kwargs):
+    def __init__(self, log_dir: str | None = None, *args, ranks: str = "gather",
+                 drain_timeout: float = DRAIN_TIMEOUT, handle_signals: bool = True, **kwargs):
         if ranks not in distributed.MODES:
             raise ValueError(f"ranks must be one of {distributed.MODES}, got {ranks!r}")
+        if isinstance(drain_timeout, bool) or not isinstance(drain_timeout, (int, float)) or not drain_timeout >= 0:
+            raise ValueError(f"drain_timeout must be a number of seconds >= 0, got {drain_timeout!r}")
+        problem = preconditions.log_dir_problem(log_dir)
+        if problem:  # (raised here: one frame of ours in the user's traceback)
+            raise ValueError(problem)
         self.ranks = ranks
+        self.drain_timeout = float(drain_timeout)
+        self.handle_signals = bool(handle_signals)
+        # SummaryWriter forgets its purge_step once it wrote it (and would
+        # write it again into a file it reopens): kept apart, for watch()'s
+        # step count and the session's start record.
+        bound = inspect.signature(SummaryWriter.__init__).bind_partial(None, log_dir, *args, **kwargs)
+        purge = bound.arguments.get("purge_step")
+        self._purge_from = None if purge is None else operator.index(purge)
         # TensorBoard's writer checksums each record in pure Python, holding
         # the GIL: C where installed.
         crc.use_fast_crc()
@@ -183,6 +221,10 @@ class DebugWriter(SummaryWriter):
         self._last_worker: Worker | None = None  # after close(), for stats_info
         self._warned_record_removed = False
         self._closed = False
+        self._session: Session | None = None  # once watching (docs/FORMAT.md, Sessions)
+        self._lock = RunLock(str(self.log_dir))
+        if not self._defer_open:
+            self._lock.acquire(distributed.tag())
         _LIVE_WRITERS.add(self)
 
     # -- public API -------------------------------------------------------
@@ -204,7 +246,7 @@ class DebugWriter(SummaryWriter):
         ring: int = 32,
         on_error: str = "warn",
         thresholds=None,
-        start_step: int = 0,
+        start_step: int | None = None,
         save_batches: bool = True,
         nonfinite: str = "replay",
         analysis: str = "thread",
@@ -218,6 +260,8 @@ class DebugWriter(SummaryWriter):
         without one, pass the loss with ``record(loss=...)``.
 
         Watching the same model twice returns the existing handle.
+        ``start_step`` defaults to the writer's ``purge_step`` (a resumed
+        run), else 0.
 
         The keyword arguments, which are the fields of
         :class:`.schedule.WatchConfig` (declared and documented there):
@@ -239,8 +283,11 @@ class DebugWriter(SummaryWriter):
                 "this DebugWriter already watched a model; use a new DebugWriter "
                 "(another run directory) to watch again"
             )
+        if start_step is None:
+            knobs["start_step"] = self._purge_from if self._purge_from is not None else 0
         config = WatchConfig.from_arguments(knobs)
         optimizer, scaler = unwrap_optimizer(optimizer, scaler)
+        preconditions.check_optimizer(model, optimizer)
         if criterion is None:
             # A loss module kept in the model (self.crit = nn.CrossEntropyLoss())
             # is the criterion: the first one, when there are several.
@@ -274,6 +321,11 @@ class DebugWriter(SummaryWriter):
         self._worker = worker
         self._handle = handle
         _WATCHED[model] = handle
+        if not getattr(worker, "silent", False):  # (a rank that writes no run: no session)
+            self._session = Session(config.start_step, self._purge_from)
+            self._session.start(self._get_file_writer())
+        if self.handle_signals:
+            signals.register(self)
         return handle
 
     if watch.__doc__:  # None under python -OO
@@ -303,27 +355,57 @@ class DebugWriter(SummaryWriter):
         Never raises a file error (see :mod:`.filewriter`)."""
         if self._worker is not None:
             self._worker.sync(_CLOSE_TIMEOUT)
-        for w in list((self.all_writers or {}).values()):
-            self._quietly("flush", w.flush)
+        self._flush_files()
 
     def close(self) -> None:
         """Remove the hooks, write what is left, close the event file.
 
         Never raises (also at the end of a ``with`` block): a logdir that
         was deleted, made read-only or filled up is warned, once."""
+        self._close(_CLOSE_TIMEOUT)
+
+    def _close(self, timeout: float) -> None:
+        """close(), every wait within ``timeout`` seconds in all. The run is
+        marked closed (its session's end record) only when the worker
+        finished everything in time."""
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout
         try:
             if self._handle is not None:
-                self._quietly("close", self._handle.remove)
-            self._quietly("close", self._stop_worker)
+                self._quietly("close", self._handle._remove, _left(deadline))
+            finished = self._stop_worker(_left(deadline))
+            if finished and self._session is not None:
+                self._quietly("close", self._session.end, self._get_file_writer(),
+                              self._last_worker.sink.instrument.step)
         finally:
             for w in list((self.all_writers or {}).values()):
                 self._quietly("close", w.flush)
                 self._quietly("close", w.close)
             self.file_writer = self.all_writers = None
             _LIVE_WRITERS.discard(self)
+            signals.unregister(self)
+            self._lock.release()
+
+    def _flush_files(self) -> None:
+        for w in list((self.all_writers or {}).values()):
+            self._quietly("flush", w.flush)
+
+    def _on_signal(self, signum: int, timeout: float, close: bool) -> None:
+        """SIGTERM or SIGINT (:mod:`.signals`): with ``close`` (the process
+        ends next) close within ``timeout`` seconds; else drain: everything
+        recorded so far analysed and written, the ring too, and flushed."""
+        if self._closed:
+            return
+        if close:
+            if self._session is not None:
+                self._session.closed_by(signum)
+            self._close(timeout)
+            return
+        if self._worker is not None:
+            self._worker.drain(timeout)
+        self._flush_files()
 
     # -- SummaryWriter's file, guarded ------------------------------------
 
@@ -348,9 +430,9 @@ class DebugWriter(SummaryWriter):
         self._guarded = GuardedFileWriter(fw, str(self.log_dir), distributed.tag())
         return self._guarded
 
-    def _quietly(self, what: str, fn) -> None:
+    def _quietly(self, what: str, fn, *args) -> None:
         try:
-            fn()
+            fn(*args)
         except Exception as e:  # noqa: BLE001 -- close()/flush() never raise
             guard = self._guarded or GuardedFileWriter(None, str(self.log_dir))
             self._guarded = guard
@@ -371,51 +453,28 @@ class DebugWriter(SummaryWriter):
             _warn_thread("a distributed run gathers its ranks' rows on the worker's thread")
         return Worker(sink, config, packets, ranks=gather)
 
-    def _stop_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.stop(_CLOSE_TIMEOUT)
-            self._last_worker = self._worker
-            self._worker = None
+    def _stop_worker(self, timeout: float = _CLOSE_TIMEOUT) -> bool:
+        """Stop the worker after what is queued; True when it finished
+        within ``timeout`` seconds (or there was none). Never raises."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return True
+        self._last_worker = worker
+        try:
+            return bool(worker.stop(timeout))
+        except Exception as e:  # noqa: BLE001 -- close() never raises
+            self._quietly("close", _raise, e)
+            return False
 
     @property
     def stats_info(self) -> dict:
-        """Counters of the current (or last) worker: steps analysed, rows
-        written, and whether the diagnosis engine is running; and what the
-        writer costs, measured as it runs: ``steps_recorded`` (steps its
-        hooks recorded), ``hooks_ms_per_step`` (milliseconds a step spent in
-        its hooks' bodies on the training side, replays included) and
-        ``worker_ms_per_step`` (CPU milliseconds a step of its background
-        thread, or with ``analysis="process"`` of its child process, after
-        the first burst, which imports the diagnosis); ``step_ms``, the
-        training loop's own step time (the median wall-clock time between
-        two of its last 256 recorded steps, the writer's hooks included), and
-        the writer's costs as shares of it, ``hooks_share`` and
-        ``worker_share``; None before there is a step to average over. The
-        hooks' time always adds to the step; the thread's where training
-        needs the core or Python's GIL it runs on (a step bound by Python: a
-        small model, often on a GPU). ``statistics`` names the back end
-        that computed the statistics (``"torch"``: torch's own ops)."""
-        w = self._worker or self._last_worker
-        if w is None:
-            return {}
-        inst, counts = w.sink.instrument, w.counters()
-        steps = inst.steps_recorded
-        hooks = inst.hook_ns / 1e6 / steps if steps else None
-        worker = counts.cpu_s * 1e3 / counts.cpu_steps if counts.cpu_steps else None
-        periods = sorted(inst.periods_ns)  # (a copy: the training thread appends)
-        step = periods[len(periods) // 2] / 1e6 if periods else None
-        return {
-            "steps_analysed": counts.steps_analysed,
-            "rows_written": counts.rows_written,
-            "engine": counts.engine_running,
-            "steps_recorded": steps,
-            "hooks_ms_per_step": hooks,
-            "worker_ms_per_step": worker,
-            "step_ms": step,
-            "hooks_share": hooks / step if hooks is not None and step else None,
-            "worker_share": worker / step if worker is not None and step else None,
-            "statistics": stats.BACKEND,
-        }
+        """What the writer costs a step, measured as it runs, and its
+        worker's counters (:func:`.costs.stats_info` says each key)."""
+        return costs.stats_info(self._worker or self._last_worker)
+
+
+def _raise(e: BaseException) -> None:
+    raise e
 
 
 def _warn_thread(why: str) -> None:
@@ -477,9 +536,12 @@ def unwatch(model: torch.nn.Module) -> bool:
 @atexit.register
 def _close_all_at_exit() -> None:
     # Flush what the worker holds when the interpreter exits (also after an
-    # uncaught exception in the training loop).
+    # uncaught exception in the training loop). After a signal (a Ctrl-C's
+    # KeyboardInterrupt: the writer was drained already) within each
+    # writer's drain_timeout: the process is expected to end promptly.
+    signalled = signals.delivered() is not None
     for w in list(_LIVE_WRITERS):
         try:
-            w.close()
+            w._close(w.drain_timeout if signalled else _CLOSE_TIMEOUT)
         except Exception:  # noqa: BLE001
             pass

@@ -30,13 +30,20 @@ class HookGuard:
     (nothing runs); ``hook_ns``: the time spent in guarded bodies, nested
     ones counted once."""
 
-    __slots__ = ("broken", "removed", "hook_ns", "_inside")
+    __slots__ = ("broken", "removed", "hook_ns", "_inside", "_t0")
 
     def __init__(self):
         self.broken: set[str] = set()
         self.removed = False
         self.hook_ns = 0
         self._inside = False
+        self._t0 = 0  # perf_counter_ns() at the start of the body running now
+
+    def ns_until(self, now: int) -> int:
+        """``hook_ns`` up to ``now`` (a ``perf_counter_ns()``), the body
+        running now counted to that moment: a span of the training thread's
+        time holds no more hook time than its own length."""
+        return self.hook_ns + (now - self._t0 if self._inside else 0)
 
     def run(self, part: str, fn, *args):
         """``fn(*args)``, or None when ``part`` is off or it fails (warned
@@ -47,7 +54,7 @@ class HookGuard:
         outer = not self._inside  # (the clock read twice a hook, not at every nested part)
         if outer:
             self._inside = True
-            t0 = perf_counter_ns()
+            self._t0 = t0 = perf_counter_ns()
         try:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design

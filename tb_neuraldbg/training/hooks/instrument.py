@@ -102,6 +102,10 @@ class Instrument:
         self.steps_recorded = 0
         self.periods_ns: collections.deque = collections.deque(maxlen=PERIODS)
         self._last_commit_ns: int | None = None
+        # (wall ns, hook ns until then) at the first and the last recorded
+        # step: hook_window(), the hooks' share of the time between them.
+        self._first_mark: tuple[int, int] | None = None
+        self._last_mark: tuple[int, int] | None = None
         # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion, for the diagnosis' initial-loss check (ln K).
@@ -255,6 +259,15 @@ class Instrument:
     def replays(self) -> int:
         """The steps re-run so far."""
         return self.check.replays
+
+    def hook_window(self) -> tuple[int, int]:
+        """(nanoseconds spent in the hooks, wall-clock nanoseconds) between
+        the first and the last recorded step: the first step's one-time
+        work (before any span) and pauses after the last are left out."""
+        first, last = self._first_mark, self._last_mark
+        if first is None or last is None:
+            return 0, 0
+        return last[1] - first[1], last[0] - first[0]
 
     @property
     def hook_ns(self) -> int:
@@ -583,6 +596,9 @@ class Instrument:
         if self._last_commit_ns is not None:
             self.periods_ns.append(now - self._last_commit_ns)
         self._last_commit_ns = now
+        self._last_mark = (now, self.guard.ns_until(now))
+        if self._first_mark is None:
+            self._first_mark = self._last_mark
         self._reset_iteration()  # (schedules the next step: after the step moved)
         self.facts.stepped()
         self.sink(packet)

@@ -23,6 +23,13 @@ The child is ``python -c`` calling :func:`serve` (:mod:`subprocess`, not
 has no ``__main__`` guard); it imports numpy, not torch, and ends with the
 run. Messages are numpy arrays' bytes and JSON; nothing is unpickled. POSIX
 only (file descriptors passed to the child).
+
+The child is started in a session of its own and ignores SIGINT and
+SIGTERM: a Ctrl-C reaches the terminal's whole process group, and a job
+scheduler may signal every process of a job, but the steps the child holds
+are written only when the training process drains or closes it (its
+signal handling, :mod:`..signals`). It still ends with the training
+process: its input closes when that process closes it or ends, however.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import json
 import os
 import queue
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -44,7 +52,7 @@ import numpy as np
 
 from ..schedule import WatchConfig
 from ..step.slots import StepPacket
-from .thread import STOP, Counters, TrainingSink, Worker, drive, sync_queue, warn
+from .thread import STOP, Counters, Drain, TrainingSink, Worker, drive, sync_queue, warn
 
 __all__ = ["ProcessWorker", "serve"]
 
@@ -55,7 +63,7 @@ _PACKET = struct.Struct("<qqbqqqq")
 _LENGTH = struct.Struct("<q")
 # The counters (.worker.Counters) of a burst done ("C") or of an
 # acknowledgement ("K").
-_COUNTS = struct.Struct("<qqbdq")
+_COUNTS = struct.Struct("<qqbdqd")
 # The child's program: the package root, then its two file descriptors.
 _CHILD_MAIN = """import sys
 root, out_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -103,7 +111,7 @@ class ProcessWorker:
         self._dead = False
         self._warned_step = False
         self._layers = 0
-        self._counts = Counters(0, 0, True, 0.0, 0)
+        self._counts = Counters(0, 0, True, 0.0, 0, 0.0)
 
     # -- the worker's interface ---------------------------------------------------
 
@@ -128,9 +136,12 @@ class ProcessWorker:
         # where a site directory would come before the standard library).
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         try:
+            # A session of its own: a terminal's Ctrl-C (SIGINT to its
+            # foreground process group) must not end the child before the
+            # training process drained it (test_signals.py decides).
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _CHILD_MAIN, root, str(out_w), str(reply_r)],
-                stdin=subprocess.PIPE, pass_fds=(out_w, reply_r), close_fds=True)
+                stdin=subprocess.PIPE, pass_fds=(out_w, reply_r), close_fds=True, start_new_session=True)
         except BaseException:
             os.close(out_r)
             os.close(reply_w)
@@ -160,24 +171,32 @@ class ProcessWorker:
         marker to the child, and its acknowledgement sets it."""
         return sync_queue(self.queue, self.thread, timeout)
 
+    def drain(self, timeout: float | None = None) -> bool:
+        """:meth:`sync`, and the child writes the rows it holds and has the
+        file flushed (a :class:`.thread.Drain` marker) before acknowledging."""
+        return sync_queue(self.queue, self.thread, timeout, Drain())
+
     def stop(self, timeout: float | None = None) -> bool:
         """Stop after what is queued: the child finishes the run (its last
         rows, the end-of-run events) and ends; False if that took longer
-        than ``timeout`` seconds (the child is then killed)."""
+        than ``timeout`` seconds in all (the child is then killed)."""
         if self.thread is None:
             return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
         self.queue.put(STOP)
-        self.thread.join(timeout)
+        self.thread.join(left())
         ok = not self.thread.is_alive()
         proc = self._proc
         if proc is not None:
             try:
-                proc.wait(timeout if ok else 0.1)
+                proc.wait(left() if ok else 0.1)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 ok = False
         if self._receiver is not None:
-            self._receiver.join(5.0)
+            # (what the child wrote last is still being passed on)
+            self._receiver.join(5.0 if deadline is None else max(0.1, deadline - time.monotonic()))
         self._close_pipes()
         if not ok:
             self._warn(f"the writer's worker process did not finish within {timeout} s; the last steps may be missing")
@@ -216,6 +235,9 @@ class ProcessWorker:
     def analyse(self) -> None:
         pass
 
+    def write_held(self) -> None:
+        pass  # (the child does: _forward_sync sends it the Drain)
+
     def feed(self, packet: StepPacket) -> None:
         try:
             self._send_packet(packet)
@@ -232,7 +254,7 @@ class ProcessWorker:
     def _forward_sync(self, marker: threading.Event) -> None:
         with self._lock:
             self._acks.append(marker)
-        self._send_or_hand_over(marker, b"S")
+        self._send_or_hand_over(marker, b"D" if isinstance(marker, Drain) else b"S")
 
     def _send_or_hand_over(self, item, data: bytes) -> None:
         try:
@@ -292,8 +314,8 @@ class ProcessWorker:
                     file_writer().flush()
                     continue
                 if kind in (b"C", b"K"):  # the counters: after a burst, or sync's acknowledgement
-                    steps, rows, engine, cpu_s, cpu_steps = _COUNTS.unpack(src.read(_COUNTS.size))
-                    self._counts = Counters(steps, rows, bool(engine), cpu_s, cpu_steps)
+                    steps, rows, engine, cpu_s, cpu_steps, cpu_wall_s = _COUNTS.unpack(src.read(_COUNTS.size))
+                    self._counts = Counters(steps, rows, bool(engine), cpu_s, cpu_steps, cpu_wall_s)
                     if kind == b"K":
                         with self._lock:
                             done = self._acks.popleft() if self._acks else None
@@ -330,6 +352,7 @@ class ProcessWorker:
 # -- the child ----------------------------------------------------------------------
 
 _SYNC = object()  # drive()'s sync marker, in the child
+_DRAIN = Drain()  # its drain marker
 
 
 class _ChildSink:
@@ -405,7 +428,7 @@ class _Input:
             return STOP
         if kind == b"P":
             return self._packet()
-        return _SYNC if kind == b"S" else STOP
+        return {b"S": _SYNC, b"D": _DRAIN}.get(bytes(kind), STOP)
 
     def _packet(self) -> StepPacket:
         step, k, stats, nv, nl, nr, held = _PACKET.unpack(self.read(_PACKET.size))
@@ -431,6 +454,11 @@ def _config(fields: dict) -> WatchConfig:
 
 def serve(out_fd: int, reply_fd: int) -> None:
     """The child's loop: packets from stdin, the worker's output to ``out_fd``."""
+    # The training process decides when this ends (module docstring): a
+    # signal meant for it (a Ctrl-C, a scheduler's SIGTERM to the job) must
+    # not cut what this process holds.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     out = os.fdopen(out_fd, "wb")
     inp = _Input()
     if inp.read(1) != b"I":

@@ -28,7 +28,8 @@ from ..step.slots import StepPacket
 if TYPE_CHECKING:
     from .. import distributed
 
-__all__ = ["STOP", "Counters", "Sink", "TrainingSink", "Worker", "drive", "sync_queue", "training_tag", "warn"]
+__all__ = ["STOP", "Drain", "Counters", "Sink", "TrainingSink", "Worker", "drive", "sync_queue", "training_tag",
+           "warn"]
 
 log = logging.getLogger("tb_neuraldbg")
 
@@ -54,6 +55,12 @@ IDLE_BLOCK_AGE_S = 30.0
 STOP = object()
 
 
+class Drain(threading.Event):
+    """A sync marker that also drains (:meth:`Worker.write_held`): everything
+    before it analysed and written, the ring's rows too, and the file
+    flushed, before it is acknowledged (set). What a signal sends."""
+
+
 def training_tag() -> str:
     """:func:`.distributed.tag` of the training process (imported here, not
     at the top: it imports torch, which a worker process's child does not)."""
@@ -71,13 +78,15 @@ def warn(msg: str) -> None:
 class Counters(NamedTuple):
     """What ``DebugWriter.stats_info`` reports of a worker: ``cpu_s``, the
     CPU seconds of the ``cpu_steps`` steps after the first burst (which
-    imports the diagnosis)."""
+    imports the diagnosis), spent within ``cpu_wall_s`` wall-clock seconds
+    (from the end of the first burst to the end of the last)."""
 
     steps_analysed: int
     rows_written: int
     engine_running: bool
     cpu_s: float
     cpu_steps: int
+    cpu_wall_s: float = 0.0
 
 
 class Sink(Protocol):
@@ -141,7 +150,8 @@ def drive(worker, get: Callable[..., object], acknowledge: Callable[[object], ob
     before it is analysed, then ``acknowledge(marker)``). ``first``: an item
     to begin with. ``worker``: a :class:`Worker`, or what stands in its
     place (the worker process's sender); its ``feed``, ``idle`` and
-    ``analyse`` say how long to wait for the next item before ``idle``."""
+    ``analyse`` say how long to wait for the next item before ``idle``;
+    a :class:`Drain` marker has ``write_held`` called instead of ``analyse``."""
     wait = None
     item = first
     while True:
@@ -157,18 +167,21 @@ def drive(worker, get: Callable[..., object], acknowledge: Callable[[object], ob
             worker.finish()
             return
         else:
-            wait = worker.analyse()
+            wait = worker.write_held() if isinstance(item, Drain) else worker.analyse()
             acknowledge(item)
         item = None
 
 
-def sync_queue(packets: queue.SimpleQueue, thread: threading.Thread | None, timeout: float | None) -> bool:
+def sync_queue(packets: queue.SimpleQueue, thread: threading.Thread | None, timeout: float | None,
+               marker: threading.Event | None = None) -> bool:
     """Wait until ``thread`` has taken everything queued so far off
     ``packets`` and acknowledged it (at most ``timeout`` seconds); False if
-    it did not get there."""
+    it did not get there. ``marker``: the Event put (a :class:`Drain` to
+    drain; a new Event by default). Safe in a signal handler
+    (``SimpleQueue.put`` is reentrant)."""
     if thread is None or not thread.is_alive() or threading.current_thread() is thread:
         return False
-    done = threading.Event()
+    done = marker if marker is not None else threading.Event()
     packets.put(done)
     return done.wait(timeout)
 
@@ -217,6 +230,8 @@ class Worker:
         self.rows_written = 0
         self.cpu_s = 0.0
         self.cpu_steps = 0
+        self.cpu_wall_s = 0.0
+        self._cpu_from: float | None = None  # time.monotonic() at the end of the first burst
         self.warned: set[str] = set()
         self._pending: list[StepPacket] = []  # fed, not yet analysed
         self.rows = RowAssembler()
@@ -261,8 +276,24 @@ class Worker:
         if counted:
             self.cpu_s += time.thread_time() - t0
             self.cpu_steps += len(pending)
+            self.cpu_wall_s = time.monotonic() - self._cpu_from
+        else:
+            self._cpu_from = time.monotonic()
         pending.clear()
         return IDLE_CLOSE_S if self.blocks.pending else None
+
+    def write_held(self) -> float | None:
+        """Analyse everything fed, write the rows held in the ring now (not
+        at the end), close the open block and flush the file: what was
+        recorded so far is on disk, and the worker goes on as before."""
+        wait = self.analyse()
+        self._safe("drain", self._drain)
+        return wait
+
+    def _drain(self) -> None:
+        self._flush_ring()
+        self._close_block()
+        self.file.get().flush()
 
     def finish(self) -> None:
         """The end of the run: analyse what is left, write the ring, the
@@ -272,7 +303,7 @@ class Worker:
 
     def counters(self) -> Counters:
         return Counters(self.steps_analysed, self.rows_written, self.engine is not None and not self.engine_broken,
-                        self.cpu_s, self.cpu_steps)
+                        self.cpu_s, self.cpu_steps, self.cpu_wall_s)
 
     # -- the thread -------------------------------------------------------
 
@@ -288,6 +319,11 @@ class Worker:
         """Wait until everything queued so far has been processed (at most
         ``timeout`` seconds); False if the worker did not get there."""
         return sync_queue(self.queue, self.thread, timeout)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """:meth:`sync`, and the rows held written and the file flushed
+        (:class:`Drain`)."""
+        return sync_queue(self.queue, self.thread, timeout, Drain())
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the worker after what is queued; False if it is still
