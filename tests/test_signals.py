@@ -21,7 +21,7 @@ from torch import nn
 from tb_neuraldbg import DebugWriter
 from tb_neuraldbg.cli import main
 from tb_neuraldbg.offline.reader import read_logdir
-from tb_neuraldbg.training import signals
+from tb_neuraldbg.training.run import signals
 from tb_neuraldbg.training.worker import thread as worker_thread
 from tb_neuraldbg.training.writer import DRAIN_TIMEOUT
 

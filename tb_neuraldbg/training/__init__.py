@@ -7,10 +7,8 @@ thread) -> ``step/`` (a step's values from the device to a row) ->
 thread). Beside them: ``schedule`` (the settings of ``watch()``),
 ``modules`` (which modules are rows and what each gets), ``batches`` (the
 batch behind an event), ``distributed`` (ranks, per-rank statistics, norms
-over shards) and ``optimizer_wrappers`` (the optimizer inside a framework's
-wrapper). Around the run: ``session`` (the start and end records that tell
-a resumed or killed run), ``signals`` (SIGTERM and SIGINT write the held
-steps first), ``runlock`` (one live writer per run directory),
-``preconditions`` (what is said before training starts) and ``costs``
-(``stats_info``). Never imported by ``server/`` or ``diagnosis/``.
+over shards), ``optimizer_wrappers`` (the optimizer inside a framework's
+wrapper) and ``run/`` (what belongs to a run rather than a step: its
+session records, the signals, the lock, the checks at ``watch()``, its
+cost). Never imported by ``server/`` or ``diagnosis/``.
 """

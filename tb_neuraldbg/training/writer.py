@@ -25,13 +25,14 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from ..format import crc
-from . import costs, distributed, preconditions, signals
+from .run import costs, preconditions, signals
+from . import distributed
 from .worker.filewriter import GuardedFileWriter
 from .hooks.instrument import Instrument
 from .modules import loss_modules, select_added, unwrap
 from .optimizer_wrappers import unwrap_optimizer
-from .runlock import RunLock
-from .session import Session
+from .run.lock import RunLock
+from .run.session import Session
 from .schedule import WatchConfig, knobs_doc
 from .worker.thread import TrainingSink, Worker
 

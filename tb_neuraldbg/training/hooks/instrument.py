@@ -23,7 +23,6 @@ check and the re-run), :mod:`.pseudo_rows` (batch, loss, learning rate),
 
 from __future__ import annotations
 
-import collections
 import weakref
 from time import perf_counter_ns
 import warnings
@@ -46,13 +45,13 @@ from ..modules import first_tensor, is_compiled, iter_tensors, loss_of_output, o
 from .step_facts import StepFacts
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
 from .pseudo_rows import add_step_scalars, classes_of
+from ..run.costs import StepClock
 from ..schedule import WatchConfig
 from ..step.slots import Key
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 
 __all__ = ["Instrument"]
 
-PERIODS = 256  # steps whose wall-clock periods make the step time of stats_info
 
 
 def _raise(e: BaseException) -> None:
@@ -96,16 +95,7 @@ class Instrument:
         self.facts = StepFacts(optimizer)  # host-side facts: leftover gradients, param groups
         self.fwd = ForwardHooks(self.guard, self.rows, self.check, self.facts)
         self.batches = BatchKeeper()  # the worker saves the batch behind an event from here
-        # The loop's pace: the wall-clock nanoseconds between the last PERIODS
-        # recorded steps (their median is the step time stats_info compares
-        # the writer's cost with).
-        self.steps_recorded = 0
-        self.periods_ns: collections.deque = collections.deque(maxlen=PERIODS)
-        self._last_commit_ns: int | None = None
-        # (wall ns, hook ns until then) at the first and the last recorded
-        # step: hook_window(), the hooks' share of the time between them.
-        self._first_mark: tuple[int, int] | None = None
-        self._last_mark: tuple[int, int] | None = None
+        self.clock = StepClock()  # the loop's pace, for stats_info
         # Written by the worker's thread through fail_at_next_hook(); read by the hooks.
         self.pending_failure: BaseException | None = None
         # K of a K-class cross-entropy criterion, for the diagnosis' initial-loss check (ln K).
@@ -259,15 +249,6 @@ class Instrument:
     def replays(self) -> int:
         """The steps re-run so far."""
         return self.check.replays
-
-    def hook_window(self) -> tuple[int, int]:
-        """(nanoseconds spent in the hooks, wall-clock nanoseconds) between
-        the first and the last recorded step: the first step's one-time
-        work (before any span) and pauses after the last are left out."""
-        first, last = self._first_mark, self._last_mark
-        if first is None or last is None:
-            return 0, 0
-        return last[1] - first[1], last[0] - first[0]
 
     @property
     def hook_ns(self) -> int:
@@ -591,14 +572,8 @@ class Instrument:
             step=step, rows=rows, keys=keys, layers=list(self.rows.layers), stats=full, host=host, ran=ran
         )
         self.step = step + 1
-        self.steps_recorded += 1
         now = perf_counter_ns()
-        if self._last_commit_ns is not None:
-            self.periods_ns.append(now - self._last_commit_ns)
-        self._last_commit_ns = now
-        self._last_mark = (now, self.guard.ns_until(now))
-        if self._first_mark is None:
-            self._first_mark = self._last_mark
+        self.clock.tick(now, self.guard.ns_until(now))
         self._reset_iteration()  # (schedules the next step: after the step moved)
         self.facts.stepped()
         self.sink(packet)

@@ -17,7 +17,7 @@ import signal
 import socket
 import uuid
 
-from ..format import metadata, summary
+from ...format import metadata, summary
 
 __all__ = ["Session"]
 

@@ -7,9 +7,45 @@ test_the_shares_stay_within_0_and_1 decides).
 
 from __future__ import annotations
 
-from .step import stats
+import collections
 
-__all__ = ["stats_info"]
+from ..step import stats
+
+__all__ = ["stats_info", "StepClock"]
+
+PERIODS = 256  # steps whose wall-clock periods make the step time of stats_info
+
+
+class StepClock:
+    """The training loop's pace as the hooks see it, ticked at each
+    recorded step's end (the hooks' own clock: ``tick(now, hook_ns)``).
+
+    ``steps``: the steps recorded; ``periods_ns``: the wall-clock
+    nanoseconds between the last PERIODS of them (their median is the step
+    time ``stats_info`` compares the writer's cost with)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.periods_ns: collections.deque = collections.deque(maxlen=PERIODS)
+        # (wall ns, hook ns until then) at the first and the last step
+        self._first: tuple[int, int] | None = None
+        self._last: tuple[int, int] | None = None
+
+    def tick(self, now: int, hook_ns: int) -> None:
+        self.steps += 1
+        if self._last is not None:
+            self.periods_ns.append(now - self._last[0])
+        self._last = (now, hook_ns)
+        if self._first is None:
+            self._first = self._last
+
+    def hook_window(self) -> tuple[int, int]:
+        """(nanoseconds spent in the hooks, wall-clock nanoseconds) between
+        the first and the last recorded step: the first step's one-time
+        work (before any span) and pauses after the last are left out."""
+        if self._first is None or self._last is None:
+            return 0, 0
+        return self._last[1] - self._first[1], self._last[0] - self._first[0]
 
 
 def stats_info(worker) -> dict:
@@ -43,10 +79,11 @@ def stats_info(worker) -> dict:
     if worker is None:
         return {}
     inst, counts = worker.sink.instrument, worker.counters()
-    steps = inst.steps_recorded
+    clock = inst.clock
+    steps = clock.steps
     hooks = inst.hook_ns / 1e6 / steps if steps else None
     per_step = counts.cpu_s * 1e3 / counts.cpu_steps if counts.cpu_steps else None
-    periods = sorted(inst.periods_ns)  # (a copy: the training thread appends)
+    periods = sorted(clock.periods_ns)  # (a copy: the training thread appends)
     step = periods[len(periods) // 2] / 1e6 if periods else None
     return {
         "steps_analysed": counts.steps_analysed,
@@ -56,7 +93,7 @@ def stats_info(worker) -> dict:
         "hooks_ms_per_step": hooks,
         "worker_ms_per_step": per_step,
         "step_ms": step,
-        "hooks_share": _share(*inst.hook_window()),
+        "hooks_share": _share(*clock.hook_window()),
         "worker_share": _share(counts.cpu_s, counts.cpu_wall_s) if counts.cpu_steps else None,
         "statistics": stats.BACKEND,
     }

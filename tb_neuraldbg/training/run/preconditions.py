@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from . import distributed
+from .. import distributed
 
 __all__ = ["log_dir_problem", "check_optimizer"]
 
