@@ -25,7 +25,8 @@ from tb_neuraldbg.training.run import signals
 from tb_neuraldbg.training.worker import thread as worker_thread
 from tb_neuraldbg.training.writer import DRAIN_TIMEOUT
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+pytestmark = [pytest.mark.slow,  # (real child trainers)
+              pytest.mark.skipif(os.name != "posix", reason="POSIX signals")]
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "signal_child.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
