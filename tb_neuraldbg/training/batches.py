@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from tensorboard.compat import tf
 
-from .step.collector import host_finite
 from .modules import iter_tensors
+from .step.collector import host_finite
 
 __all__ = ["BatchKeeper", "BUDGET_BYTES", "MAX_FILES"]
 

@@ -25,18 +25,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import distributed
+from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors, not_dense
 from ..step import stats
 from ..step.collector import CHUNK, Collector
+from ..step.slots import Key
 from .guard import HookGuard
 from .module_hooks import ModuleHooks
 from .module_stats import measure_values
-from .. import distributed
-from ..modules import Behaviour, behaviour_of, first_tensor, iter_tensors, not_dense
-from .step_facts import StepFacts
 from .params import RowTable
 from .pseudo_rows import batch_tensor, measure_batch, measure_empty_batch
-from ..step.slots import Key
 from .step_check import NonfiniteCheck
+from .step_facts import StepFacts
 
 __all__ = ["ForwardHooks"]
 

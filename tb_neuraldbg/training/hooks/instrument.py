@@ -23,9 +23,9 @@ check and the re-run), :mod:`.pseudo_rows` (batch, loss, learning rate),
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from time import perf_counter_ns
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -33,25 +33,24 @@ import torch
 from torch import nn
 
 from .. import distributed
-from . import replay
-from ..step import stats
-from .backward import BackwardHooks
 from ..batches import BatchKeeper
+from ..modules import first_tensor, is_compiled, iter_tensors, loss_of_output, owned_params, select_modules, unwrap
+from ..run.costs import StepClock
+from ..schedule import WatchConfig
+from ..step import stats
 from ..step.collector import Collector, StepPacket
+from ..step.slots import Key
+from . import replay
+from .backward import BackwardHooks
 from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
-from ..modules import first_tensor, is_compiled, iter_tensors, loss_of_output, owned_params, select_modules, unwrap
-from .step_facts import StepFacts
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
 from .pseudo_rows import add_step_scalars, classes_of
-from ..run.costs import StepClock
-from ..schedule import WatchConfig
-from ..step.slots import Key
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
+from .step_facts import StepFacts
 
 __all__ = ["Instrument"]
-
 
 
 def _raise(e: BaseException) -> None:

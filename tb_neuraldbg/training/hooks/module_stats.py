@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from ..modules import Behaviour
 from ..step import stats
 from ..step.collector import Collector
-from ..modules import Behaviour
 from ..step.slots import Key
 
 __all__ = ["measure_values"]

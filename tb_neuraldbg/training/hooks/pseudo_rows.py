@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..modules import first_tensor, not_dense
 from ..step import stats
 from ..step.collector import Collector
-from ..modules import first_tensor, not_dense
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars"]
