@@ -492,6 +492,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     worker = Worker.__new__(Worker)
     worker.file = SummaryFile(fake.file_writer)
     worker.rows_written, worker.last_written, worker.silent = 0, -1, False
+    worker.config = WatchConfig()  # the defaults' size: layer_scalars_every off (tests/test_layer_scalars.py)
     worker.blocks, worker.warned = BlockBuilder(), set()  # a block summary every 8 rows, counted in
     row = np.random.default_rng(0).random((L, len(metadata.METRICS)), dtype=np.float32)
     states = np.zeros(L, np.uint8)

@@ -51,6 +51,8 @@ __all__ = [
     "state_color",
     "state_label",
     "hist_tag",
+    "LAYER_SCALAR_METRICS",
+    "layer_scalar_tag",
     "unnamed_row",
     "KINDS",
     "SEVERITIES",
@@ -190,6 +192,19 @@ def hist_tag(layer: str) -> str:
     """Tag of a layer's activation histogram: a plain TensorBoard histogram
     (the Histograms and Distributions dashboards show it), not a neuraldbg tag."""
     return f"{PLUGIN_NAME}_hist/{layer}/activation"
+
+
+#: The metrics that ``watch(layer_scalars_every=...)`` also writes as plain
+#: scalars, one tag per module row (:func:`layer_scalar_tag`).
+LAYER_SCALAR_METRICS = ("grad_norm", "update_ratio")
+
+
+def layer_scalar_tag(metric: str, layer: str) -> str:
+    """Tag of one layer's ``metric`` as a plain TensorBoard scalar
+    (``watch(layer_scalars_every=...)``), not a neuraldbg tag: a group per
+    metric in the Scalars and Time Series dashboards, which group tags by
+    what comes before the first "/"."""
+    return f"{PLUGIN_NAME}_{metric}/{layer}"
 
 
 def unnamed_row(index: int) -> str:

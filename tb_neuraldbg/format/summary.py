@@ -28,6 +28,7 @@ __all__ = [
     "config_summary",
     "session_summary",
     "histograms_summary",
+    "scalars_summary",
 ]
 
 
@@ -231,4 +232,15 @@ def histograms_summary(histograms: Iterable[tuple[str, Mapping]]) -> summary_pb2
                 bucket=p["bucket_counts"],
             )
         )
+    return summ
+
+
+def scalars_summary(scalars: Iterable[tuple[str, float]]) -> summary_pb2.Summary:
+    """One ``Summary`` of plain TensorBoard scalars, ``(tag, value)`` each:
+    the legacy ``simple_value`` that ``torch.utils.tensorboard``'s
+    ``add_scalar`` writes too, which the Scalars and Time Series dashboards
+    read; one event a step, as :func:`histograms_summary`."""
+    summ = summary_pb2.Summary()
+    for tag, value in scalars:
+        summ.value.add(tag=tag, simple_value=float(value))
     return summ

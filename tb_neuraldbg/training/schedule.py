@@ -86,6 +86,13 @@ class WatchConfig:
         later after an event in the first steps. A distributed
         run, or a machine where the child cannot start, uses the thread
         (with a warning).
+    layer_scalars_every: also write each module row's gradient norm (and
+        its update ratio, at the steps that measure it) as ordinary
+        TensorBoard scalars, ``neuraldbg_grad_norm/<layer>`` and
+        ``neuraldbg_update_ratio/<layer>``, at the written steps that are
+        a multiple of this (0, the default: never): the Scalars and Time
+        Series dashboards then smooth, overlay and compare runs. It costs
+        event-file size (README.md, docs/performance.md).
     """
 
     include: Any = None
@@ -102,6 +109,7 @@ class WatchConfig:
     save_batches: bool = True
     nonfinite: str = "replay"
     analysis: str = "thread"
+    layer_scalars_every: int = 0
 
     def __post_init__(self):
         if self.start_step is None:  # (watch() puts the writer's purge_step here first)
@@ -110,7 +118,7 @@ class WatchConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        for name in ("update_every", "hist_every"):
+        for name in ("update_every", "hist_every", "layer_scalars_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0 (0 = never), got {v!r}")
@@ -166,6 +174,10 @@ class WatchConfig:
 
     def is_written(self, step: int) -> bool:
         return step % self.stride(step) == 0
+
+    def is_layer_scalars(self, step: int) -> bool:
+        """Whether a row written at ``step`` also writes its per-layer scalars."""
+        return self.layer_scalars_every > 0 and step % self.layer_scalars_every == 0
 
     def hist_interval(self, step: int) -> int:
         return self.hist_every * (1 << self._octave(step)) if step >= self.full_steps else self.hist_every

@@ -251,6 +251,7 @@ class DebugWriter(SummaryWriter):
         save_batches: bool = True,
         nonfinite: str = "replay",
         analysis: str = "thread",
+        layer_scalars_every: int = 0,
     ) -> WatchHandle:
         """Watch ``model``; returns a handle whose ``remove()`` takes the hooks off.
 

@@ -374,11 +374,33 @@ class Worker:
             from .. import distributed
 
             self.file.add(distributed.ranks_summary(per_rank), step)
+        if self.config.is_layer_scalars(step):
+            self._safe("layer scalars", self._write_layer_scalars, step, row)
         self.last_written = step
         self.rows_written += 1
         if not self.blocks.pending:
             self._block_opened = time.monotonic()
         self._write_block(self._safe("block", self.blocks.add, step, row, states))
+
+    def _write_layer_scalars(self, step: int, row: np.ndarray) -> None:
+        """``watch(layer_scalars_every=...)``: the written row's gradient
+        norms and update ratios as plain scalars, module rows only (the
+        pseudo-layers' rows hold the loss, the learning rate and the batch
+        size under ``value``, not these metrics). A non-finite value is
+        skipped: in a row NaN means "not measured at this step" (an update
+        ratio between update steps, a module without parameters) as well as
+        a non-finite gradient, which the neuraldbg tab and its events show
+        (tests/test_layer_scalars.py)."""
+        scalars = []
+        for metric in metadata.LAYER_SCALAR_METRICS:
+            column = row[:, metadata.METRIC_INDEX[metric]]
+            for i, layer in enumerate(self.layers[:len(column)]):
+                name = layer.get("name")
+                if name in metadata.PSEUDO_LAYERS or not np.isfinite(column[i]):
+                    continue
+                scalars.append((metadata.layer_scalar_tag(metric, name), column[i]))
+        if scalars:
+            self.file.get().add_summary(summary.scalars_summary(scalars), global_step=step)
 
     def _close_idle_block(self) -> None:
         if time.monotonic() - self._block_opened >= IDLE_BLOCK_AGE_S:
