@@ -174,9 +174,10 @@ def _cmd_report(args) -> int:
         sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
     else:
         if args.all:
-            text = format_report(report, width=args.width, max_events=sys.maxsize, compact=False)
+            text = format_report(report, width=args.width, max_events=sys.maxsize, compact=False,
+                                 logdir=args.logdir)
         else:
-            text = format_report(report, width=args.width)
+            text = format_report(report, width=args.width, logdir=args.logdir)
         sys.stdout.write(text)
     return _exit_code(runs, args.fail_on)
 

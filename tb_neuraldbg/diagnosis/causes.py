@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..format.metadata import PSEUDO_INPUT, PSEUDO_LOSS, PSEUDO_OPTIMIZER
 from .chain import Failure, pick
 from .events import Event
-from .explain import fmt, fmt_change
+from .explain import KIND_MEANING, fmt, fmt_change, with_clipping
 from .thresholds import Thresholds
 
 __all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution"]
@@ -40,6 +40,7 @@ class RunFacts:
     first_loss: tuple | None = None  # (step, value) of the first loss
     loss_improved: int | None = None  # the first step with a loss clearly below the first one
     loss_doubled: int | None = None  # the first step with a loss above (1 + plateau_max_rise) x the first
+    clips: bool | None = None  # the run clips its gradients (None: no fact says)
 
 
 # failures a learning rate too high produces in the layers
@@ -130,7 +131,7 @@ def _optimizer_cause(picked, failures, ctx: RunFacts, t: Thresholds):
             "momentum": "a momentum so close to 1 that the updates overshoot. Try: the value you meant (0.9 is "
                         "usual), or a lower learning rate with it.",
         }[name]
-        msg = f"<optimizer>: {why} Likely cause: {advice}"
+        msg = f"<optimizer>: {KIND_MEANING[kind]}. {why} Likely cause: {advice}"
     else:
         if jumps and len(jumps[-1]) > 3:  # a schedule that kept raising the rate
             a, b = jumps[-1][1], jumps[-1][2]
@@ -145,10 +146,10 @@ def _optimizer_cause(picked, failures, ctx: RunFacts, t: Thresholds):
             why = (f"Updates larger than {fmt(t.update_ratio_high)} of the weights in most layers "
                    f"at step {s} (learning rate {fmt(lr)}); {then}.")
             extra = {"cause": "large_updates"}
-        msg = (f"<optimizer>: {why} Likely cause: a learning rate too high for this model. Try: a "
-               "lower learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")
+        msg = (f"<optimizer>: {KIND_MEANING[kind]}. {why} Likely cause: a learning rate too high for this "
+               "model. Try: a lower learning rate, a warmup, torch.nn.utils.clip_grad_norm_.")
     extra["symptom_layer"], extra["symptom_kind"] = what.layer, what.kind
-    return attribution(what, PSEUDO_OPTIMIZER, kind, to, s, lr, msg, extra)
+    return attribution(what, PSEUDO_OPTIMIZER, kind, to, s, lr, with_clipping(msg, ctx.clips), extra)
 
 
 def _born_diverging(picked, failures, ctx: RunFacts, t: Thresholds):
@@ -170,7 +171,7 @@ def _born_diverging(picked, failures, ctx: RunFacts, t: Thresholds):
         return None
     layer_fails = [f for f in failures if not f.event.layer.startswith("<") and f.event.kind in _DIVERGENCE]
     kind, to = ("exploding_gradient", "exploding") if layer_fails else (ev.kind, ev.to_state)
-    msg = (f"<optimizer>: the loss rose from the first update on (it never fell below its first value "
+    msg = (f"<optimizer>: {KIND_MEANING[kind]}. The loss rose from the first update on (it never fell below its first value "
            f"{fmt(ctx.first_loss[1])}); then {ev.layer}: {ev.kind.replace('_', ' ')} from step {ev.step}. Likely "
            "cause: updates that climb the loss: a sign error in a hand-written optimizer or loss (maximising "
            "instead of minimising), or a learning rate far too high. Try: checking the update's sign "
@@ -202,7 +203,7 @@ def _burst(picked, failures, ctx: RunFacts, t: Thresholds):
            f"the largest it had before); then {ev.layer}: {ev.kind.replace('_', ' ')} from step {ev.step}. "
            "Likely cause: an exploding-gradient cliff (recurrent nets, long sequences) that one update crossed. "
            "Try: torch.nn.utils.clip_grad_norm_, a lower learning rate.")
-    return attribution(ev, layer, "exploding_gradient", "exploding", step, norm, msg,
+    return attribution(ev, layer, "exploding_gradient", "exploding", step, norm, with_clipping(msg, ctx.clips),
                         {"cause": "gradient_burst", "value_before": prev, "symptom_layer": ev.layer,
                          "symptom_kind": ev.kind})
 

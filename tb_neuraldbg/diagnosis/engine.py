@@ -63,7 +63,10 @@ class Engine:
     ``Engine(layers, thresholds=None, num_classes=None)``: ``layers`` is the
     row order, a list of {"name", "type"}; ``num_classes`` (K of a K-class
     cross-entropy, if known) enables the initial-loss check; it may also be
-    set as an attribute before the first loss is seen.
+    set as an attribute before the first loss is seen. ``grad_clip`` (an
+    attribute too): the max norm the run clips its gradients to, 0 or False
+    when it does not clip, None when nothing says (the advice then stays
+    the general one); a run that clips is not advised to clip.
 
     ``update(step, row)`` takes the float32 [L, len(METRICS)] statistics of
     one step and returns the events confirmed at this step (each carries its
@@ -71,7 +74,8 @@ class Engine:
     diagnosis so far; ``finish()`` adds what only the end of a run decides.
     """
 
-    def __init__(self, layers, thresholds: Thresholds | None = None, num_classes: int | None = None):
+    def __init__(self, layers, thresholds: Thresholds | None = None, num_classes: int | None = None,
+                 grad_clip: float | bool | None = None):
         if thresholds is not None and not isinstance(thresholds, Thresholds):
             raise TypeError(f"thresholds must be a Thresholds, got {type(thresholds).__name__}")
         self.layers = [_layer(l) for l in layers]
@@ -94,6 +98,7 @@ class Engine:
         self._worst = None  # worst confirmed state per row (changes only on transitions)
         self._bursts_judged = 0  # gradient bursts looked at for a note
         self._burst_noted = False
+        self.grad_clip = grad_clip
 
     # ------------------------------------------------------------ properties
     @property
@@ -103,6 +108,19 @@ class Engine:
     @num_classes.setter
     def num_classes(self, k):
         self._clf.num_classes = None if k is None else int(k)
+
+    @property
+    def clips(self) -> bool | None:
+        """Whether the run clips its gradients (None: no fact says)."""
+        g = self.grad_clip
+        if g is None or isinstance(g, bool):
+            return g
+        try:
+            g = float(g)
+        except (TypeError, ValueError):
+            return None
+        # (a max norm of inf is clip_grad_norm_ used only to measure the norm)
+        return None if g != g else 0 < g < float("inf")
 
     @property
     def status(self) -> str:
@@ -232,7 +250,8 @@ class Engine:
         if tr.born:
             extra["born_failing"] = True
         extra["value_before"] = before
-        message = event_message(kind, layer["name"], layer["type"], frm, to, tr.onset, value, before, extra)
+        message = event_message(kind, layer["name"], layer["type"], frm, to, tr.onset, value, before, extra,
+                                clips=self.clips)
         ev = Event(step=tr.onset, layer=layer["name"], kind=kind, from_state=frm, to_state=to,
                    value=_num(value), severity=severity, message=message,
                    extra={k: (_num(v) if isinstance(v, float) else v) for k, v in extra.items()})
@@ -249,7 +268,8 @@ class Engine:
                 failing = True
         out = [f.event for f in new]
         if failing:
-            self.root_cause, attribution = find_root_cause(self._failures, self._clf.facts(), self.thresholds)
+            self.root_cause, attribution = find_root_cause(
+                self._failures, dataclasses.replace(self._clf.facts(), clips=self.clips), self.thresholds)
             # a cause outside the layers (<optimizer>, <input>) is an event of
             # its own, once, so that the root cause is always in the timeline
             if attribution is not None and not any(

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CAUSES", "advice", "event_message", "family", "fmt", "fmt_change"]
+from ..format.metadata import METRIC_INFO
+
+__all__ = ["BY_CAUSE", "CAUSES", "KIND_MEANING", "advice", "advice_first", "event_message", "family", "fmt",
+           "fmt_change", "value_label", "variant", "with_clipping"]
 
 
 def fmt(x) -> str:
@@ -69,11 +72,65 @@ def family(layer_type: str) -> str:
     return _FAMILY_OF.get(layer_type, "other")
 
 
+#: what each kind means, in a reader's words: said where a pseudo-layer
+#: (``<optimizer>``) carries several kinds, so that each reads as its own
+KIND_MEANING = {
+    "vanishing_gradient": "gradients vanish in the layers",
+    "exploding_gradient": "the updates diverge: the layers' gradients explode",
+    "nonfinite": "values turn inf/NaN",
+    "dead_activation": "units die (their output is 0 for every sample)",
+    "saturated_activation": "activations saturate",
+    "no_gradient": "no gradient reaches the parameters",
+    "frozen_weights": "the weights stop changing",
+    "activation_collapse": "activations collapse to a constant",
+    "activation_explosion": "activations explode",
+    "data_anomaly": "a bad batch",
+    "loss_spike": "the loss jumps far above its recent level",
+    "loss_plateau": "the loss stops falling",
+    "scaler_collapse": "the AMP loss scale collapses",
+    "initial_loss": "the loss starts far from its expected value",
+}
+
+#: what an event's ``value`` measures, per kind: a metric of
+#: ``metadata.METRIC_TABLE`` (its label is the one the tab shows), or a
+#: quantity of a pseudo-layer that has no metric row
+_VALUE_METRIC = {
+    "vanishing_gradient": "grad_norm",
+    "exploding_gradient": "grad_norm",
+    "dead_activation": "act_dead_frac",
+    "saturated_activation": "act_sat_frac",
+    "activation_collapse": "act_std",
+    "activation_explosion": "act_absmax",
+    "no_gradient": "grad_missing",
+    "frozen_weights": "update_ratio",
+}
+_PSEUDO_VALUE = {
+    ("<optimizer>", None): "learning rate",
+    ("<optimizer>", "scaler_collapse"): "AMP loss scale",
+    ("<input>", "data_anomaly"): "batch max |x|",
+    ("<input>", None): "first batch RMS",
+    ("<loss>", None): "loss",
+}
+
+
+def value_label(kind: str, layer: str, extra: dict | None = None) -> str:
+    """What an event's value is ("Gradient norm", "loss", "learning rate"),
+    for a value shown without its message (the report's timeline)."""
+    extra = extra or {}
+    if layer.startswith("<"):
+        return _PSEUDO_VALUE.get((layer, kind)) or _PSEUDO_VALUE.get((layer, None), "value")
+    if kind == "exploding_gradient" and extra.get("cause") == "grad_accumulation":
+        return "share of layers holding stale gradients"
+    if kind == "dead_activation" and extra.get("all_zero"):
+        return "zero fraction"
+    metric = METRIC_INFO.get(_VALUE_METRIC.get(kind, ""))
+    return metric.label if metric else "value"
+
+
 #: the likely cause and what to try, per event kind, for a module of no
 #: particular family (see :func:`advice` for the others). "nonfinite" and
-#: "data_anomaly" have none: their cause depends on the event (where the
-#: value was born, what is wrong with the batch), so each variant of their
-#: head says it.
+#: "data_anomaly" have none here: their advice depends on the event (where
+#: the value was born, what is wrong with the batch): see ``BY_CAUSE``.
 CAUSES = {
     "vanishing_gradient": (
         "Likely cause: saturating or dead activations after it, a poor initialisation, or a deep "
@@ -203,39 +260,121 @@ _BY_FAMILY = {
 _VANILLA_RNN = " LSTM/GRU instead of a vanilla RNN."
 
 
-def advice(kind: str, layer_type: str = "", extra: dict | None = None) -> str:
-    """The "Likely cause ... Try ..." part of a message, for a module of
-    ``layer_type`` (its class name): by cause when the event says it, else
-    by the module's family, else the kind's default (``CAUSES``)."""
+#: advice for one variant of a kind, keyed (kind, variant): the variant is
+#: what the event says about its cause (see :func:`variant`). A table, so that
+#: adding a cause is adding a row, and every row can be checked for a "Try:".
+BY_CAUSE = {
+    ("exploding_gradient", "grad_accumulation"): (
+        "Likely cause: a forgotten or ineffective zero_grad(): never called, called on another "
+        "optimizer or module, or on a part of the model only. Try: optimizer.zero_grad() once per "
+        "step, before backward() or after step() (gradient accumulation on purpose calls it after "
+        "the step)."),
+    ("frozen_weights", "lr_zero"): (
+        "Likely cause: a schedule or a param group config that sets the rate to 0 (an integer "
+        "division, a lambda that returns 0, a per-group lr left at 0). Try: printing "
+        "optimizer.param_groups[i]['lr'] at that step."),
+    ("frozen_weights", "no_update"): (
+        "Likely cause: the gradients cleared between backward() and step(), an optimizer that holds "
+        "other tensors (a copy of the model), or an update too small to change the weights. Try: "
+        "zero_grad() before backward() or after step(), building the optimizer from the model you "
+        "train."),
+    ("no_gradient", "ran_without_grad"): (
+        "Likely cause: it runs under torch.no_grad() (or inference_mode) inside forward, while its "
+        "parameters require grad. Try: removing the no_grad block if it should train; if it should "
+        "not, requires_grad_(False) on its parameters (a frozen part is then not reported)."),
+    ("loss_spike", "climb"): (
+        "Likely cause: updates that make the loss worse: a learning rate too high, a weight decay "
+        "that shrinks what was learnt, a sign error in a hand-written update. Try: a lower learning "
+        "rate, checking what changed at that step (schedule, hyperparameters, data)."),
+    # non-finite values: the advice follows where the value is born
+    ("nonfinite", "forward"): (
+        "Try: guarding the op where it is born (a clamp or an eps in sqrt/log/division, "
+        "x.clamp(min=1e-12)), computing that op in float32 (torch.autocast(enabled=False) around "
+        "it), a smaller learning rate, and torch.autograd.detect_anomaly() on one step to get the "
+        "op's traceback."),
+    ("nonfinite", "received"): (
+        "Try: fixing the first layer or op where it is born (its own event, earlier in forward or "
+        "later in backward): here it only passes through."),
+    ("nonfinite", "backward"): (
+        "Try: torch.autograd.detect_anomaly() on one step to name the backward op, an eps where a "
+        "gradient is singular (sqrt(x + 1e-12), log(x + eps), a division by x.clamp(min=eps)), that "
+        "op in float32 (torch.autocast(enabled=False)), a smaller learning rate."),
+    ("nonfinite", "loss"): (
+        "Try: checking the loss inputs (log of zero probabilities: pass logits to the loss, targets "
+        "out of range), an eps in any division or log in the loss, the loss in float32 "
+        "(torch.autocast(enabled=False)), a smaller learning rate."),
+    ("nonfinite", "empty_batch"): (
+        "Try: skipping empty batches before the forward, or fixing the filter or sampler that "
+        "yields them."),
+    ("data_anomaly", "nonfinite"): (
+        "Try: checking the data pipeline for missing values and division by 0 in preprocessing, "
+        "or torch.nan_to_num on the batch while you look."),
+    ("data_anomaly", "constant"): (
+        "Try: checking the data pipeline for an empty or padded batch or a broken augmentation."),
+    ("data_anomaly", "outlier"): (
+        "Try: checking the normalisation and the data source of that batch (a corrupt sample, "
+        "a different scale or unit)."),
+}
+
+
+def variant(kind: str, extra: dict | None) -> str | None:
+    """Which row of ``BY_CAUSE`` an event's extras select (None: by family)."""
     extra = extra or {}
+    if kind == "nonfinite":
+        side = extra.get("side")
+        if side == "loss":
+            return "empty_batch" if extra.get("empty_batch") else (
+                "received" if extra.get("from_layer") else "loss")
+        if side == "backward":
+            if extra.get("forward_nonfinite") or extra.get("received"):
+                return "received"
+            return "loss" if extra.get("in_loss") else "backward"
+        return "received" if extra.get("from_layer") else "forward"
+    if kind == "data_anomaly":
+        return extra.get("reason") if extra.get("reason") in ("nonfinite", "constant") else "outlier"
+    for key in ("cause", "reason"):
+        if (kind, extra.get(key)) in BY_CAUSE:
+            return extra.get(key)
+    if extra.get("ran_without_grad"):
+        return "ran_without_grad"
+    return None
+
+
+#: what the run already clipping gradients changes in the advice: clipping is
+#: not advised again, the rate and the warmup are
+_CLIP_ADVICE = ("torch.nn.utils.clip_grad_norm_, ", "gradient clipping, ", ", torch.nn.utils.clip_grad_norm_")
+_ALREADY_CLIPS = (" The run already clips gradients (the norms shown are before the clip), so more "
+                  "clipping is not the fix: try a lower learning rate or a longer warmup.")
+
+
+def with_clipping(text: str, clips: bool | None) -> str:
+    """``text`` for a run that clips its gradients (``clips`` True): clipping
+    is not advised again. Unknown (None) or not clipping: unchanged."""
+    if not clips or "clip" not in text:
+        return text
+    for phrase in _CLIP_ADVICE:
+        text = text.replace(phrase, "")
+    return text + _ALREADY_CLIPS
+
+
+def advice(kind: str, layer_type: str = "", extra: dict | None = None, clips: bool | None = None) -> str:
+    """The "Likely cause ... Try ..." part of a message, for a module of
+    ``layer_type`` (its class name): by cause when the event says it
+    (``BY_CAUSE``), else by the module's family, else the kind's default
+    (``CAUSES``). ``clips``: whether the run already clips its gradients
+    (None: not known)."""
+    return with_clipping(_advice(kind, layer_type, extra or {}), clips)
+
+
+def _advice(kind: str, layer_type: str, extra: dict) -> str:
     fam = family(layer_type)
-    cause = extra.get("cause")
-    if kind == "exploding_gradient" and cause == "grad_accumulation":
-        return ("Likely cause: a forgotten or ineffective zero_grad(): never called, called on another "
-                "optimizer or module, or on a part of the model only. Try: optimizer.zero_grad() once per "
-                "step, before backward() or after step() (gradient accumulation on purpose calls it after "
-                "the step).")
-    if kind == "frozen_weights" and cause == "lr_zero":
-        return ("Likely cause: a schedule or a param group config that sets the rate to 0 (an integer "
-                "division, a lambda that returns 0, a per-group lr left at 0). Try: printing "
-                "optimizer.param_groups[i]['lr'] at that step.")
-    if kind == "frozen_weights" and cause == "no_update":
-        return ("Likely cause: the gradients cleared between backward() and step(), an optimizer that holds "
-                "other tensors (a copy of the model), or an update too small to change the weights. Try: "
-                "zero_grad() before backward() or after step(), building the optimizer from the model you "
-                "train.")
-    if kind == "no_gradient" and extra.get("ran_without_grad"):
-        return ("Likely cause: it runs under torch.no_grad() (or inference_mode) inside forward, while its "
-                "parameters require grad. Try: removing the no_grad block if it should train; if it should "
-                "not, requires_grad_(False) on its parameters (a frozen part is then not reported).")
+    text = BY_CAUSE.get((kind, variant(kind, extra)))
+    if text is not None:
+        return text
     if kind == "dead_activation" and extra.get("via") == "functional_activation":
         text = CAUSES["dead_activation"].replace("LeakyReLU/GELU", "F.leaky_relu/F.gelu instead of torch.relu")
         # (a normalisation layer is already the BatchNorm before the activation)
         return text.replace(" BatchNorm before the activation,", "") if fam == "norm" else text
-    if kind == "loss_spike" and extra.get("reason") == "climb":
-        return ("Likely cause: updates that make the loss worse: a learning rate too high, a weight decay "
-                "that shrinks what was learnt, a sign error in a hand-written update. Try: a lower learning "
-                "rate, checking what changed at that step (schedule, hyperparameters, data).")
     by_fam = _BY_FAMILY.get(kind, {})
     if fam in by_fam:
         text = by_fam[fam]
@@ -247,8 +386,28 @@ def advice(kind: str, layer_type: str = "", extra: dict | None = None) -> str:
     return CAUSES.get(kind, "")
 
 
+def advice_first(message: str) -> str:
+    """A root cause's message: what to try first, then the likely cause, then
+    what was seen ("Seen: ..."), so that a reader shown "What to try:" before
+    it reads advice rather than the diagnosis again. An event message is
+    "<what was seen> Likely cause: ... Try: ..."; one without a "Try:" is
+    returned unchanged."""
+    cut = message.rfind("Try: ")
+    if cut < 0:
+        return message
+    tried = message[cut + len("Try: "):].strip()
+    before = message[:cut].strip()
+    seen, sep, cause = before.partition("Likely cause: ")
+    parts = [tried[:1].upper() + tried[1:]]
+    if sep:
+        parts.append(f"Likely cause: {cause.strip()}")
+    if seen.strip():
+        parts.append(f"Seen: {seen.strip()}")
+    return " ".join(parts)
+
+
 def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_state: str,
-                  step: int, value, before, extra: dict | None = None) -> str:
+                  step: int, value, before, extra: dict | None = None, clips: bool | None = None) -> str:
     """The message of one event (failure or recovery)."""
     extra = extra or {}
     where = f"{layer} ({layer_type})" if layer_type and not layer.startswith("<") else layer
@@ -262,14 +421,11 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
         change = f" ({fmt_change(before, value)})" if _known(value) else ""
         return f"{where}: recovered from {from_state} at step {step}{change}."
     head = _head(kind, where, from_state, to_state, step, value, before, extra)
-    return f"{head} {advice(kind, layer_type, extra)}".strip()
+    return f"{head} {advice(kind, layer_type, extra, clips)}".strip()
 
 
-# What to check in the data pipeline, per kind of bad batch.
-_BATCH_CHECKS = {
-    "nonfinite": "missing values, division by 0 in preprocessing",
-    "constant": "an empty or padded batch, a broken augmentation",
-}
+# the bad batches a head names by their reason (the advice is in BY_CAUSE)
+_BATCH_CHECKS = ("nonfinite", "constant")
 
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
@@ -380,9 +536,11 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
         if reason in _BATCH_CHECKS:
             what = ("contains non-finite values" if reason == "nonfinite"
                     else f"is constant (std {fmt(extra.get('std'))})")
-            return f"<input>: the batch at step {step} {what}. Check the data pipeline ({_BATCH_CHECKS[reason]})."
+            return f"<input>: the batch at step {step} {what}."
+        ratio = (f", {fmt(value / before)}x the {fmt(before)} of the batches before it"
+                 if _known(before) and _known(value) and before else "")
         return (f"<input>: the batch at step {step} is far outside the recent distribution "
-                f"(max |x| {fmt_change(before, value)}). Check normalisation and the data source.")
+                f"(batch max |x| {fmt(value)}{ratio}).")
     if kind == "loss_spike":
         if extra.get("reason") == "climb":
             return (f"<loss>: the loss climbs from step {step} (from its best level {fmt(before)} to "
@@ -392,9 +550,9 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "loss_plateau":
         k = extra.get("num_classes")
         if extra.get("reason") == "chance" and k:
-            return (f"<loss>: the loss stays at chance level from step {step} ({fmt(value)}, "
+            return (f"<loss>: the loss stays at chance level from step {step} (loss {fmt(value)}, "
                     f"ln({k}) = {fmt(math.log(k))} for {k} classes; it started at {fmt(before)}).")
-        return f"<loss>: the loss has not fallen since step {step} ({fmt_change(before, value)})."
+        return f"<loss>: the loss has not fallen since step {step} (loss {fmt_change(before, value)})."
     if kind == "initial_loss":
         k = extra.get("num_classes")
         return (f"<loss>: initial loss {fmt(value)} is far from ln({k}) = {fmt(before)} expected "
@@ -402,6 +560,6 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     if kind == "scaler_collapse":
         origin = extra.get("origin")
         seen = f", first seen in {origin}" if origin else ""
-        return (f"<optimizer>: the GradScaler scale collapsed from step {step} ({fmt_change(before, value)}, "
+        return (f"<optimizer>: the GradScaler scale collapsed from step {step} (scale {fmt_change(before, value)}, "
                 f"skipped steps in a row{seen}).")
     return f"{where}: {from_state} -> {to_state} at step {step}."

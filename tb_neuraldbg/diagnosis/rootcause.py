@@ -54,7 +54,7 @@ from ..format.metadata import PSEUDO_INPUT
 from .causes import RULES, RunFacts, attribution
 from .chain import ACTIVATION_KINDS, Failure, explained_by_frozen, pick
 from .events import Event
-from .explain import fmt
+from .explain import advice_first, fmt
 from .thresholds import Thresholds
 
 __all__ = ["Failure", "RunFacts", "find_root_cause"]
@@ -65,6 +65,16 @@ _INPUT_KINDS = {"saturated_activation", "activation_explosion", "exploding_gradi
 
 
 def find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | None, Event | None]:
+    """See :func:`_find_root_cause`; the root cause's message leads with what
+    to try (the tab shows it after "What to try:"), its event's keeps the
+    order of the timeline (what was seen first)."""
+    root, ev = _find_root_cause(failures, ctx, t)
+    if root is not None:
+        root = {**root, "message": advice_first(root["message"])}
+    return root, ev
+
+
+def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | None, Event | None]:
     """(root, attribution): the root cause {"kind", "layer", "step", "message"}
     (None without failures) and, when it is attributed to a pseudo-layer
     (``<optimizer>``, ``<input>``) rather than to a failure event, the Event

@@ -68,6 +68,13 @@ def _num_classes(run) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
 
 
+def _grad_clip(run):
+    """The run's gradient clipping, if its config says (see Engine's
+    ``grad_clip``): a max norm, or False/0 for a run that does not clip."""
+    value = (run.config or {}).get("grad_clip")
+    return value if isinstance(value, (bool, int, float)) else None
+
+
 def diagnose_run(run, thresholds: Thresholds | None = None) -> RunDiagnosis:
     """Replay one ``reader.Run`` through a fresh Engine.
 
@@ -81,6 +88,7 @@ def diagnose_run(run, thresholds: Thresholds | None = None) -> RunDiagnosis:
     counts = run.layer_counts
     current = int(counts[0]) if len(counts) else len(run.layers)
     engine = Engine(run.layers[:current], thresholds=thresholds, num_classes=_num_classes(run))
+    engine.grad_clip = _grad_clip(run)
     states = np.full(run.states.shape, metadata.STATE_UNKNOWN, dtype=np.uint8)
     for i, step in enumerate(run.steps):
         if counts[i] > current:

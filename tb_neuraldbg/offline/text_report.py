@@ -8,9 +8,11 @@ whole). Rendering is linear in what is shown.
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from typing import Mapping
 
+from ..diagnosis.explain import value_label
 from ..format.contract import is_root_event
 
 __all__ = ["DEFAULT_MAX_EVENTS", "MAX_TEXT", "MAX_NOTES", "format_report"]
@@ -192,7 +194,19 @@ def _notes_block(title: str, notes, width: int) -> list[str]:
     return lines
 
 
-def _format_header(run: Mapping, width: int) -> list[str]:
+def run_title(name: str, logdir: str | None) -> str:
+    """The name a reader knows a run by: TensorBoard calls a logdir that is
+    itself a run ".", which says nothing in a heading; the directory's own
+    name does (the JSON keeps "." as the run's name)."""
+    if name != "." or not logdir:
+        return name
+    path = logdir.rstrip("/\\")
+    if "://" not in path:
+        path = os.path.abspath(path or ".")
+    return os.path.basename(path) or name
+
+
+def _format_header(run: Mapping, width: int, logdir: str | None = None) -> list[str]:
     """Title with the status at the right (and "incomplete" when data of the
     run could not be read), then the root cause."""
     status = str(run.get("status", ""))
@@ -200,14 +214,15 @@ def _format_header(run: Mapping, width: int) -> list[str]:
     if run.get("incomplete"):
         badge = "FAILING, incomplete" if status == "failing" else "incomplete"
     room = width - len(badge) - 2
-    title = _clip(f"run {_printable(str(run.get('run', '')), _NAME)}", room)
+    title = _clip(f"run {_printable(run_title(str(run.get('run', '')), logdir), _NAME)}", room)
     lines = [_pad(title, room) + "  " + badge, "=" * width]
     root = run.get("root_cause")
     if root:
         layer = _printable(str(root.get("layer", "")), _NAME)
         kind = _printable(str(root.get("kind", "")), _NAME)
         lines += _wrap(f"Root cause: {layer}: {kind} at step {root.get('step')}", width, "")
-        lines += _wrap(_printable(str(root.get("message", ""))), width, "  ")
+        # (the root cause's message leads with the advice, as in the tab)
+        lines += _wrap("What to try: " + _printable(str(root.get("message", ""))), width, "  ")
     elif status == "failing":
         lines.append("Root cause: not determined")
     else:
@@ -240,7 +255,10 @@ def _format_entry(group: list[dict], is_root: bool, step_w: int, sev_w: int, wid
                   f"{_printable(str(e['to_state']), _NAME)}")
     tail = f"{_printable(str(e['kind']), _NAME)}  {transition}"
     if len(group) == 1 and e.get("value") is not None:
-        tail += f"  value {e['value']:.3g}"
+        # the value says what it measures (the tab's metric label)
+        # (an event's extras, "cause" and the like, follow its contract keys)
+        label = value_label(str(e["kind"]), str(e["layer"]), e)
+        tail += f"  {_printable(label, _NAME)} {e['value']:.3g}"
     names = list(dict.fromkeys(_printable(str(x["layer"]), _NAME) for x in group))
     layer = ", ".join(names)
     if len(prefix) + _width(layer) + 2 + _width(tail) <= width:
@@ -256,8 +274,9 @@ def _format_entry(group: list[dict], is_root: bool, step_w: int, sev_w: int, wid
     return lines + _wrap(message, width, indent)
 
 
-def _format_run(run: Mapping, width: int, max_events: int, compact: bool) -> list[str]:
-    lines = _format_header(run, width)
+def _format_run(run: Mapping, width: int, max_events: int, compact: bool,
+                logdir: str | None = None) -> list[str]:
+    lines = _format_header(run, width, logdir)
     if run.get("incomplete"):
         title = ("Incomplete: part of this run could not be read, so its diagnosis may miss "
                  "what that part held:")
@@ -287,6 +306,7 @@ def format_report(
     width: int = 80,
     max_events: int = DEFAULT_MAX_EVENTS,
     compact: bool = True,
+    logdir: str | None = None,
 ) -> str:
     """Plain-text report, every line at most ``width`` columns.
 
@@ -295,7 +315,8 @@ def format_report(
     then the timeline of events in step order, each with its message. With
     ``compact``, events of one step that share kind, transition and severity
     form one entry. At most ``max_events`` entries are listed per run (errors
-    are kept first); the JSON report always has everything.
+    are kept first); the JSON report always has everything. ``logdir``: the
+    directory reported on, to name a run TensorBoard calls "." by it.
     """
     width = max(40, int(width))
     runs = report["runs"] if "runs" in report else [report]
@@ -305,7 +326,7 @@ def format_report(
         return "\n".join(["No runs with neuraldbg data."] + ([""] + tail if tail else [])) + "\n"
     blocks = []
     for run in runs:
-        blocks.append("\n".join(line.rstrip() for line in _format_run(run, width, max_events, compact)))
+        blocks.append("\n".join(line.rstrip() for line in _format_run(run, width, max_events, compact, logdir)))
     if len(runs) > 1:
         failing = sum(1 for r in runs if r.get("status") == "failing")
         summary = f"{len(runs)} runs: {failing} failing, {len(runs) - failing} healthy"
