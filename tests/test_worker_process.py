@@ -184,7 +184,7 @@ def test_the_child_gets_every_setting_of_the_run():
     config = WatchConfig(include=[nn.Linear, "2"], exclude=["3"], max_layers=7, stats_every=3, update_every=5,
                          hist_every=0, full_steps=50, ring=4, on_error="raise", start_step=11, save_batches=False,
                          nonfinite="every_step", analysis="process", thresholds=Thresholds(vanish_ratio=0.2),
-                         layer_scalars_every=20)
+                         layer_scalars_every=20, grad_clip=1.0)
     changed = [f.name for f in dataclasses.fields(WatchConfig) if getattr(config, f.name) != getattr(defaults, f.name)]
     assert changed == [f.name for f in dataclasses.fields(WatchConfig)]  # (a new field: give it a value here)
     sent = worker_process._json(dataclasses.asdict(config))[worker_process._LENGTH.size:]

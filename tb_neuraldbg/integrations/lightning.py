@@ -96,6 +96,9 @@ class NeuralDbgCallback(AttachedCallback, *_callback_bases()):
                 RuntimeWarning,
             )
         self._scaler = _scaler_of(trainer)
+        clip = getattr(trainer, "gradient_clip_val", None)  # (None or 0: Lightning does not clip)
+        if getattr(trainer, "gradient_clip_algorithm", "norm") in (None, "norm"):
+            self.attachment.watch_kwargs.setdefault("grad_clip", float(clip or 0))
         self.attachment.attach(
             self.log_dir or _run_dir(trainer),
             pl_module,

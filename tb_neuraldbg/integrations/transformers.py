@@ -75,6 +75,9 @@ class NeuralDbgCallback(AttachedCallback, TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if model is None or self.attachment.attached:
             return
+        # The Trainer clips at args.max_grad_norm (1.0 by default; 0 or None: off):
+        # the diagnosis then does not advise clipping.
+        self.attachment.watch_kwargs.setdefault("grad_clip", float(getattr(args, "max_grad_norm", None) or 0))
         self.attachment.attach(
             self.log_dir or tensorboard_dir(args.output_dir),
             model,

@@ -93,6 +93,10 @@ class WatchConfig:
         a multiple of this (0, the default: never): the Scalars and Time
         Series dashboards then smooth, overlay and compare runs. It costs
         event-file size (README.md, docs/performance.md).
+    grad_clip: the max norm the training loop clips the gradients to
+        (``clip_grad_norm_``'s ``max_norm``), 0 when it does not clip, None
+        (the default) when unknown. A run that clips is not advised to clip
+        (the framework callbacks fill it in from the Trainer's settings).
     """
 
     include: Any = None
@@ -110,6 +114,7 @@ class WatchConfig:
     nonfinite: str = "replay"
     analysis: str = "thread"
     layer_scalars_every: int = 0
+    grad_clip: float | None = None
 
     def __post_init__(self):
         if self.start_step is None:  # (watch() puts the writer's purge_step here first)
@@ -128,6 +133,11 @@ class WatchConfig:
             raise ValueError(f"nonfinite must be one of {NONFINITE_MODES}, got {self.nonfinite!r}")
         if self.analysis not in ANALYSIS_MODES:
             raise ValueError(f"analysis must be one of {ANALYSIS_MODES}, got {self.analysis!r}")
+        if self.grad_clip is not None:
+            if isinstance(self.grad_clip, bool) or not isinstance(self.grad_clip, (int, float)) or not (
+                    self.grad_clip >= 0):
+                raise ValueError(f"grad_clip must be a number >= 0 (0: no clipping) or None, got {self.grad_clip!r}")
+            self.grad_clip = float(self.grad_clip)
         if self.max_layers is not None and self.max_layers < 1:
             raise ValueError(f"max_layers must be >= 1 or None, got {self.max_layers!r}")
 

@@ -252,6 +252,7 @@ class DebugWriter(SummaryWriter):
         nonfinite: str = "replay",
         analysis: str = "thread",
         layer_scalars_every: int = 0,
+        grad_clip: float | None = None,
     ) -> WatchHandle:
         """Watch ``model``; returns a handle whose ``remove()`` takes the hooks off.
 

@@ -457,6 +457,7 @@ class Worker:
                 from ...diagnosis import Engine
 
                 self.engine = Engine(self.layers, thresholds=self.config.thresholds)
+                self.engine.grad_clip = self.config.grad_clip  # (the advice knows what the loop clips)
             else:
                 self.engine.add_layers(new)
         except Exception as e:  # noqa: BLE001
