@@ -11,10 +11,13 @@ the NaN batch among them, are still held by the writer's thread when the
 signal comes: what a signal used to lose. "user-handler": a SIGTERM handler
 of the script's own, installed before the writer, that prints and exits 3.
 "flush": writer.flush() after READY_AT (what is on disk for a SIGKILL).
+"stuck": the writer's worker blocks for good once "ready" is printed, with
+drain_timeout=1: a drain that cannot finish must still end at its bound.
 """
 
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -38,7 +41,17 @@ torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 crit = nn.CrossEntropyLoss()
-writer = DebugWriter(logdir)
+stuck = threading.Event()
+if "stuck" in options:
+    real_process = worker_thread.Worker._process
+
+    def blocked(self, *args, **kwargs):
+        if stuck.is_set():
+            threading.Event().wait()  # for good
+        return real_process(self, *args, **kwargs)
+
+    worker_thread.Worker._process = blocked
+writer = DebugWriter(logdir, drain_timeout=1.0) if "stuck" in options else DebugWriter(logdir)
 writer.watch(model, optimizer=opt, criterion=crit, analysis=analysis)
 g = torch.Generator().manual_seed(1)
 for step in range(ready_at + 1):
@@ -50,6 +63,7 @@ for step in range(ready_at + 1):
     opt.step()
 if "flush" in options:
     writer.flush()
+stuck.set()
 print("ready", flush=True)
 while True:
     time.sleep(0.05)

@@ -23,7 +23,6 @@ from tb_neuraldbg.cli import main
 from tb_neuraldbg.offline.reader import read_logdir
 from tb_neuraldbg.training.run import signals
 from tb_neuraldbg.training.worker import thread as worker_thread
-from tb_neuraldbg.training.writer import DRAIN_TIMEOUT
 
 pytestmark = [pytest.mark.slow,  # (real child trainers)
               pytest.mark.skipif(os.name != "posix", reason="POSIX signals")]
@@ -31,9 +30,9 @@ pytestmark = [pytest.mark.slow,  # (real child trainers)
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "signal_child.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAN_AT, READY_AT = 19, 21
-# What the child may take past its drain_timeout to end (an interpreter's
-# exit on a loaded machine).
-SLACK_S = 4.0
+# A hang guard, not a duration to meet: a child that honours its drain bound
+# ends long before (test_a_drain_that_cannot_finish_ends_at_its_bound).
+HANG_GUARD_S = 60.0
 
 
 def start(logdir, analysis="thread", *options, group=False) -> subprocess.Popen:
@@ -58,7 +57,7 @@ def stop(proc, signum, group=False) -> tuple[float, str, str]:
     else:
         proc.send_signal(signum)
     try:
-        out, err = proc.communicate(timeout=DRAIN_TIMEOUT + 60)
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
@@ -84,9 +83,8 @@ def assert_the_tail_is_there(run):
 @pytest.mark.parametrize("analysis", ["thread", "process"])
 def test_sigterm_writes_the_held_steps_then_ends_with_the_signal(tmp_path, capsys, analysis):
     proc = start(tmp_path, analysis)
-    took, _, err = stop(proc, signal.SIGTERM)
+    _, _, err = stop(proc, signal.SIGTERM)
     assert proc.returncode == -signal.SIGTERM, err[-3000:]
-    assert took < DRAIN_TIMEOUT + SLACK_S, (took, err[-3000:])
     assert_the_tail_is_there(report(tmp_path, capsys))
     (run,) = read_logdir(str(tmp_path))
     assert run.complete is True and run.last_step == READY_AT  # the ring was written too
@@ -95,27 +93,35 @@ def test_sigterm_writes_the_held_steps_then_ends_with_the_signal(tmp_path, capsy
 @pytest.mark.parametrize("analysis", ["thread", "process"])
 def test_sigint_drains_then_raises_keyboard_interrupt(tmp_path, capsys, analysis):
     proc = start(tmp_path, analysis)
-    took, _, err = stop(proc, signal.SIGINT)
+    _, _, err = stop(proc, signal.SIGINT)
     # Python's own SIGINT handler ran: KeyboardInterrupt, and the exit by SIGINT.
     assert "KeyboardInterrupt" in err and proc.returncode == -signal.SIGINT, err[-3000:]
-    assert took < DRAIN_TIMEOUT + SLACK_S, (took, err[-3000:])
     assert_the_tail_is_there(report(tmp_path, capsys))
+
+
+@pytest.mark.parametrize("analysis", ["thread"])
+def test_a_drain_that_cannot_finish_ends_at_its_bound(tmp_path, analysis):
+    """The writer's worker blocks for good: SIGTERM waits drain_timeout (1 s
+    here) for it, no longer, then ends the process with the signal's status
+    (without the bound, the child would still be waiting at the hang guard)."""
+    proc = start(tmp_path, analysis, "stuck")
+    _, _, err = stop(proc, signal.SIGTERM)
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
 
 
 def test_ctrl_c_to_the_process_group_does_not_kill_the_worker_process(tmp_path, capsys):
     # The trainer leads its own process group, as a shell's foreground job
     # does; Ctrl-C sends SIGINT to the whole group.
     proc = start(tmp_path, "process", group=True)
-    took, _, err = stop(proc, signal.SIGINT, group=True)
+    _, _, err = stop(proc, signal.SIGINT, group=True)
     assert proc.returncode == -signal.SIGINT, err[-3000:]
     assert "worker process ended" not in err, err[-3000:]  # it was not killed by the Ctrl-C
-    assert took < DRAIN_TIMEOUT + SLACK_S, (took, err[-3000:])
     assert_the_tail_is_there(report(tmp_path, capsys))
 
 
 def test_the_users_sigterm_handler_is_chained_not_replaced(tmp_path, capsys):
     proc = start(tmp_path, "thread", "user-handler")
-    took, out, err = stop(proc, signal.SIGTERM)
+    _, out, err = stop(proc, signal.SIGTERM)
     assert out.count("user handler") == 1 and proc.returncode == 3, (out, err[-3000:])
     assert_the_tail_is_there(report(tmp_path, capsys))
 
