@@ -4,7 +4,7 @@ The public face of the training side. ``DebugWriter.watch`` builds the
 settings (:mod:`.schedule`), the hooks (:mod:`.instrument`) and the
 background thread that analyses and writes each step (:mod:`.worker`),
 joined by one queue; ``close()`` (also at interpreter exit, through the
-registry of live writers here, and on SIGTERM: :mod:`.signals`) takes the
+registry of live writers here, and on SIGTERM: :mod:`.run.signals`) takes the
 hooks off and writes what is left.
 """
 
@@ -176,8 +176,8 @@ class DebugWriter(SummaryWriter):
     wrote from that step on is hidden (by TensorBoard, ``neuraldbg report``
     and the tab). While it watches, SIGTERM and SIGINT first write the steps
     it holds, within ``drain_timeout`` seconds, then do what they would have
-    done (:mod:`.signals`; ``handle_signals=False``: left alone). A second
-    live DebugWriter in the same run directory is warned (:mod:`.runlock`).
+    done (:mod:`.run.signals`; ``handle_signals=False``: left alone). A second
+    live DebugWriter in the same run directory is warned (:mod:`.run.lock`).
     """
 
     def __init__(self, log_dir: str | None = None, *args, ranks: str = "gather",
@@ -396,7 +396,7 @@ class DebugWriter(SummaryWriter):
             self._quietly("flush", w.flush)
 
     def _on_signal(self, signum: int, timeout: float, close: bool) -> None:
-        """SIGTERM or SIGINT (:mod:`.signals`): with ``close`` (the process
+        """SIGTERM or SIGINT (:mod:`.run.signals`): with ``close`` (the process
         ends next) close within ``timeout`` seconds; else drain: everything
         recorded so far analysed and written, the ring too, and flushed."""
         if self._closed:
@@ -437,10 +437,14 @@ class DebugWriter(SummaryWriter):
         try:
             fn(*args)
         except Exception as e:  # noqa: BLE001 -- close()/flush() never raise
-            guard = self._guarded or GuardedFileWriter(None, str(self.log_dir))
-            self._guarded = guard
-            if not guard.failed:
-                guard.fail(what, e)
+            self._note_failure(what, e)
+
+    def _note_failure(self, what: str, e: BaseException) -> None:
+        """A failure of close() or flush(), said once (see :mod:`.worker.filewriter`)."""
+        guard = self._guarded or GuardedFileWriter(None, str(self.log_dir))
+        self._guarded = guard
+        if not guard.failed:
+            guard.fail(what, e)
 
     # -- internals --------------------------------------------------------
 
@@ -466,7 +470,7 @@ class DebugWriter(SummaryWriter):
         try:
             return bool(worker.stop(timeout))
         except Exception as e:  # noqa: BLE001 -- close() never raises
-            self._quietly("close", _raise, e)
+            self._note_failure("close", e)
             return False
 
     @property
@@ -474,10 +478,6 @@ class DebugWriter(SummaryWriter):
         """What the writer costs a step, measured as it runs, and its
         worker's counters (:func:`.costs.stats_info` says each key)."""
         return costs.stats_info(self._worker or self._last_worker)
-
-
-def _raise(e: BaseException) -> None:
-    raise e
 
 
 def _warn_thread(why: str) -> None:

@@ -43,10 +43,6 @@ __all__ = ["ForwardHooks"]
 _REQUIRES_GRAD = attrgetter("requires_grad")
 
 
-def _raise(e: BaseException) -> None:
-    raise e
-
-
 def _version_of(t: torch.Tensor) -> int | None:
     """The in-place version counter; None for inference tensors (which
     cannot be modified in place outside inference mode)."""
@@ -156,7 +152,7 @@ class ForwardHooks:
         try:
             self.module_hooks.set_off(off)
         except Exception as e:  # noqa: BLE001 -- PyTorch's hook dicts changed: hooks on from now on
-            self.guard.run("cheap steps without module hooks", _raise, e)  # (warned once)
+            self.guard.fail("cheap steps without module hooks", e)  # (warned once)
 
     def begin_replay(self) -> tuple:
         """Fresh state for re-running the step with every count on (only

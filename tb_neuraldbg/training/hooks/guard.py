@@ -45,6 +45,18 @@ class HookGuard:
         time holds no more hook time than its own length."""
         return self.hook_ns + (now - self._t0 if self._inside else 0)
 
+    def fail(self, part: str, e: BaseException) -> None:
+        """``part`` failed with ``e`` (caught here or by the caller): warned
+        once, and ``part`` off from then on."""
+        if part in self.broken or self.removed:
+            return
+        self.broken.add(part)
+        msg = (
+            f"{distributed.tag()}: monitoring of the {part} failed and is switched off: "
+            f"{type(e).__name__}: {_first_line(e)}"
+        )
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
     def run(self, part: str, fn, *args):
         """``fn(*args)``, or None when ``part`` is off or it fails (warned
         once, and ``part`` off from then on). The ``TrainingFailure`` of
@@ -58,12 +70,7 @@ class HookGuard:
         try:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 -- anything, by design
-            self.broken.add(part)
-            msg = (
-                f"{distributed.tag()}: monitoring of the {part} failed and is switched off: "
-                f"{type(e).__name__}: {_first_line(e)}"
-            )
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            self.fail(part, e)
             return None
         finally:
             if outer:

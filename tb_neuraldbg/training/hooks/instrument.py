@@ -53,10 +53,6 @@ from .step_facts import StepFacts
 __all__ = ["Instrument"]
 
 
-def _raise(e: BaseException) -> None:
-    raise e
-
-
 class Instrument:
     """Every hook on one model (and its optimizer, criterion, scaler).
 
