@@ -29,7 +29,7 @@ class Collector:
     no per-value reshape. Runs (histograms) and pre-stacked groups are kept
     as 1-d tensors, their rows and keys as numpy arrays; host constants as
     Python numbers, or as arrays for many rows at once (:meth:`const_many`);
-    statistics already on the host (the fused CPU kernel's) as constants
+    values already on the host (a CPU loss read at the commit) as constants
     too, through :meth:`measured`, which notes a non-finite one for
     :func:`all_finite`.
     """
@@ -124,16 +124,6 @@ class Collector:
         self.c_keys.extend(keys)
         self.c_vals.extend(values)
         if not self.c_nonfinite and not all(map(math.isfinite, values)):
-            self.c_nonfinite = True
-
-    def measured_many(self, rows: Sequence[int], key: int, values: np.ndarray) -> None:
-        """Host values measured for many rows at once (a numpy array, one per
-        entry of ``rows``: the fused kernel's gradient norms): kept as
-        :meth:`const_many` keeps its values, and checked by
-        :func:`all_finite` as :meth:`measured`'s are."""
-        values = np.asarray(values, dtype=np.float64)
-        self.const_many(rows, key, values)
-        if not self.c_nonfinite and not np.isfinite(values).all():
             self.c_nonfinite = True
 
     def const_many(self, rows: np.ndarray, key: int, values: np.ndarray) -> None:
