@@ -127,7 +127,7 @@ export class RunList {
               on: { click: () => this.cb.onOnly(r.run) },
             },
             [
-              el("span", { class: "nd-runname-text", text: r.run }),
+              el("span", { class: "nd-runname-text", text: r.run, attrs: { title: r.run } }),
               el("span", { class: `nd-dot nd-dot-${r.status}`, attrs: { title: r.status, "aria-label": r.status } }),
             ],
           ),
