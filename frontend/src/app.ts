@@ -349,6 +349,7 @@ export class App {
   // ---- data ----------------------------------------------------------------
 
   private async loadRun(run: string): Promise<void> {
+    const axis = this.sharedAxis();
     try {
       if (!(await this.store.loadRun(run))) return;
     } catch (e) {
@@ -356,6 +357,11 @@ export class App {
       return;
     }
     if (this.range) this.range = clampRange(this.range, this.bounds()!);
+    // A run that widens the shared axis narrows the others' part of it: they are asked again for fewer columns.
+    const now = this.sharedAxis();
+    if (now && (!axis || axis.start !== now.start || axis.end !== now.end)) {
+      for (const other of this.selected) if (other !== run) void this.fetchHeatmap(other);
+    }
     await this.fetchHeatmap(run);
   }
 
