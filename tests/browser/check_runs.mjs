@@ -23,14 +23,12 @@
 //   ND_DOCS_SHOT       optional: where to copy the side-by-side screenshot (docs/screenshot_runs.png)
 //   CHROMIUM           optional: chromium binary (default /usr/bin/chromium)
 // Prints one line per check; exits 1 on the first failure.
-import { createRequire } from "node:module";
 import { copyFileSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { check, launchChromium, TIMEOUT } from "./harness.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, "..", "..", "frontend", "package.json"));
-const { chromium } = require("playwright-core");
 
 const env = process.env;
 const TB = env.ND_TB_URL;
@@ -42,21 +40,12 @@ const SHORTER_B = env.ND_SHORTER_B === "1";
 const SHOT = env.ND_SHOT_NAME ?? "runs.png";
 const shots = env.ND_SHOTS ?? path.join(here, "screenshots");
 mkdirSync(shots, { recursive: true });
-const TIMEOUT = 60000;
-
-function check(cond, what, detail = "") {
-  if (!cond) throw new Error(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
-  console.log(`ok - ${what}`);
-}
 
 /** The `p.neuraldbg.runs` value of frontend/src/urlstate.ts: `%` and `,` escaped in each name. */
 const encodeRuns = (runs) => runs.map((r) => r.replace(/%/g, "%25").replace(/,/g, "%2C")).join(",");
 const decodeRuns = (v) => v.split(",").map(decodeURIComponent);
 
-const browser = await chromium.launch({
-  executablePath: env.CHROMIUM ?? "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
-});
+const browser = await launchChromium();
 let exitCode = 0;
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
