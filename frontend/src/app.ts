@@ -514,7 +514,8 @@ export class App {
     const views = shown.map(({ run, meta, hm }): RowView =>
       this.rowModel(run).view({
         heatmap: aligned?.heatmaps.get(run) ?? hm,
-        ...(aligned ? { order: aligned.order } : {}),
+        // Always a key (undefined alone): the row model's memo must see the shared order go.
+        order: aligned?.order,
         meta,
         events: store.events(run)?.events ?? NO_EVENTS,
         rootCause: store.runInfo(run)?.root_cause ?? null,

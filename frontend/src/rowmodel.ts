@@ -49,7 +49,8 @@ export class RowModel {
     if (
       last &&
       last.version === input.state.version &&
-      (Object.keys(input) as (keyof RowInput)[]).every((k) => last.input[k] === input[k])
+      // Both inputs' keys: an optional one (order) left out now must not match the last view's.
+      (Object.keys({ ...last.input, ...input }) as (keyof RowInput)[]).every((k) => last.input[k] === input[k])
     ) {
       return last.view;
     }

@@ -3,6 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { padHeatmap, RunAlignment, unionLayers } from "../src/align";
 import { cellAt, computeLayout } from "../src/layout";
+import { onsetKeys } from "../src/onset";
 import { RowModel } from "../src/rowmodel";
 import { axisCols, axisLayout, axisStep, axisTicks, axisX } from "../src/stepaxis";
 import { BUILTIN_TABLES } from "../src/tables";
@@ -106,6 +107,20 @@ test("two runs of different layer lists draw the same rows in the same order, in
     assert.deepEqual(ids[0], ids[1], `${order}: the rows line up`);
     if (order === "onset") assert.equal(ids[0][0], "head", "the failing run's onset puts head first in both");
   }
+});
+
+test("a run shown alone again drops the shared order", () => {
+  const ranks = BUILTIN_TABLES.states.ranks();
+  const names = ["a", "b"];
+  const hm = heatmap("r", names, 1, [0], [9], () => [1, HEALTHY]);
+  const state = new TreeState(null);
+  state.setOrder("onset");
+  const model = new RowModel();
+  const input = { heatmap: hm, meta: metaOf("r", names, 9), events: [] as NdEvent[], rootCause: null, states: BUILTIN_TABLES.states, kind: "log" as const, state, auto: new Set<string>() };
+  // Shared keys from another run in which b failed first.
+  const shared = onsetKeys(names, [ev(3, "b")], null, null, ranks);
+  assert.deepEqual(model.view({ ...input, order: shared }).ids, ["b", "a"]);
+  assert.deepEqual(model.view(input).ids, ["a", "b"], "the key left out: the run's own order again");
 });
 
 test("one step axis: a step is at the same x in every run, whatever its binning", () => {
