@@ -109,6 +109,7 @@ body { margin: 0; }
 .nd-hover { border: 1px solid #111827; box-shadow: 0 0 0 1px #fff; }
 .nd-cursor { border: 2px solid #2563eb; box-shadow: 0 0 0 1px #fff; }
 .nd-echo { border: 1px dashed #111827; }
+.nd-label.nd-label-absent { color: #9ca3af; font-style: italic; }
 .nd-echo-col { background: rgba(17, 24, 39, 0.08); border-left: 1px solid rgba(17, 24, 39, 0.35); }
 .nd-events-run { font-size: 12px; color: #4b5563; margin: -4px 0 6px; overflow-wrap: anywhere; }
 .nd-rootrow { border-top: 1px solid #dc2626; border-bottom: 1px solid #dc2626; background: rgba(220,38,38,.06); }

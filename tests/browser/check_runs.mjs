@@ -134,6 +134,9 @@ try {
     check(ids.includes(env.ND_ONLY_A) && ids.includes(env.ND_ONLY_B), `a layer only one run has is a row in both (${env.ND_ONLY_A}, ${env.ND_ONLY_B})`);
     check((await alphaAt(B, env.ND_ONLY_A, 0.3)) === 0 && (await alphaAt(A, env.ND_ONLY_A, 0.3)) > 0 &&
       (await alphaAt(A, env.ND_ONLY_B, 0.3)) === 0 && (await alphaAt(B, env.ND_ONLY_B, 0.3)) > 0, "and an empty one where the run lacks it");
+    const absent = await frame.$$eval(".nd-panel .nd-label-absent", (els) => els.map((e) => [e.closest(".nd-panel").getAttribute("data-run"), e.getAttribute("data-layer"), e.title]));
+    check(JSON.stringify(absent.map((a) => a.slice(0, 2))) === JSON.stringify([[A, env.ND_ONLY_B], [B, env.ND_ONLY_A]]) && absent.every((a) => a[2].includes("not in run")),
+      "whose label says it is not in that run", JSON.stringify(absent));
   }
 
   // ---- hover echoed, zoom shared ----

@@ -258,6 +258,7 @@ export class HeatmapPanel {
     }
     const rc = data.info.root_cause;
     this.labels.render(view, this.layout!, this.labelPx, rc ? rowOfRef(view, rc.layer) : -1, rc?.layer ?? null, this.types);
+    if (this.shared) this.markAbsent();
     this.renderAxis();
     this.placeRootCause();
     this.resolveCursor();
@@ -384,6 +385,16 @@ export class HeatmapPanel {
       return;
     }
     this.placeCell(box, row, col, 3);
+  }
+
+  /** Side by side, the rows of layers this run does not have (align.ts) say so: greyed, "not in this run". */
+  private markAbsent(): void {
+    for (const label of this.labels.element.querySelectorAll<HTMLElement>(".nd-label[data-kind=leaf]")) {
+      const id = label.getAttribute("data-layer") ?? "";
+      if (this.types.has(id)) continue;
+      label.classList.add("nd-label-absent");
+      label.title = `${id} · not in run ${this.run}`;
+    }
   }
 
   /** The echo of another panel's hover: a line at its step, a box on its cell when this run has the row. */
