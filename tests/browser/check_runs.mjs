@@ -113,6 +113,8 @@ try {
   check(JSON.stringify(ps.map((p) => p.run)) === JSON.stringify([A, B]), `the link opens ${A} and ${B}, one panel each (data-run), in its order`,
     JSON.stringify(ps.map((p) => p.run)));
   const [pa, pb] = ps;
+  const paintMs = await frame.$$eval(".nd-panel", (els) => els.map((e) => e.getAttribute("data-paint-ms")));
+  console.log(`# paint ms per panel (not asserted): ${paintMs.join(", ")}`);
   const boxes = await frame.$$eval(".nd-panel", (els) => els.map((e) => e.getBoundingClientRect()).map((r) => ({ x: r.x, y: r.y, h: r.height })));
   check(near(boxes[0].x, boxes[1].x) && boxes[1].y >= boxes[0].y + boxes[0].h - 1, "the panels are one above the other");
 
@@ -134,6 +136,8 @@ try {
     check(ids.includes(env.ND_ONLY_A) && ids.includes(env.ND_ONLY_B), `a layer only one run has is a row in both (${env.ND_ONLY_A}, ${env.ND_ONLY_B})`);
     check((await alphaAt(B, env.ND_ONLY_A, 0.3)) === 0 && (await alphaAt(A, env.ND_ONLY_A, 0.3)) > 0 &&
       (await alphaAt(A, env.ND_ONLY_B, 0.3)) === 0 && (await alphaAt(B, env.ND_ONLY_B, 0.3)) > 0, "and an empty one where the run lacks it");
+    const subs = await frame.$$eval(".nd-panel-sub", (els) => els.map((e) => e.textContent));
+    check(subs[0].endsWith("11 rows of 10 layers") && subs[1].endsWith("11 rows of 10 layers"), `each head counts its run's own layers: ${subs.join(" | ")}`);
     const absent = await frame.$$eval(".nd-panel .nd-label-absent", (els) => els.map((e) => [e.closest(".nd-panel").getAttribute("data-run"), e.getAttribute("data-layer"), e.title]));
     check(JSON.stringify(absent.map((a) => a.slice(0, 2))) === JSON.stringify([[A, env.ND_ONLY_B], [B, env.ND_ONLY_A]]) && absent.every((a) => a[2].includes("not in run")),
       "whose label says it is not in that run", JSON.stringify(absent));

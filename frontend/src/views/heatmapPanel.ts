@@ -319,7 +319,9 @@ export class HeatmapPanel {
     const d = this.data!;
     const hm = d.view.heatmap;
     const status = d.info.status;
-    const rows = d.view.rows === hm.rows ? `${hm.rows} layers` : `${d.view.rows} rows of ${hm.rows} layers`;
+    // Side by side the heatmap holds every run's layers (align.ts): the count is this run's own.
+    const layers = this.shared ? d.meta.layers.length : hm.rows;
+    const rows = d.view.rows === layers ? `${layers} layers` : `${d.view.rows} rows of ${layers} layers`;
     const sub =
       hm.cols > 0
         ? `${formatSteps(hm.colStart[0], hm.colEnd[hm.cols - 1])} · ${hm.cols} col${hm.cols === 1 ? "" : "s"} · ${rows}`
