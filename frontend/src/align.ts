@@ -87,8 +87,9 @@ export interface Aligned {
   /**
    * The anomalies-first keys over `names` (onset.ts), shared: a row's
    * earliest onset in any of the runs, so the order is one for all panels.
+   * Computed on the first call (a scan of every run's cells), then the same array.
    */
-  order: Float64Array;
+  order(): Float64Array;
 }
 
 /**
@@ -113,11 +114,16 @@ export class RunAlignment {
     }
     const names = unionLayers(inputs.map((x) => x.heatmap.layers));
     const heatmaps = new Map(inputs.map((x) => [x.run, padHeatmap(x.heatmap, names)]));
-    const order = new Float64Array(names.length).fill(Infinity);
-    for (const x of inputs) {
-      const keys = onsetKeys(names, x.events, x.rootCause, heatmaps.get(x.run), ranks);
-      for (let i = 0; i < keys.length; i++) if (keys[i] < order[i]) order[i] = keys[i];
-    }
+    let keys: Float64Array | null = null;
+    const order = (): Float64Array => {
+      if (keys) return keys;
+      keys = new Float64Array(names.length).fill(Infinity);
+      for (const x of inputs) {
+        const own = onsetKeys(names, x.events, x.rootCause, heatmaps.get(x.run), ranks);
+        for (let i = 0; i < own.length; i++) if (own[i] < keys[i]) keys[i] = own[i];
+      }
+      return keys;
+    };
     const out = { names, heatmaps, order };
     this.last = { inputs: [...inputs], ranks, out };
     return out;

@@ -515,7 +515,7 @@ export class App {
       this.rowModel(run).view({
         heatmap: aligned?.heatmaps.get(run) ?? hm,
         // Always a key (undefined alone): the row model's memo must see the shared order go.
-        order: aligned?.order,
+        order: aligned && this.rows.order === "onset" ? aligned.order() : undefined,
         meta,
         events: store.events(run)?.events ?? NO_EVENTS,
         rootCause: store.runInfo(run)?.root_cause ?? null,

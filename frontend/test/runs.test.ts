@@ -101,7 +101,7 @@ test("two runs of different layer lists draw the same rows in the same order, in
       const hm = aligned.heatmaps.get(run)!;
       const meta = metaOf(run, hm.layers, run === "failing" ? 39 : 19);
       return new RowModel().view({
-        heatmap: hm, meta, events: [], rootCause: null, states: BUILTIN_TABLES.states, kind: "log", state, auto: new Set(), order: aligned.order,
+        heatmap: hm, meta, events: [], rootCause: null, states: BUILTIN_TABLES.states, kind: "log", state, auto: new Set(), order: aligned.order(),
       }).ids;
     });
     assert.deepEqual(ids[0], ids[1], `${order}: the rows line up`);
