@@ -143,6 +143,17 @@ try {
       "whose label says it is not in that run", JSON.stringify(absent));
   }
 
+  // Anomalies first: one order for both panels (the earliest onset in either run).
+  await frame.click(".nd-order button[data-order=onset]");
+  await frame.waitForFunction(() => [...document.querySelectorAll(".nd-panel")].every((p) => p.querySelector(".nd-label")?.getAttribute("data-layer") !== "<input>"), null, { timeout: TIMEOUT });
+  await tab(2);
+  const [oa, ob] = await panels();
+  check(JSON.stringify(oa.rows.map((r) => r.id)) === JSON.stringify(ob.rows.map((r) => r.id)) && oa.rows.every((r, i) => near(r.y, ob.rows[i].y)),
+    `anomalies first: the same order in both panels (${oa.rows.slice(0, 3).map((r) => r.id).join(", ")}, …)`);
+  await frame.click(".nd-order button[data-order=forward]");
+  await frame.waitForFunction(() => document.querySelector(".nd-panel .nd-label")?.getAttribute("data-layer") === "<input>", null, { timeout: TIMEOUT });
+  await tab(2);
+
   // ---- hover echoed, zoom shared ----
   const cellBox = async (run, id, fx) => {
     const p = frame.locator(`.nd-panel[data-run="${run.replace(/"/g, '\\"')}"]`);
