@@ -61,7 +61,7 @@ def _write_logdir(logdir) -> None:
 
 def _neuraldbg(*args) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-c", "import sys; from tb_neuraldbg.cli import main; sys.exit(main())", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
 
 
 def _update_screenshot() -> bool:
@@ -79,7 +79,7 @@ def _check_runs(tmp_path, logdir, runs: set[str], chromium: str, node: str, **ex
         env = dict(os.environ, ND_TB_URL=tb.url, ND_SHOTS=str(shots), CHROMIUM=chromium,
                    **{f"ND_{k.upper()}": v for k, v in extra.items()})
         proc = subprocess.run([node, str(BROWSER_DIR / "check_runs.mjs")], env=env, capture_output=True,
-                              text=True, timeout=600, cwd=ROOT)
+                              text=True, timeout=600, cwd=ROOT, check=False)
     print(proc.stdout)
     print(proc.stderr, file=sys.stderr)
     assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"

@@ -105,7 +105,7 @@ def axis_ticks(first: int, last: int, target: int) -> list[int]:
     raw = span / max(1, target)
     mag = 10 ** math.floor(math.log10(raw))
     norm = raw / mag
-    step = max(1, int(round((1 if norm < 1.5 else 2 if norm < 3.5 else 5 if norm < 7.5 else 10) * mag)))
+    step = max(1, round((1 if norm < 1.5 else 2 if norm < 3.5 else 5 if norm < 7.5 else 10) * mag))
     return list(range(-(-first // step) * step, last + 1, step))
 
 
