@@ -186,7 +186,7 @@ def _cmd_export(args) -> int:
     from .offline.html_report import render_html
 
     runs, reports, notes = _collect_runs(args.logdir, args.rediagnose)
-    text = render_html(reports, runs, title=f"neuraldbg report: {args.logdir}", notes=notes)
+    text = render_html(reports, runs, title=f"neuraldbg report: {args.logdir}", notes=notes, logdir=args.logdir)
     try:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

@@ -4,6 +4,7 @@
  * for what is shown (the store caches and drops stale answers), and batches
  * redraws into one animation frame.
  */
+import { RunAlignment, type Aligned } from "./align";
 import type { Api } from "./api";
 import { buildPalette, computeScale } from "./colormap";
 import { el, setChildren } from "./dom";
@@ -17,6 +18,7 @@ import { BUILTIN_TABLES } from "./tables";
 import { ancestors, defaultExpansion, type ModuleTree } from "./tree";
 import { TreeState, type RowOrder } from "./treestate";
 import { ViewStore } from "./urlstate";
+import { axisCols } from "./stepaxis";
 import { warmUpDraw, WARM_CELLS } from "./warmup";
 import type { Heatmap, Meta, NdEvent, RunInfo, StepRange } from "./types";
 import { clampRange, isFull, panRange, unionRange, windowAround, zoomRange } from "./viewport";
@@ -56,6 +58,11 @@ export class App {
   private auto: { tree: ModuleTree; focus: string; set: Set<string> } | null = null;
 
   private selected: string[] = [];
+  /** The runs the URL named at page load, until one of them is listed (a shared link). */
+  private urlRuns: readonly string[];
+  /** The rows of the runs shown side by side, aligned (null: one run shown). */
+  private readonly alignment = new RunAlignment();
+  private aligned: Aligned | null = null;
   private primary: string | null = null;
   private metric = "grad_norm";
   /** null = every step (and follow new ones on reload). */
@@ -78,6 +85,7 @@ export class App {
     const url = views.readUrl();
     this.rows.setFilter(url.filter);
     this.rows.setOrder(url.order);
+    this.urlRuns = url.runs ?? [];
     this.rowControls = new RowControls({
       onFilter: (text) => this.setRowView(() => this.rows.setFilter(text)),
       onOrder: (order) => this.setRowView(() => this.rows.setOrder(order)),
@@ -144,12 +152,17 @@ export class App {
       return;
     }
     const names = new Set(runs.map((r) => r.run));
-    let selected = this.selected.filter((r) => names.has(r));
+    let selected = (this.selected.length ? this.selected : this.urlRuns).filter((r) => names.has(r));
+    // A link's runs not listed (yet): the link stays in the URL until they are.
+    const keepUrl = selected.length === 0 && this.urlRuns.length > 0;
     if (selected.length === 0) {
       // Open on the run that needs attention: the first failing one.
       selected = [(runs.find((r) => r.status === "failing") ?? runs[0]).run];
+    } else {
+      this.urlRuns = [];
     }
     this.selected = selected;
+    if (!keepUrl) this.saveRuns();
     if (!this.primary || !selected.includes(this.primary)) this.primary = selected[0];
     this.runList.update(runs, this.selected);
     this.syncPanels();
@@ -164,6 +177,8 @@ export class App {
     const valid = runs.filter((r, i) => runs.indexOf(r) === i && this.store.runInfo(r) !== undefined);
     if (valid.length === 0) return this.runList.update(this.store.runs(), this.selected);
     this.selected = valid;
+    this.urlRuns = [];
+    this.saveRuns();
     if (!this.primary || !valid.includes(this.primary)) this.primary = valid[0];
     if (this.detailRef && !valid.includes(this.detailRef.run)) this.closeDetail();
     this.runList.update(this.store.runs(), this.selected);
@@ -173,6 +188,21 @@ export class App {
       else void this.loadRun(run);
     }
     this.invalidate();
+  }
+
+  /** The runs shown, into the URL (a shared link opens them). */
+  private saveRuns(): void {
+    this.views.writeUrl({ filter: this.rows.filter, order: this.rows.order as RowOrder, runs: this.selected });
+  }
+
+  /** The rows a run is drawn with: its own layers, or with other runs shown the aligned union (align.ts). */
+  private layerNames(run: string, meta: Meta): readonly string[] {
+    return this.aligned && this.aligned.heatmaps.has(run) ? this.aligned.names : meta.layers.map((l) => l.name);
+  }
+
+  /** The step axis the panels share when several runs are shown (stepaxis.ts), else null. */
+  private sharedAxis(): StepRange | null {
+    return this.selected.length > 1 ? this.viewRange() : null;
   }
 
   /** A change of filter, order or expansion: save it, redraw. */
@@ -190,7 +220,7 @@ export class App {
   private revealLayer(run: string, layer: string): void {
     const meta = this.store.meta(run);
     if (!meta) return;
-    const tree = this.rowModel(run).tree(meta.layers.map((l) => l.name));
+    const tree = this.rowModel(run).tree(this.layerNames(run, meta));
     const n = tree.byId.get(layer);
     if (n === undefined) return;
     const ids = ancestors(tree, n).map((a) => tree.nodes[a].id);
@@ -212,7 +242,7 @@ export class App {
     const run = this.primary;
     const meta = run ? this.store.meta(run) : undefined;
     if (!run || !meta) return new Set();
-    const tree = this.rowModel(run).tree(meta.layers.map((l) => l.name));
+    const tree = this.rowModel(run).tree(this.layerNames(run, meta));
     const focus = this.selected.map((r) => this.store.runInfo(r)?.root_cause?.layer).filter((l): l is string => !!l);
     // The other failing layers, in onset order (events come sorted by step).
     const also = this.selected
@@ -319,6 +349,7 @@ export class App {
   // ---- data ----------------------------------------------------------------
 
   private async loadRun(run: string): Promise<void> {
+    const axis = this.sharedAxis();
     try {
       if (!(await this.store.loadRun(run))) return;
     } catch (e) {
@@ -326,6 +357,11 @@ export class App {
       return;
     }
     if (this.range) this.range = clampRange(this.range, this.bounds()!);
+    // A run that widens the shared axis narrows the others' part of it: they are asked again for fewer columns.
+    const now = this.sharedAxis();
+    if (now && (!axis || axis.start !== now.start || axis.end !== now.end)) {
+      for (const other of this.selected) if (other !== run) void this.fetchHeatmap(other);
+    }
     await this.fetchHeatmap(run);
   }
 
@@ -333,10 +369,13 @@ export class App {
     const meta = this.store.meta(run);
     const panel = this.panels.get(run);
     if (!meta || !panel) return;
-    panel.setRows(this.rowModel(run).tree(meta.layers.map((l) => l.name)));
+    panel.setRows(this.rowModel(run).tree(this.layerNames(run, meta)));
     panel.setBusy(true);
+    const axis = this.sharedAxis();
+    // On a shared axis a run covers only its own steps of the width: as many columns as those pixels.
+    const cols = axis && meta.num_steps > 0 ? axisCols(panel.plotWidth(), { start: meta.first_step, end: meta.last_step }, axis) : panel.plotWidth();
     try {
-      const answer = this.store.loadHeatmap(run, this.metric, this.range, panel.plotWidth());
+      const answer = this.store.loadHeatmap(run, this.metric, this.range, cols);
       // A big first heatmap: compile the draw path while the server bins it.
       if (!this.warmed && meta.layers.length * Math.min(meta.num_steps, panel.plotWidth()) >= WARM_CELLS) {
         this.warmed = true;
@@ -432,6 +471,9 @@ export class App {
         if (then) this.setCursor(run, then);
       },
       onEscape: () => this.closeDetail(),
+      onHover: (run: string, cell: CellRef | null) => {
+        for (const [name, p] of this.panels) p.echo(name === run ? null : cell);
+      },
     };
     const els = this.selected.map((run) => {
       let p = this.panels.get(run);
@@ -459,10 +501,21 @@ export class App {
     const info = tables.metrics.info(this.metric);
     const scale = computeScale(info.kind, shown.map((x) => x.hm));
     const palette = buildPalette(tables.states);
+    // Several runs: every panel draws the same rows in the same order (align.ts) on one step axis.
+    const axis = this.sharedAxis();
+    this.aligned = axis
+      ? this.alignment.align(
+          shown.map(({ run, hm }) => ({ run, heatmap: hm, events: store.events(run)?.events ?? NO_EVENTS, rootCause: store.runInfo(run)?.root_cause ?? null })),
+          tables.states.ranks(),
+        )
+      : null;
+    const aligned = this.aligned;
     const auto = this.autoExpansion();
     const views = shown.map(({ run, meta, hm }): RowView =>
       this.rowModel(run).view({
-        heatmap: hm,
+        heatmap: aligned?.heatmaps.get(run) ?? hm,
+        // Always a key (undefined alone): the row model's memo must see the shared order go.
+        order: aligned && this.rows.order === "onset" ? aligned.order() : undefined,
         meta,
         events: store.events(run)?.events ?? NO_EVENTS,
         rootCause: store.runInfo(run)?.root_cause ?? null,
@@ -480,6 +533,7 @@ export class App {
       for (const s of hm.states) if (s !== STATE_HEALTHY && s !== STATE_UNKNOWN) present.add(s);
       const p = this.panels.get(run)!;
       p.setPrimary(this.selected.length > 1 && run === this.primary);
+      p.setAxis(axis);
       p.update({
         info: store.runInfo(run)!,
         meta,
@@ -501,7 +555,7 @@ export class App {
     this.toolbar.setMetricTable(tables.metrics);
     const primaryInfo = store.runInfo(this.primary) ?? null;
     this.rootPanel.update(primaryInfo, this.selected.length);
-    this.eventList.update(this.primary, this.primary ? store.events(this.primary) ?? null : null, primaryInfo?.root_cause ?? null, tables.states);
+    this.eventList.update(this.primary, this.primary ? store.events(this.primary) ?? null : null, primaryInfo?.root_cause ?? null, tables.states, this.selected.length);
     this.eventList.sync(this.viewRange(), this.selectedLayer());
     this.toolbar.setRange(this.viewRange(), this.range !== null);
     const complete = this.selected.length > 0 && this.selected.every((r) => store.heatmap(r) && store.meta(r));

@@ -55,6 +55,10 @@ function bucketOf(edges: Int32Array, v: number): number {
 export function cellAt(layout: Layout, xCss: number, yCss: number): { row: number; col: number } | null {
   if (layout.rows === 0 || layout.cols === 0) return null;
   if (xCss < 0 || yCss < 0 || xCss >= layout.widthCss || yCss >= layout.heightCss) return null;
+  // Columns placed on a shared step axis (stepaxis.ts) may not fill the width.
+  const xd = xCss * layout.dpr;
+  const { xEdges } = layout;
+  if (xd < xEdges[0] || (xd >= xEdges[layout.cols] && xEdges[layout.cols] < Math.round(layout.widthCss * layout.dpr))) return null;
   return {
     row: bucketOf(layout.yEdges, yCss * layout.dpr),
     col: bucketOf(layout.xEdges, xCss * layout.dpr),

@@ -24,6 +24,8 @@ export interface RowInput {
   state: TreeState;
   /** The default expansion (tree.ts defaultExpansion). */
   auto: ReadonlySet<string>;
+  /** Anomalies-first keys to use instead of this run's own: runs compared side by side share theirs (align.ts). */
+  order?: Float64Array;
 }
 
 export class RowModel {
@@ -47,7 +49,8 @@ export class RowModel {
     if (
       last &&
       last.version === input.state.version &&
-      (Object.keys(input) as (keyof RowInput)[]).every((k) => last.input[k] === input[k])
+      // Both inputs' keys: an optional one (order) left out now must not match the last view's.
+      (Object.keys({ ...last.input, ...input }) as (keyof RowInput)[]).every((k) => last.input[k] === input[k])
     ) {
       return last.view;
     }
@@ -58,7 +61,7 @@ export class RowModel {
     const visible = visibleRows(tree, {
       expanded: (node) => state.isOpen(node.id, input.auto),
       keep: keptRows(hm.layers, this.typesOf(input.meta), state.filter),
-      order: state.order === "onset" ? onsetKeys(hm.layers, input.events, input.rootCause, hm, ranks) : null,
+      order: state.order === "onset" ? (input.order ?? onsetKeys(hm.layers, input.events, input.rootCause, hm, ranks)) : null,
     });
     const view = buildRowView(hm, tree, visible, ranks, input.kind);
     this.last = { input, version: state.version, view };

@@ -37,7 +37,8 @@ body { margin: 0; }
 .nd-runitem.nd-selected { background: #eef2ff; }
 .nd-runname { min-width: 0; text-align: left; border: 0; background: none; padding: 3px 2px 0; color: inherit;
   display: flex; align-items: center; gap: 6px; }
-.nd-runname-text, .nd-runsum { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.nd-runsum { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.nd-runname-text { overflow-wrap: anywhere; white-space: normal; }
 .nd-runname-text { flex: 1; min-width: 0; }
 .nd-runsum { grid-column: 1 / -1; padding: 0 2px 2px; cursor: pointer; }
 .nd-runsum { font-size: 11px; line-height: 15px; color: #6b7280; }
@@ -65,7 +66,7 @@ body { margin: 0; }
   background: #f3f4f6; padding: 0 4px; border-radius: 4px; }
 .nd-rootcause-try { color: #111827; white-space: pre-wrap; overflow-wrap: anywhere; }
 .nd-rootcause-try b { color: #6b7280; font-weight: 600; margin-right: 4px; }
-.nd-panels { display: grid; gap: 12px; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); }
+.nd-panels { display: grid; gap: 12px; grid-template-columns: minmax(0, 1fr); }
 .nd-panel { padding: 10px 12px 8px; min-width: 0; }
 .nd-panel.nd-primary { border-color: #c7d2fe; }
 .nd-panel-head { display: flex; align-items: baseline; gap: 8px; margin-bottom: 8px; min-width: 0; }
@@ -107,6 +108,10 @@ body { margin: 0; }
 .nd-ov { position: absolute; left: 0; top: 0; pointer-events: none; will-change: transform; }
 .nd-hover { border: 1px solid #111827; box-shadow: 0 0 0 1px #fff; }
 .nd-cursor { border: 2px solid #2563eb; box-shadow: 0 0 0 1px #fff; }
+.nd-echo { border: 1px dashed #111827; }
+.nd-label.nd-label-absent { color: #9ca3af; font-style: italic; }
+.nd-echo-col { background: rgba(17, 24, 39, 0.08); border-left: 1px solid rgba(17, 24, 39, 0.35); }
+.nd-events-run { font-size: 12px; color: #4b5563; margin: -4px 0 6px; overflow-wrap: anywhere; }
 .nd-rootrow { border-top: 1px solid #dc2626; border-bottom: 1px solid #dc2626; background: rgba(220,38,38,.06); }
 .nd-onset { border: 2px solid #dc2626; border-radius: 50%; box-shadow: 0 0 0 2px #fff; }
 .nd-onset-tag { background: #b91c1c; color: #fff; font-size: 11px; padding: 1px 6px; border-radius: 4px; white-space: nowrap; font-weight: 500; }

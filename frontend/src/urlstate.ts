@@ -1,7 +1,7 @@
 /**
  * Where the rows' view state is kept between page loads.
  *
- * - The filter and the order go into the URL, so a link shared with a
+ * - The runs shown, the filter and the order go into the URL, so a link shared with a
  *   teammate opens the same view. In TensorBoard the tab lives in an
  *   iframe that TensorBoard recreates on a reload, so they go into the
  *   PARENT page's hash, as TensorBoard's own plugin deep links do
@@ -23,6 +23,39 @@ const STORAGE_KEY = "neuraldbg.rows.v1";
 export interface UrlView {
   filter: string;
   order: RowOrder;
+  /**
+   * The runs shown (`p.neuraldbg.runs=a,b`), in the order shown; absent when
+   * the URL names none (left out of what is read). Left out of a write: the URL's runs are kept.
+   */
+  runs?: readonly string[];
+}
+
+/** A run name as one item of the comma-separated list: its `%` and `,` escaped, so any name round-trips. */
+function encodeRunItem(run: string): string {
+  return run.replace(/%/g, "%25").replace(/,/g, "%2C");
+}
+
+function decodeRunItem(item: string): string | null {
+  try {
+    return decodeURIComponent(item);
+  } catch {
+    return null; // Not written by encodeRunItem: dropped.
+  }
+}
+
+/** The value of `p.neuraldbg.runs` for these runs (before the URL's own encoding). */
+export function encodeRuns(runs: readonly string[]): string {
+  return runs.map(encodeRunItem).join(",");
+}
+
+/** The runs of a `p.neuraldbg.runs` value: empty names and repeats dropped. */
+export function decodeRuns(value: string): string[] {
+  const out: string[] = [];
+  for (const item of value.split(",")) {
+    const run = decodeRunItem(item);
+    if (run && !out.includes(run)) out.push(run);
+  }
+  return out;
 }
 
 interface HashParts {
@@ -52,7 +85,8 @@ function splitHash(hash: string): HashParts {
 /** The view a hash holds (the defaults for what it does not hold). */
 export function readHashView(hash: string): UrlView {
   const get = (k: string) => splitHash(hash).pairs.find(([key]) => key === KEY_PREFIX + k)?.[1];
-  return { filter: get("filter") ?? "", order: get("order") === "onset" ? "onset" : "forward" };
+  const runs = decodeRuns(get("runs") ?? "");
+  return { filter: get("filter") ?? "", order: get("order") === "onset" ? "onset" : "forward", ...(runs.length ? { runs } : {}) };
 }
 
 /**
@@ -63,7 +97,11 @@ export function readHashView(hash: string): UrlView {
 export function writeHashView(hash: string, view: UrlView, tab = ""): string | null {
   const parts = splitHash(hash);
   if (tab && parts.tab && parts.tab !== tab) return null;
+  const runsKey = `${KEY_PREFIX}runs`;
+  const keptRuns = view.runs ? [] : parts.pairs.filter(([k]) => k === runsKey);
   const pairs = parts.pairs.filter(([k]) => !k.startsWith(KEY_PREFIX));
+  if (view.runs?.length) pairs.push([runsKey, encodeRuns(view.runs)]);
+  pairs.push(...keptRuns);
   if (view.filter) pairs.push([`${KEY_PREFIX}filter`, view.filter]);
   if (view.order !== "forward") pairs.push([`${KEY_PREFIX}order`, view.order]);
   const pieces = [parts.tab || tab, ...pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`)].filter((p) => p);

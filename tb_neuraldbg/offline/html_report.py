@@ -3,7 +3,13 @@
 One file, no script, no external resource: it opens from a CI artifact or an
 e-mail attachment as it is. Per run: the status, the root cause, a layer x
 step map of the stored states (binned with the plugin's rule, so a single
-failing step stays visible) as inline SVG, and the event table.
+failing step stays visible) as inline SVG with steps labelled along its axis,
+and the event table.
+
+A layer name is never broken inside a word: it wraps only after a dot of its
+module path (``<wbr>``), and a map label too long for its column keeps its
+last whole segments behind an ellipsis, the full name in its title
+(tests/test_html_report_names.py, tests/test_browser_runs.py).
 
 Every string from the logdir is escaped (``html.escape``); nothing from it is
 ever placed in markup unescaped.
@@ -12,6 +18,7 @@ ever placed in markup unescaped.
 from __future__ import annotations
 
 import html
+import math
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -20,8 +27,9 @@ from .._version import __version__
 from ..format import metadata
 from ..format.contract import is_root_event
 from ..format.binning import STATE_METRIC, bin_heatmap
+from .text_report import run_title
 
-__all__ = ["STATE_COLORS", "render_html"]
+__all__ = ["STATE_COLORS", "axis_ticks", "map_label", "render_html"]
 
 # Colours and labels come from the state table (format/metadata.py), as the tab's do.
 STATE_COLORS = {s.name: s.color for s in metadata.STATE_TABLE}
@@ -35,10 +43,14 @@ _MAX_NOTES = 50
 _MAX_EVENTS = 5000
 _MAX_TEXT = 10_000
 _MAX_NAME = 1000
+# Characters of a layer name in the map's label column (its title has the whole name).
+_LABEL_CHARS = 36
+# About this many css px between two step ticks of the map's axis.
+_TICK_PX = 90
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;word-break:break-all}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;overflow-wrap:anywhere}
 .meta{color:#666;font-size:12px}
 .badge{display:inline-block;padding:1px 8px;border-radius:9px;font-size:12px;font-weight:600;vertical-align:middle}
 .failing{background:#fde2e1;color:#a11}.healthy{background:#e3f3e6;color:#174}
@@ -52,6 +64,7 @@ th,td{border-bottom:1px solid #e5e5e5;padding:3px 6px;text-align:left;vertical-a
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.root td{background:#fff1d6} .error{color:#b00;font-weight:600} .warning{color:#a60}
 .info{color:#666} code{font-size:12px;word-break:break-all}
+code.name{word-break:normal;overflow-wrap:normal}
 .legend span{display:inline-block;margin:0 10px 2px 0;font-size:12px}
 .legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border:1px solid #0002}
 svg text{font:11px system-ui,sans-serif}
@@ -66,6 +79,46 @@ _color = metadata.state_color
 _state_label = metadata.state_label
 
 
+def _name_html(name: str) -> str:
+    """A layer name as markup that wraps only after the dots of its module path."""
+    return ".<wbr>".join(_e(part) for part in _cut(name, _MAX_NAME).split("."))
+
+
+def map_label(name: str, limit: int = _LABEL_CHARS) -> str:
+    """A layer's label in the map: the whole name when it fits, else its last
+    whole path segments that fit behind "\u2026" (the end says which module it
+    is), else the last segment cut with an ellipsis."""
+    if len(name) <= limit:
+        return name
+    segs = name.split(".")
+    tail = segs.pop()
+    if len(tail) + 1 > limit:
+        return tail[: limit - 1] + "\u2026"
+    while segs and len(segs[-1]) + 1 + len(tail) + 1 <= limit:
+        tail = f"{segs.pop()}.{tail}"
+    return "\u2026" + tail
+
+
+def axis_ticks(first: int, last: int, target: int) -> list[int]:
+    """Round steps (1, 2 or 5 times a power of ten apart) from first to last, about ``target`` of them."""
+    span = max(1, last - first)
+    raw = span / max(1, target)
+    mag = 10 ** math.floor(math.log10(raw))
+    norm = raw / mag
+    step = max(1, round((1 if norm < 1.5 else 2 if norm < 3.5 else 5 if norm < 7.5 else 10) * mag))
+    return list(range(-(-first // step) * step, last + 1, step))
+
+
+def _step_x(hm, step: int, cell_w: float) -> float:
+    """x of a step inside the map (the bins may hold several steps, unevenly)."""
+    starts, ends = hm.col_start, hm.col_end
+    c = int(np.searchsorted(starts, step, side="right")) - 1
+    c = min(max(c, 0), len(starts) - 1)
+    width = max(1, int(ends[c]) - int(starts[c]) + 1)
+    frac = min(1.0, max(0.0, (step - int(starts[c]) + 0.5) / width))
+    return _LABEL_W + (c + frac) * cell_w
+
+
 def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,
                root_layer: str | None, max_cols: int) -> str:
     """Inline SVG: one row per layer, one column per step bin, worst state per bin.
@@ -78,7 +131,7 @@ def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,
     hm = bin_heatmap(steps, None, states, max_cols, STATE_METRIC)
     cols = hm.states.shape[1]
     cell_w = _MAP_W / cols
-    height = len(layers) * _CELL_H + 18
+    height = len(layers) * _CELL_H + 22
     out = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{_LABEL_W + _MAP_W + 4}' "
         f"height='{height}' role='img' aria-label='layer state map'>"
@@ -86,9 +139,9 @@ def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,
     for row, name in enumerate(layers):
         y = row * _CELL_H
         weight = " font-weight='700' fill='#b00'" if name == root_layer else ""
-        label = name if len(name) <= 36 else name[:16] + "\u2026" + name[-19:]
+        label = map_label(name)
         out.append(
-            f"<text x='{_LABEL_W - 6}' y='{y + _CELL_H - 3}' text-anchor='end'{weight}>"
+            f"<text class='layer' x='{_LABEL_W - 6}' y='{y + _CELL_H - 3}' text-anchor='end'{weight}>"
             f"<title>{_e(name)}</title>{_e(label)}</text>"
         )
         codes = hm.states[row]
@@ -105,11 +158,14 @@ def _state_map(layers: Sequence[str], steps: np.ndarray, states: np.ndarray,
                 f"fill='{_color(codes[start])}'><title>{_e(tip)}</title></rect>"
             )
             start = c
-    axis_y = len(layers) * _CELL_H + 13
-    out.append(f"<text x='{_LABEL_W}' y='{axis_y}'>step {int(steps[0])}</text>")
-    out.append(
-        f"<text x='{_LABEL_W + _MAP_W}' y='{axis_y}' text-anchor='end'>step {int(steps[-1])}</text>"
-    )
+    top = len(layers) * _CELL_H
+    out.append(f"<text x='{_LABEL_W - 6}' y='{top + 15}' text-anchor='end' fill='#666'>step</text>")
+    for step in axis_ticks(int(hm.col_start[0]), int(hm.col_end[-1]), _MAP_W // _TICK_PX):
+        x = _step_x(hm, step, cell_w)
+        out.append(
+            f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top}' y2='{top + 4}' stroke='#999'/>"
+            f"<text class='tick' x='{x:.1f}' y='{top + 15}' text-anchor='middle' fill='#666'>{step}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -137,7 +193,7 @@ def _events_table(events: Sequence[Mapping], root: Mapping | None) -> str:
         rows.append(
             f"<tr{' class=root' if is_root else ''}><td class=num>{_e(e['step'])}</td>"
             f"<td class='{_e(e['severity'])}'>{_e(e['severity'])}</td>"
-            f"<td><code>{_e(_cut(e['layer'], _MAX_NAME))}</code></td><td>{_e(e['kind'])}</td>"
+            f"<td><code class='name'>{_name_html(e['layer'])}</code></td><td>{_e(e['kind'])}</td>"
             f"<td>{_e(_cut(e['from_state'], _MAX_NAME))} &rarr; "
             f"{_e(_cut(e['to_state'], _MAX_NAME))}</td>"
             f"<td class=num>{_e(value)}</td><td>{_e(_cut(e['message'], _MAX_TEXT))}</td></tr>"
@@ -160,16 +216,16 @@ def _notes(title: str, notes: Sequence[str]) -> str:
     return f"<div class='notes'><b>{_e(title)}</b><ul>{items}{tail}</ul></div>"
 
 
-def _run_section(report: Mapping, run, max_cols: int) -> str:
+def _run_section(report: Mapping, run, max_cols: int, logdir: str | None) -> str:
     status = "failing" if report["status"] == "failing" else "healthy"
     root = report.get("root_cause")
     badge = f"<span class='badge {status}'>{status}</span>"
     if report.get("incomplete"):
         badge += " <span class='badge incomplete'>incomplete</span>"
-    parts = [f"<section><h2>{_e(report['run'])} {badge}</h2>"]
+    parts = [f"<section><h2>{_e(run_title(report['run'], logdir))} {badge}</h2>"]
     if root:
         parts.append(
-            f"<div class='cause'><b>Root cause:</b> <code>{_e(root['layer'])}</code>: "
+            f"<div class='cause'><b>Root cause:</b> <code class='name'>{_name_html(root['layer'])}</code>: "
             f"{_e(root['kind'])} at step {_e(root['step'])}<br>{_e(root['message'])}</div>"
         )
     elif status == "failing":
@@ -193,19 +249,21 @@ def _run_section(report: Mapping, run, max_cols: int) -> str:
 
 def render_html(reports: Sequence[Mapping], runs: Sequence | None = None, *,
                 title: str = "neuraldbg report", max_cols: int = 400,
-                notes: Sequence[str] = ()) -> str:
+                notes: Sequence[str] = (), logdir: str | None = None) -> str:
     """The HTML document for ``reports`` (``report.run_report`` dicts, with
     the ``contract.annotate`` keys when a run could not be read whole).
 
     ``runs`` (``reader.Run`` objects, same order) add each run's state map;
     without them only the diagnosis and events are shown. ``notes`` (what of
-    the logdir was not read) are listed at the top.
+    the logdir was not read) are listed at the top. ``logdir``, the directory
+    reported on, names a run TensorBoard calls "." (the logdir is the run) by
+    the directory's name.
     """
     runs = list(runs) if runs is not None else [None] * len(reports)
     if len(runs) != len(reports):
         raise ValueError("runs and reports must have the same length")
     failing = sum(1 for r in reports if r["status"] == "failing")
-    body = "".join(_run_section(rep, run, max_cols) for rep, run in zip(reports, runs))
+    body = "".join(_run_section(rep, run, max_cols, logdir) for rep, run in zip(reports, runs))
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"

@@ -98,6 +98,20 @@ export function runSummary(r: RunInfo): { text: string; full: string; tone: "fai
   return { text, full: text, tone: r.status === "failing" ? "failing" : "healthy" };
 }
 
+/**
+ * A run name as text with a line-break opportunity after each separator
+ * (`/`, `_`, `-`, `.`, `,`, `=`, space), so a long name wraps between its
+ * words rather than inside one; its text is the name unchanged.
+ */
+export function breakable(name: string): (string | HTMLElement)[] {
+  const out: (string | HTMLElement)[] = [];
+  for (const part of name.split(/(?<=[/_\-.,= ])/)) {
+    if (out.length) out.push(el("wbr"));
+    out.push(part);
+  }
+  return out;
+}
+
 export class RunList {
   readonly element: HTMLElement;
   private readonly list = el("ul", { class: "nd-runlist" });
@@ -127,7 +141,7 @@ export class RunList {
               on: { click: () => this.cb.onOnly(r.run) },
             },
             [
-              el("span", { class: "nd-runname-text", text: r.run }),
+              el("span", { class: "nd-runname-text", attrs: { title: r.run } }, breakable(r.run)),
               el("span", { class: `nd-dot nd-dot-${r.status}`, attrs: { title: r.status, "aria-label": r.status } }),
             ],
           ),

@@ -20,17 +20,22 @@ export function isRootEvent(ev: NdEvent, rc: RootCause | null): boolean {
 export class EventListView {
   readonly element: HTMLElement;
   private readonly title = el("h2");
+  /** Whose events these are, when several runs are shown. */
+  private readonly runLine = el("div", { class: "nd-events-run", attrs: { "data-testid": "events-run" } });
   private readonly list = el("ul", { class: "nd-eventlist", attrs: { "aria-label": "Events" } });
   private readonly foot = el("div", { class: CLASS.statusLine });
   private items: { ev: NdEvent; button: HTMLButtonElement }[] = [];
   private shown: { run: string | null; data: EventList | null; states: StateTable | null } = { run: null, data: null, states: null };
 
   constructor(private readonly cb: EventListCallbacks) {
-    this.element = el("section", { class: `${CLASS.card} nd-events-col`, attrs: { "data-testid": "events" } }, [this.title, this.list, this.foot]);
+    this.element = el("section", { class: `${CLASS.card} nd-events-col`, attrs: { "data-testid": "events" } }, [this.title, this.runLine, this.list, this.foot]);
   }
 
   /** Rebuild the list; a no-op when the same answer is already shown (keeps hover/focus). */
-  update(run: string | null, data: EventList | null, rc: RootCause | null, states: StateTable): void {
+  update(run: string | null, data: EventList | null, rc: RootCause | null, states: StateTable, compared = 1): void {
+    this.runLine.textContent = run && compared > 1 ? `run ${run}` : "";
+    this.runLine.style.display = run && compared > 1 ? "" : "none";
+    if (run) this.runLine.title = run;
     if (this.shown.data && this.shown.run === run && this.shown.data === data && this.shown.states === states) return;
     this.shown = { run, data, states };
     if (run) this.element.setAttribute("data-run", run);

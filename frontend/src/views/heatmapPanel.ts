@@ -18,9 +18,10 @@ import { CLASS } from "../styles";
 import { tooltipLines } from "../tooltip";
 import { RowKind, type ModuleTree } from "../tree";
 import { keyAction } from "../keys";
+import { axisLayout, axisStep, axisTicks } from "../stepaxis";
 import { treeLabelWidth } from "./labels";
 import { TreeLabels } from "./treeLabels";
-import type { Meta, NdEvent, RunInfo } from "../types";
+import type { Meta, NdEvent, RunInfo, StepRange } from "../types";
 
 export interface PanelData {
   info: RunInfo;
@@ -53,6 +54,8 @@ export interface PanelCallbacks {
    */
   onToggle(run: string, id: string, open: boolean, then?: CellRef): void;
   onEscape(): void;
+  /** The mouse is over a cell (null: left the map): the other runs' panels echo it. */
+  onHover?(run: string, cell: CellRef | null): void;
 }
 
 const DRAG_THRESHOLD = 3;
@@ -71,6 +74,12 @@ export class HeatmapPanel {
   private readonly onsetRing: HTMLElement;
   private readonly onsetTag: HTMLElement;
   private readonly pointer: HTMLElement;
+  /** Where the mouse is in another run's panel: its step (a column line) and cell. */
+  private readonly echoCol: HTMLElement;
+  private readonly echoBox: HTMLElement;
+  private echoRef: CellRef | null = null;
+  /** The step axis shared with the other runs shown, null when this run is shown alone. */
+  private shared: StepRange | null = null;
   private readonly tooltip: HTMLElement;
   private readonly live: HTMLElement;
   private readonly note: HTMLElement;
@@ -99,6 +108,7 @@ export class HeatmapPanel {
     rowHeight: number;
     scale: Scale;
     palette: readonly string[];
+    shared: StepRange | null;
   } | null = null;
 
   constructor(readonly run: string, private readonly cb: PanelCallbacks) {
@@ -124,6 +134,8 @@ export class HeatmapPanel {
     this.onsetRing = ov("nd-onset");
     this.onsetTag = ov("nd-onset-tag");
     this.pointer = ov("nd-pointer");
+    this.echoCol = ov("nd-echo-col");
+    this.echoBox = ov("nd-echo");
     this.tooltip = ov("nd-tooltip");
     this.note = el("div", { class: CLASS.note, style: { display: "none" } });
     this.bands = el("div", { class: "nd-bands", attrs: { "aria-hidden": "true" } });
@@ -134,6 +146,8 @@ export class HeatmapPanel {
       this.hoverBox,
       this.cursorBox,
       this.pointer,
+      this.echoCol,
+      this.echoBox,
       this.onsetRing,
       this.onsetTag,
       this.tooltip,
@@ -170,6 +184,20 @@ export class HeatmapPanel {
     this.element.toggleAttribute("data-busy", busy);
   }
 
+  /**
+   * Draw on the step axis of the runs shown side by side (stepaxis.ts), or on
+   * this run's own bins (null: one run shown). The app calls update() after.
+   */
+  setAxis(axis: StepRange | null): void {
+    this.shared = axis;
+  }
+
+  /** Echo the cell the mouse is over in another run's panel (null hides it). */
+  echo(ref: CellRef | null): void {
+    this.echoRef = ref;
+    this.placeEcho();
+  }
+
   setPrimary(primary: boolean): void {
     this.element.classList.toggle(CLASS.primary, primary);
   }
@@ -204,19 +232,25 @@ export class HeatmapPanel {
     const width = this.plotWidth();
     const dpr = window.devicePixelRatio || 1;
     const prev = this.painted;
+    const shared = this.shared;
     // Overlay-only changes (cursor, selection, primary run) must not cost a repaint.
     if (!prev || prev.view !== view || prev.width !== width || prev.dpr !== dpr || prev.rowHeight !== data.rowHeight ||
+        prev.shared?.start !== shared?.start || prev.shared?.end !== shared?.end ||
         prev.scale.kind !== data.scale.kind || prev.scale.lo !== data.scale.lo || prev.scale.hi !== data.scale.hi ||
         prev.palette.some((c, i) => c !== data.palette[i])) {
       const t0 = performance.now();
       this.idx = this.colors.indices(view, data.scale);
       this.layout = this.sizeCanvas(view.rows, view.cols, data.rowHeight, width, dpr);
       const ctx = this.canvas.getContext("2d");
-      if (ctx) paintHeatmap(ctx, this.layout, this.idx, data.palette);
+      if (ctx) {
+        // On a shared axis the cells may not reach the right edge: clear what they leave.
+        if (shared) ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+        paintHeatmap(ctx, this.layout, this.idx, data.palette);
+      }
       this.placeBands();
       this.lastPaintMs = performance.now() - t0;
       this.paintCount++;
-      this.painted = { view, width, dpr, rowHeight: data.rowHeight, scale: data.scale, palette: data.palette };
+      this.painted = { view, width, dpr, rowHeight: data.rowHeight, scale: data.scale, palette: data.palette, shared };
       this.element.setAttribute("data-paint-ms", this.lastPaintMs.toFixed(2));
       this.element.setAttribute("data-paint-count", String(this.paintCount));
       this.element.setAttribute("data-metric", view.heatmap.metric);
@@ -224,10 +258,12 @@ export class HeatmapPanel {
     }
     const rc = data.info.root_cause;
     this.labels.render(view, this.layout!, this.labelPx, rc ? rowOfRef(view, rc.layer) : -1, rc?.layer ?? null, this.types);
+    if (this.shared) this.markAbsent();
     this.renderAxis();
     this.placeRootCause();
     this.resolveCursor();
     this.placeRef(this.pointer, this.pointRef);
+    this.placeEcho();
     this.refreshHover();
   }
 
@@ -264,8 +300,11 @@ export class HeatmapPanel {
   }
 
   private sizeCanvas(rows: number, cols: number, rowHeight: number, width: number, dpr: number): Layout {
-    const layout = computeLayout(width, rows, cols, rowHeight, dpr);
-    const wPx = layout.xEdges[cols];
+    const hm = this.data!.view.heatmap;
+    const layout = this.shared
+      ? axisLayout(width, rows, hm.colStart, hm.colEnd, this.shared, rowHeight, dpr)
+      : computeLayout(width, rows, cols, rowHeight, dpr);
+    const wPx = this.shared ? Math.max(1, Math.round(width * dpr)) : layout.xEdges[cols];
     const hPx = layout.yEdges[rows];
     if (this.canvas.width !== wPx) this.canvas.width = wPx;
     if (this.canvas.height !== hPx) this.canvas.height = hPx;
@@ -280,7 +319,9 @@ export class HeatmapPanel {
     const d = this.data!;
     const hm = d.view.heatmap;
     const status = d.info.status;
-    const rows = d.view.rows === hm.rows ? `${hm.rows} layers` : `${d.view.rows} rows of ${hm.rows} layers`;
+    // Side by side the heatmap holds every run's layers (align.ts): the count is this run's own.
+    const layers = this.shared ? d.meta.layers.length : hm.rows;
+    const rows = d.view.rows === layers ? `${layers} layers` : `${d.view.rows} rows of ${layers} layers`;
     const sub =
       hm.cols > 0
         ? `${formatSteps(hm.colStart[0], hm.colEnd[hm.cols - 1])} · ${hm.cols} col${hm.cols === 1 ? "" : "s"} · ${rows}`
@@ -298,10 +339,15 @@ export class HeatmapPanel {
     const first = hm.colStart[0];
     const last = hm.colEnd[hm.cols - 1];
     const target = Math.max(2, Math.floor(layout.widthCss / 90));
+    const tick = (step: number, x: number) => el("span", { class: "nd-tick", text: String(step), style: { left: `${x}px` } });
+    if (this.shared) {
+      setChildren(this.axis, axisTicks(this.shared, layout.widthCss, target).map((t) => tick(t.step, t.x)));
+      return;
+    }
     const ticks = niceTicks(first, last, target).map((step) => {
       const c = colForStep(hm.colStart, hm.colEnd, step);
       const r = cellRect(layout, 0, c);
-      return el("span", { class: "nd-tick", text: String(step), style: { left: `${r.x + r.w / 2}px` } });
+      return tick(step, r.x + r.w / 2);
     });
     setChildren(this.axis, ticks);
   }
@@ -341,6 +387,29 @@ export class HeatmapPanel {
       return;
     }
     this.placeCell(box, row, col, 3);
+  }
+
+  /** Side by side, the rows of layers this run does not have (align.ts) say so: greyed, "not in this run". */
+  private markAbsent(): void {
+    for (const label of this.labels.element.querySelectorAll<HTMLElement>(".nd-label[data-kind=leaf]")) {
+      const id = label.getAttribute("data-layer") ?? "";
+      if (this.types.has(id)) continue;
+      label.classList.add("nd-label-absent");
+      label.title = `${id} · not in run ${this.run}`;
+    }
+  }
+
+  /** The echo of another panel's hover: a line at its step, a box on its cell when this run has the row. */
+  private placeEcho(): void {
+    const ref = this.echoRef;
+    const col = ref && this.layout ? this.colOf(ref.step) : -1;
+    if (!ref || col < 0) {
+      this.echoCol.style.display = this.echoBox.style.display = "none";
+      return;
+    }
+    const r = cellRect(this.layout!, 0, col);
+    this.place(this.echoCol, r.x, 0, Math.max(1, r.w), this.layout!.heightCss);
+    this.placeRef(this.echoBox, ref);
   }
 
   private placeRootCause(): void {
@@ -444,6 +513,7 @@ export class HeatmapPanel {
     const hm = this.data?.view.heatmap;
     if (!this.layout || !hm || hm.cols === 0) return null;
     const b = this.canvas.getBoundingClientRect();
+    if (this.shared) return axisStep(this.shared, this.layout.widthCss, clientX - b.left);
     const c = cellAt(this.layout, Math.min(Math.max(0, clientX - b.left), this.layout.widthCss - 0.01), 0);
     return c ? (hm.colStart[c.col] + hm.colEnd[c.col]) / 2 : null;
   }
@@ -451,6 +521,7 @@ export class HeatmapPanel {
   /** Steps per css pixel at the current binning. */
   private stepsPerPx(): number {
     const hm = this.data!.view.heatmap;
+    if (this.shared) return (this.shared.end - this.shared.start + 1) / this.layout!.widthCss;
     return (hm.colEnd[hm.cols - 1] - hm.colStart[0] + 1) / this.layout!.widthCss;
   }
 
@@ -472,10 +543,12 @@ export class HeatmapPanel {
       const cell = this.cellFromEvent(e);
       if (cell) this.showHover(cell.row, cell.col);
       else this.hideHover();
+      this.cb.onHover?.(this.run, cell ? this.refAt(cell.row, cell.col) : null);
     });
     c.addEventListener("mouseleave", () => {
       this.hoverAt = null;
       this.hideHover();
+      this.cb.onHover?.(this.run, null);
     });
     c.addEventListener("mousedown", (e) => {
       if (e.button !== 0) return;
