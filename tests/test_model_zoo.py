@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 
 from tests.zoo import data  # noqa: E402
 from tests.zoo.expect import expected, judge, said  # noqa: E402
+from tests.zoo.faults import unreal  # noqa: E402
 from tests.zoo.models import ARCHS, by_name  # noqa: E402
 from tests.zoo.run import AT, train  # noqa: E402
 
@@ -25,6 +26,25 @@ pytestmark = pytest.mark.slow
 
 #: (arch, fault) -> what the report said instead (the diagnosis's gap)
 KNOWN_WRONG: dict = {}
+
+#: the rate x1000 with AdamW's weight_decay=0.01 left as it was: the root
+#: cause's message blames the weight decay (lr x weight_decay, the decay per
+#: step, rose 1e-5 -> 0.01; diagnosis/aspects/optimizer.py records both
+#: changes and diagnosis/causes.py takes the last) instead of the rate
+LR_MESSAGE_WRONG = ("the message says 'The weight decay of param group 0 ... rose from 1.00e-05 to 0.01 at "
+                    "step 103 ... Likely cause: a weight decay so large that it shrinks the weights to "
+                    "nothing'; the weight decay did not change, the learning rate rose 1e-3 -> 1")
+
+_OUTCOMES: dict = {}
+
+
+def _outcome(tmp_path_factory, name: str, fault: str):
+    """The run of ``name`` with ``fault``, trained once per session (two
+    tests read the learning-rate runs)."""
+    key = (name, fault)
+    if key not in _OUTCOMES:
+        _OUTCOMES[key] = train(by_name(name), fault, str(tmp_path_factory.mktemp(f"{name}-{fault}")))
+    return _OUTCOMES[key]
 
 
 def _cases(fault: str) -> list:
@@ -62,18 +82,31 @@ def test_healthy_training_is_silent(tmp_path, name):
     """Status healthy, no error-level event, no root cause; and the model
     did learn (the run is healthy in fact, not only in the report)."""
     arch = by_name(name)
-    report = train(arch, "healthy", str(tmp_path))
-    losses = report["losses"]
-    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:5]) / 5, "the task was not learned"
-    assert judge(arch, "healthy", AT, report), said(report)
+    outcome = train(arch, "healthy", str(tmp_path))
+    assert not unreal(arch, "healthy", AT, outcome)
+    assert judge(arch, "healthy", AT, outcome.report), said(outcome.report)
 
 
 @pytest.mark.parametrize("name,fault", _cases("lr") + _cases("nan") + _cases("dead"))
-def test_planted_fault_is_found(tmp_path, name, fault):
+def test_planted_fault_is_found(tmp_path_factory, name, fault):
     """The root cause has an accepted kind, names the planted layer (or
     pseudo-layer) and the planted step (up to the next sampled step where
     the evidence is a sampled statistic)."""
     arch = by_name(name)
-    report = train(arch, fault, str(tmp_path))
+    outcome = _outcome(tmp_path_factory, name, fault)
+    assert not unreal(arch, fault, AT, outcome)
     want = expected(arch, fault, AT)
-    assert judge(arch, fault, AT, report), f"want {want}, report said: {said(report)}"
+    assert judge(arch, fault, AT, outcome.report), f"want {want}, report said: {said(outcome.report)}"
+
+
+@pytest.mark.parametrize("name", [pytest.param(a.name, id=a.name,
+                                               marks=pytest.mark.xfail(strict=True, reason=LR_MESSAGE_WRONG))
+                                  for a in ARCHS])
+def test_learning_rate_fault_message_names_the_rate(tmp_path_factory, name):
+    """Only the rate changed (x1000): the root cause's message says so and
+    does not blame the weight decay, which the loop left alone."""
+    outcome = _outcome(tmp_path_factory, name, "lr")
+    root = outcome.report["root_cause"]
+    assert root is not None and root["layer"] == "<optimizer>"
+    message = root["message"].lower()
+    assert "learning rate" in message and "weight decay" not in message, root["message"]

@@ -14,9 +14,11 @@ step, and what the report must say about each.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-__all__ = ["FAULTS", "Planter", "LR_FACTOR"]
+__all__ = ["FAULTS", "Planter", "LR_FACTOR", "unreal"]
 
 FAULTS = ("healthy", "lr", "nan", "dead")
 LR_FACTOR = 1000.0
@@ -73,3 +75,33 @@ class Planter:
                 v.view(-1)[v.numel() // 3] = float("nan")
                 out[k] = v
         return out
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
+
+
+def unreal(arch, fault: str, at: int, outcome) -> str:
+    """Why the run does not show ``fault`` as planted (on the losses and the
+    model, without the diagnosis), or "" when it does: a healthy run learned,
+    the rate x1000 hurt the loss, the NaN reached the loss at ``at`` only
+    from then on, the zeroed layer stayed zero to the end."""
+    losses = outcome.losses
+    finite = [math.isfinite(v) for v in losses]
+    if fault == "healthy":
+        if not all(finite) or _mean(losses[-10:]) >= 0.8 * _mean(losses[:5]):
+            return f"did not learn: loss {_mean(losses[:5]):.3g} -> {_mean(losses[-10:]):.3g}"
+        return ""
+    if not all(finite[:at]):
+        return "the loss was not finite before the fault"
+    if fault == "lr":
+        after = losses[at + 1:]
+        if all(finite[at + 1:]) and max(after) < 1.5 * losses[at - 1]:
+            return f"the loss did not rise after the rate x{LR_FACTOR:g}: max {max(after):.3g}"
+        return ""
+    if fault == "nan":
+        return "" if not finite[at] else "the loss at the planted step is finite"
+    layer = dict(outcome.model.named_modules())[arch.dead[0]]
+    if any(bool(p.detach().ne(0).any()) for p in layer.parameters(recurse=False)):
+        return f"{arch.dead[0]} came back to life"
+    return ""

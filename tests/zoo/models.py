@@ -36,8 +36,10 @@ class Arch:
     #: name a root cause may honestly give for it (the zeroed module, the
     #: ReLU module after it)
     dead: tuple
-    #: token models: the embedding made NaN, then every name it goes by
-    #: (a shared embedding is one module with one name); None for float inputs
+    #: token models: the embedding made NaN (the module the forward calls),
+    #: then every name a root cause may honestly give for it (a seq2seq
+    #: model's encoder and decoder embeddings are modules of their own that
+    #: share ``shared``'s weight); None for float inputs
     embedding: tuple | None = None
 
 
@@ -127,8 +129,8 @@ def _swin():
 
 
 def _convnext():
-    return tf.ConvNextForImageClassification(tf.ConvNextConfig(patch_size=2, hidden_sizes=[16, 32], depths=[1, 1],
-                                                               num_stages=2, hidden_act="relu", num_labels=data.CLASSES))
+    return tf.ConvNextForImageClassification(tf.ConvNextConfig(
+        patch_size=2, hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, hidden_act="relu", num_labels=data.CLASSES))
 
 
 def _resnet():
@@ -184,9 +186,9 @@ ARCHS = [
     Arch("rwkv", _rwkv, "clm", ("rwkv.blocks.0.feed_forward.key",), ("rwkv.embeddings",)),
     Arch("t5", _t5, "seq2seq", ("encoder.block.0.layer.1.DenseReluDense.wi",
                                 "encoder.block.0.layer.1.DenseReluDense.act"),
-         ("shared", "encoder.embed_tokens", "decoder.embed_tokens")),
+         ("encoder.embed_tokens", "shared", "decoder.embed_tokens")),
     Arch("bart", _bart, "seq2seq", ("model.encoder.layers.0.fc1", "model.encoder.layers.0.activation_fn"),
-         ("model.shared", "model.encoder.embed_tokens", "model.decoder.embed_tokens")),
+         ("model.encoder.embed_tokens", "model.shared", "model.decoder.embed_tokens")),
     Arch("vit", _vit, "image", ("vit.layers.0.mlp.fc1", "vit.layers.0.mlp.activation_fn")),
     Arch("swin", _swin, "image", ("swin.encoder.layers.0.blocks.0.mlp.fc1",
                                   "swin.encoder.layers.0.blocks.0.mlp.activation_fn")),

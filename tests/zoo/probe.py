@@ -18,7 +18,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.zoo.expect import judge, said  # noqa: E402
-from tests.zoo.faults import FAULTS  # noqa: E402
+from tests.zoo.faults import FAULTS, unreal  # noqa: E402
 from tests.zoo.models import ARCHS, by_name  # noqa: E402
 from tests.zoo.run import AT, train  # noqa: E402
 
@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", action="append", help="only these architectures (repeatable)")
     p.add_argument("--fault", action="append", choices=FAULTS, help="only these faults (repeatable)")
+    p.add_argument("--messages", action="store_true", help="print the root cause's message under each row")
     args = p.parse_args(argv)
     logging.getLogger("tb_neuraldbg").setLevel(logging.CRITICAL)  # the table says it, not the live log
     archs = [by_name(n) for n in args.arch] if args.arch else ARCHS
@@ -39,11 +40,15 @@ def main(argv=None) -> int:
         for fault in faults:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory() as logdir:
-                report = train(arch, fault, logdir)
-            ok = judge(arch, fault, AT, report)
+                outcome = train(arch, fault, logdir)
+            report = outcome.report
+            problem = unreal(arch, fault, AT, outcome)
+            ok = judge(arch, fault, AT, report) and not problem
             wrong += not ok
             print(f"{arch.name:<10} {fault:<8} {'right' if ok else 'WRONG':<6} {time.perf_counter() - t0:5.1f}  "
-                  f"{said(report)}", flush=True)
+                  f"{'NOT PLANTED: ' + problem + '; ' if problem else ''}{said(report)}", flush=True)
+            if args.messages and report["root_cause"] is not None:
+                print(f"{'':<10} {'':<8} {report['root_cause']['message']}", flush=True)
     print(f"{wrong} wrong of {len(archs) * len(faults)}")
     return 1 if wrong else 0
 

@@ -7,6 +7,7 @@ AdamW at 1e-3, one CPU thread, no download."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ from tb_neuraldbg.reader import read_logdir
 from . import tasks
 from .faults import Planter
 
-__all__ = ["STEPS", "AT", "LR", "train"]
+__all__ = ["STEPS", "AT", "LR", "Outcome", "train"]
 
 STEPS = 150
 #: the planted step: not a multiple of the writer's stats_every (10), so an
@@ -27,9 +28,18 @@ AT = 103
 LR = 1e-3
 
 
-def train(arch, fault: str, logdir: str, steps: int = STEPS, at: int = AT, seed: int = 0) -> dict:
-    """Train ``arch`` with ``fault`` planted at ``at``; returns the run's
-    report (DESIGN.md's JSON of one run) plus ``"losses"``."""
+@dataclass
+class Outcome:
+    """A finished run: its report (DESIGN.md's JSON of one run, as
+    ``neuraldbg report --json`` gives it), the losses, the trained model."""
+
+    report: dict
+    losses: list
+    model: nn.Module
+
+
+def train(arch, fault: str, logdir: str, steps: int = STEPS, at: int = AT, seed: int = 0) -> Outcome:
+    """Train ``arch`` with ``fault`` planted at ``at``."""
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     with warnings.catch_warnings():
@@ -53,6 +63,4 @@ def train(arch, fault: str, logdir: str, steps: int = STEPS, at: int = AT, seed:
             opt.step()
             losses.append(float(loss.detach()))
     (run,) = read_logdir(logdir)
-    report = run_report(run.name, run.diagnosis, run.events)
-    report["losses"] = losses
-    return report
+    return Outcome(run_report(run.name, run.diagnosis, run.events), losses, model)
