@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .faults import FAULTS
 
-__all__ = ["LR_KINDS", "DEAD_KINDS", "expected", "judge", "said"]
+__all__ = ["LR_KINDS", "DEAD_KINDS", "expected", "judge", "names_the_rate", "said"]
 
 #: what a learning rate x1000 does first, by model: the updates blow up the
 #: weights (explosions, a loss spike, NaN) or kill the ReLUs; the root is the
@@ -45,6 +45,17 @@ def judge(arch, fault: str, at: int, report: dict) -> bool:
         return report["status"] == "healthy" and root is None and not errors
     return (root is not None and root["kind"] in want["kinds"] and root["layer"] in want["layers"]
             and root["step"] in want["steps"])
+
+
+def names_the_rate(report: dict) -> bool:
+    """Whether the root cause's message of a learning-rate fault says the
+    learning rate and does not blame the weight decay (which the planted
+    fault leaves alone)."""
+    root = report["root_cause"]
+    if root is None:
+        return False
+    message = root["message"].lower()
+    return "learning rate" in message and "weight decay" not in message
 
 
 def said(report: dict) -> str:

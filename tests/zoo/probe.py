@@ -17,7 +17,7 @@ import time
 if __package__ in (None, ""):  # run as a script: the repository root on the path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.zoo.expect import judge, said  # noqa: E402
+from tests.zoo.expect import judge, names_the_rate, said  # noqa: E402
 from tests.zoo.faults import FAULTS, unreal  # noqa: E402
 from tests.zoo.models import ARCHS, by_name  # noqa: E402
 from tests.zoo.run import AT, train  # noqa: E402
@@ -43,10 +43,13 @@ def main(argv=None) -> int:
                 outcome = train(arch, fault, logdir)
             report = outcome.report
             problem = unreal(arch, fault, AT, outcome)
+            problem = f"NOT PLANTED: {problem}; " if problem else ""
             ok = judge(arch, fault, AT, report) and not problem
+            if fault == "lr" and not names_the_rate(report):
+                problem += "message does not name the rate; "
             wrong += not ok
             print(f"{arch.name:<10} {fault:<8} {'right' if ok else 'WRONG':<6} {time.perf_counter() - t0:5.1f}  "
-                  f"{'NOT PLANTED: ' + problem + '; ' if problem else ''}{said(report)}", flush=True)
+                  f"{problem}{said(report)}", flush=True)
             if args.messages and report["root_cause"] is not None:
                 print(f"{'':<10} {'':<8} {report['root_cause']['message']}", flush=True)
     print(f"{wrong} wrong of {len(archs) * len(faults)}")
