@@ -62,9 +62,10 @@ def _cases(fault: str) -> list:
 
 @pytest.mark.parametrize("name", [a.name for a in ARCHS])
 def test_planted_names_are_the_models_modules(name):
-    """The fault sites are real module names, a zeroed layer comes before a
-    ReLU (or RWKV's functional one), and the task's data is learnable in
-    shape: the names in tests/zoo/models.py cannot rot silently."""
+    """The fault sites are real module names, the zeroed layer has
+    parameters and comes before a ReLU module (RWKV's is functional), the
+    embedding made NaN is the token embedding: the names in
+    tests/zoo/models.py cannot rot silently when transformers renames."""
     arch = by_name(name)
     model = arch.build()
     modules = dict(model.named_modules())
