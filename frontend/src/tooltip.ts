@@ -16,14 +16,33 @@ export interface CellInfo {
   rows?: number;
   /** A collapsed group: the layer whose cell it shows. */
   source?: string;
+  /** Steps of the bin a GradScaler skipped (cells.ts). */
+  skipped?: number;
+  /** The row samples the metric every N steps (N > 1). */
+  every?: number;
+  /** The value is held from the row's last sample. */
+  held?: boolean;
+  /** Why the row has none of the metric ("no parameters", ...). */
+  empty?: string | null;
 }
+
+/** The tooltip's line for steps a GradScaler skipped. */
+export const SKIPPED_TEXT = "skipped by GradScaler (inf/NaN gradients)";
 
 /** Lines of the tooltip, first line is the title. */
 export function tooltipLines(c: CellInfo): string[] {
   const group = c.rows !== undefined;
   const title = group ? `${c.layer} · worst of ${c.rows} layers` : c.type ? `${c.layer} (${c.type})` : c.layer;
   const lines = [title, formatSteps(c.first, c.last)];
-  if (c.metric.kind !== "state") {
+  if (c.skipped) {
+    const n = c.last - c.first + 1;
+    lines.push(c.skipped >= n ? SKIPPED_TEXT : `${c.skipped} of ${n} steps ${SKIPPED_TEXT}`);
+  }
+  if (c.metric.kind !== "state" && c.empty) {
+    lines.push(`${c.metric.label}: none (${c.empty})`);
+  } else if (c.metric.kind !== "state" && c.held) {
+    lines.push(`${c.metric.label}: ${formatValue(c.value)} (held from the last sample)`);
+  } else if (c.metric.kind !== "state") {
     // A bin's value is its extreme when healthy, else the value where the worst state starts (docs/API.md).
     const what =
       (c.first === c.last && !group) || c.state === "no data"
@@ -33,6 +52,7 @@ export function tooltipLines(c: CellInfo): string[] {
           : `${c.metric.label} (first ${c.state} step)`;
     lines.push(`${what}: ${formatValue(c.value)}`);
   }
+  if (c.metric.kind !== "state" && !c.empty && c.every !== undefined && c.every > 1) lines.push(`sampled every ${c.every} steps`);
   lines.push(`state: ${c.state}`);
   if (c.source !== undefined) lines.push(`from ${c.source}`);
   if (c.events > 0) lines.push(c.events === 1 ? "1 event starts here" : `${c.events} events start here`);

@@ -27,7 +27,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..format import binning, contract, crc, decode, metadata
-from . import heatmap, jsonfast, query
+from ..diagnosis.transitions import apply_spans, event_spans
+from . import cells, heatmap, jsonfast, query
 from .align import align, column, step_slice
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
@@ -305,9 +306,10 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                 f"{', '.join(metadata.METRICS)}"
             )
         listing = self._listing(ctx, eid, run)
+        notes: dict = {}
         hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols)
         if hm is None:
-            hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols)
+            hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols, notes)
         layers, binned, hm = hm
         body = {
             "run": run,
@@ -319,6 +321,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "col_end": hm.col_end,
             "binned": binned,
         }
+        body.update(notes)
         if fmt == "b64":
             values = np.ascontiguousarray(hm.values, dtype="<f4")  # no copy on little-endian
             body["values_b64"] = jsonfast.Base64Text(values)
@@ -348,6 +351,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         keys = blocks.last
         states = align(series[metadata.TAG_BLOCK_STATES], keys, width, metadata.STATE_UNKNOWN,
                         np.uint8)[window]
+        states = apply_spans(states, blocks.first[window], blocks.last[window],
+                             self._spans(ctx, eid, run, listing, layers))
         values = None
         if metric != binning.STATE_METRIC:
             values = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan,
@@ -356,8 +361,16 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                                  last_steps=blocks.last[window])
         return layers, "blocks", hm
 
-    def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols):
-        """(layers, "steps", Heatmap) from the run's rows."""
+    def _spans(self, ctx, eid, run, listing, layers) -> list:
+        """The (row, state, first, last) spans the run's events give its cells
+        (``diagnosis.transitions.event_spans``: a state shows from its event's
+        onset, not from its confirmation)."""
+        events = self._run_report(ctx, eid, run, listing)["events"]
+        return event_spans(events, [l["name"] for l in layers], query.MAX_STEP)
+
+    def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
+        """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
+        receives the cell notes of docs/API.md (``_cell_notes``)."""
         tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
         stats = None
         if metric != binning.STATE_METRIC:
@@ -371,11 +384,38 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         steps = axis[window]
         states = align(series.get(metadata.TAG_STATES), axis, width,
                         metadata.STATE_UNKNOWN, np.uint8)[window]
-        values = None
+        states = apply_spans(states, steps, steps, self._spans(ctx, eid, run, listing, layers))
+        values = whole = None
         if stats is not None:
-            values = align(series.get(stats), axis, width, np.nan, np.float32)[window]
+            whole = align(series.get(stats), axis, width, np.nan, np.float32)
+            values = whole[window]
         hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
+        if notes is not None:
+            notes.update(self._cell_notes(ctx, eid, run, listing, layers, metric, steps, values, whole, hm))
         return layers, "steps", hm
+
+    def _cell_notes(self, ctx, eid, run, listing, layers, metric, steps, values, whole, hm) -> dict:
+        """``skipped`` (steps a GradScaler skipped, per column), ``every``
+        (each row's sampling stride of the metric) and ``empty`` (why a row
+        has none of it): server/cells.py."""
+        series = self._data.read(ctx, eid, run, (metadata.TAG_CONFIG,), listing)
+        configs = series[metadata.TAG_CONFIG].records() if metadata.TAG_CONFIG in series else []
+        config = next((c for _, c in reversed(configs) if isinstance(c, dict)), {})
+        names = [l["name"] for l in layers]
+        out = {}
+        skipped = np.zeros(steps.shape[0], dtype=bool)
+        if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
+            scale_tag = metadata.stats_tag("scale")
+            got = self._data.read(ctx, eid, run, (scale_tag,), listing)
+            scale = align(got.get(scale_tag), steps, len(names), np.nan, np.float32)
+            skipped = cells.scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps)
+            out["skipped"] = cells.column_counts(skipped, steps, hm.col_start, hm.col_end)
+        if values is not None:
+            elsewhere = None if whole is None else (~np.isnan(whole)).any(axis=0)
+            # (a skipped step's statistics are non-finite, not unsampled)
+            out["every"] = cells.sampling_every(values[~skipped], steps[~skipped], config)
+            out["empty"] = cells.empty_reasons(values, names, metric, elsewhere)
+        return out
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
@@ -429,6 +469,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         }
         states = column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
                          np.uint8)
+        spans = [(0, *rest) for r, *rest in self._spans(ctx, eid, run, listing, layers) if r == row]
+        states = apply_spans(states[:, None], steps, steps, spans)[:, 0]
         events = [
             e for e in self._run_report(ctx, eid, run, listing)["events"]
             if e["layer"] == layer and start <= e["step"] <= end

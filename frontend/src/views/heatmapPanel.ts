@@ -10,11 +10,12 @@ import { el, setChildren } from "../dom";
 import { formatSteps, niceTicks } from "../format";
 import { cellAt, cellRect, colForStep, computeLayout, type Layout } from "../layout";
 import type { MetricInfo } from "../metrics";
-import { paintHeatmap } from "../paint";
+import { paintHeatmap, paintNotes } from "../paint";
 import { RowColors } from "../rowcolors";
 import { cellOf, rowOfRef, type RowView } from "../rowview";
 import type { StateTable } from "../states";
 import { CLASS } from "../styles";
+import { cellNotes, notesSummary } from "../cells";
 import { tooltipLines } from "../tooltip";
 import { RowKind, type ModuleTree } from "../tree";
 import { keyAction } from "../keys";
@@ -212,7 +213,10 @@ export class HeatmapPanel {
       this.idx = this.colors.indices(view, data.scale);
       this.layout = this.sizeCanvas(view.rows, view.cols, data.rowHeight, width, dpr);
       const ctx = this.canvas.getContext("2d");
-      if (ctx) paintHeatmap(ctx, this.layout, this.idx, data.palette);
+      if (ctx) {
+        paintHeatmap(ctx, this.layout, this.idx, data.palette);
+        paintNotes(ctx, this.layout, view.heatmap.notes, view.layer);
+      }
       this.placeBands();
       this.lastPaintMs = performance.now() - t0;
       this.paintCount++;
@@ -221,6 +225,7 @@ export class HeatmapPanel {
       this.element.setAttribute("data-paint-count", String(this.paintCount));
       this.element.setAttribute("data-metric", view.heatmap.metric);
       this.element.setAttribute("data-rows", String(view.rows));
+      this.element.setAttribute("data-notes", notesSummary(view.heatmap));
     }
     const rc = data.info.root_cause;
     this.labels.render(view, this.layout!, this.labelPx, rc ? rowOfRef(view, rc.layer) : -1, rc?.layer ?? null, this.types);
@@ -407,6 +412,7 @@ export class HeatmapPanel {
       events,
       rows: group ? view.size[row] : undefined,
       source: group && cell.source >= 0 ? hm.layers[cell.source] : undefined,
+      ...cellNotes(hm, group ? -1 : view.layer[row], col),
     });
   }
 
