@@ -338,6 +338,13 @@ export class HeatmapPanel {
     this.place(box, r.x + r.w / 2 - w / 2, r.y + r.h / 2 - h / 2, w, h);
   }
 
+  /** A box whose 2px border lies just outside a cell (at least 4 css px wide). */
+  private placeOutline(box: HTMLElement, row: number, col: number): void {
+    const r = cellRect(this.layout!, row, col);
+    const w = Math.max(4, r.w);
+    this.place(box, r.x + r.w / 2 - w / 2 - 3, r.y - 3, w + 6, r.h + 6);
+  }
+
   private placeRef(box: HTMLElement, ref: CellRef | null): void {
     const row = ref && this.layout ? this.rowOf(ref.layer) : -1;
     const col = ref && row >= 0 ? this.colOf(ref.step) : -1;
@@ -358,7 +365,9 @@ export class HeatmapPanel {
     this.place(this.rootRow, 0, r.y - 1, layout.widthCss, r.h + 2);
     const col = this.colOf(rc.step);
     if (col < 0) return;
-    this.placeCell(this.onsetRing, row, col, 4);
+    // An outline around the cell, clear of it: a single-step root cause
+    // (bad_batch's <input> at step 100) stays visible inside.
+    this.placeOutline(this.onsetRing, row, col);
     const c = cellRect(layout, row, col);
     this.onsetTag.textContent = `onset · step ${rc.step}`;
     this.onsetTag.style.display = "";
