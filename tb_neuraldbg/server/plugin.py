@@ -365,8 +365,14 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         """The (row, state, first, last) spans the run's events give its cells
         (``diagnosis.transitions.event_spans``: a state shows from its event's
         onset, not from its confirmation)."""
-        events = self._run_report(ctx, eid, run, listing)["events"]
-        return event_spans(events, [l["name"] for l in layers], query.MAX_STEP)
+        names = [l["name"] for l in layers]
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
+        # Cached like the report they come from (a long run has many events);
+        # keyed by the layer list too, which only grows.
+        return self._data.memo(eid, run, f"spans{len(names)}", self._version(listing, tags),
+                               lambda: event_spans(self._run_report(ctx, eid, run, listing)["events"],
+                                                   names, query.MAX_STEP),
+                               lambda spans: 4096 + 64 * len(spans))
 
     def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
