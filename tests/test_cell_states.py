@@ -1,7 +1,7 @@
 """A cell's state and its event come from one decision (issue 44): the map
 turns at the event's onset, not at its confirmation.
 
-Pure tests of ``diagnosis.transitions.event_spans`` / ``apply_spans`` against
+Pure tests of ``format.event_states.event_spans`` / ``apply_spans`` against
 hand-written events, and (slow) the demo runs served by the plugin: the first
 non-healthy cell of every layer with a failing event is that event's step.
 """
@@ -9,7 +9,7 @@ non-healthy cell of every layer with a failing event is that event's step.
 import numpy as np
 import pytest
 
-from tb_neuraldbg.diagnosis.transitions import apply_spans, event_spans
+from tb_neuraldbg.format.event_states import apply_spans, event_spans
 from tb_neuraldbg.format import metadata
 
 S = metadata.STATE_CODE

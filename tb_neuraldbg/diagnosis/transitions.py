@@ -10,6 +10,11 @@ every Nth step work unchanged. A layer that is failing from its first
 measurement (born failing, e.g. a bad initialisation) gets a transition from
 "healthy" with its onset at that first step.
 
+The row written at a step holds the states confirmed by then, so a state
+confirmed ``persist`` steps after its onset would show late on the map:
+readers give the cells from the onset the event's state
+(``format/event_states.py``), so the map and the events agree.
+
 Escalation: an explosion (or a loss spike) still waiting for confirmation
 when the same layer turns non-finite is confirmed by the non-finite value (the
 explosion is what produced it), so both transitions are reported, in order.
@@ -23,7 +28,7 @@ import numpy as np
 
 from ..format import metadata
 
-__all__ = ["Hysteresis", "Transition", "UNMEASURED", "apply_spans", "event_spans"]
+__all__ = ["Hysteresis", "Transition", "UNMEASURED"]
 
 UNMEASURED = -1
 HEALTHY = metadata.STATE_CODE["healthy"]
@@ -209,69 +214,3 @@ class Hysteresis:
         self._cand[i] = UNMEASURED
         self._count[i] = 0
         return tr
-
-
-# ---------------------------------------------------------------- cell states
-# A transition is confirmed ``persist`` measured steps after its onset, and the
-# row written at each step holds the states confirmed by then: without the
-# spans below, the map turns at the confirmation (step 29 for a layer born
-# vanishing) while the event says "from step 0". The event is the decision;
-# the cells of [onset, confirmation) take its state from it, and so do the
-# cells of a state only an event carries (a root cause outside the layers, a
-# plateau decided at the end of the run). tests/test_cell_states.py decides.
-_RANK = np.full(256, -1, np.int16)
-for _s in metadata.STATE_TABLE:
-    _RANK[_s.code] = metadata.state_rank(_s.code)
-_HEALTHY_RANK = int(_RANK[HEALTHY])
-
-
-def event_spans(events, names, last_step: int) -> list[tuple[int, int, int, int]]:
-    """(row, state code, first step, last step) over which each failing event's
-    state holds: from its onset to the step before the first later event of
-    its layer that leaves that state (a recovery, an escalation), else to
-    ``last_step``. ``events`` are event dicts (contract keys ``step``,
-    ``layer``, ``from_state``, ``to_state``); ``names`` the rows' layer names.
-    Events of unknown layers or states, and info events, are left out."""
-    row_of = {n: i for i, n in enumerate(names)}
-    open_: dict = {}  # (row, state name) -> onset
-    spans = []
-    for e in sorted(events, key=lambda e: e.get("step", 0)):
-        row, step = row_of.get(e.get("layer")), e.get("step")
-        if row is None or not isinstance(step, int):
-            continue
-        start = open_.pop((row, e.get("from_state")), None)
-        if start is not None and step > start:
-            spans.append((row, metadata.STATE_CODE[e["from_state"]], start, step - 1))
-        to = e.get("to_state")
-        code = metadata.STATE_CODE.get(to)
-        if code is not None and _RANK[code] > _HEALTHY_RANK and e.get("severity") != "info":
-            open_.setdefault((row, to), step)
-    for (row, state), start in open_.items():
-        if start <= last_step:
-            spans.append((row, metadata.STATE_CODE[state], start, last_step))
-    return spans
-
-
-def apply_spans(states: np.ndarray, first: np.ndarray, last: np.ndarray, spans) -> np.ndarray:
-    """``states`` uint8 [K, L] (cell k covers steps [first[k], last[k]]) with
-    each span's state where it is worse than the cell's, up to the first cell
-    that already holds it (the rows hold a state from its confirmation on):
-    a copy when any changes, else ``states`` itself."""
-    out = states
-    for row, code, start, end in spans:
-        if row >= states.shape[1]:
-            continue
-        lo = int(np.searchsorted(last, start, side="left"))
-        hi = int(np.searchsorted(first, end, side="right"))
-        held = np.flatnonzero(states[lo:hi, row] == code)
-        if held.size:
-            hi = lo + int(held[0])
-        if lo >= hi:
-            continue
-        cells = out[lo:hi, row]
-        worse = _RANK[cells] < _RANK[code]
-        if worse.any():
-            if out is states:
-                out = states.copy()
-            out[lo:hi, row] = np.where(worse, np.uint8(code), cells)
-    return out

@@ -27,7 +27,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..format import binning, contract, crc, decode, metadata
-from ..diagnosis.transitions import apply_spans, event_spans
+from ..format.event_states import apply_spans, event_spans
 from . import cells, heatmap, jsonfast, query
 from .align import align, column, step_slice
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
@@ -363,7 +363,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     def _spans(self, ctx, eid, run, listing, layers) -> list:
         """The (row, state, first, last) spans the run's events give its cells
-        (``diagnosis.transitions.event_spans``: a state shows from its event's
+        (``format.event_states``: a state shows from its event's
         onset, not from its confirmation)."""
         names = [l["name"] for l in layers]
         tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
