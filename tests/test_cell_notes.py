@@ -17,6 +17,9 @@ def test_a_lower_scale_at_the_next_step_marks_a_skipped_step():
     # 1 and 2 were skipped (the scale fell after them); 4 -> 6 is not consecutive
     assert cells.scaler_skipped(scale, steps).tolist() == [False, True, True, False, False, False, False]
     assert cells.scaler_skipped(np.array([NAN, NAN]), np.array([0, 1])).tolist() == [False, False]
+    # the last step, and a scale stuck at its bottom, are told by the non-finite gradients
+    nonfinite = np.array([0, 0, 0, 0, 0, 3, 1], np.float32)
+    assert cells.scaler_skipped(scale, steps, nonfinite).tolist() == [False, True, True, False, False, True, True]
 
 
 def test_column_counts_bin_a_step_mask():

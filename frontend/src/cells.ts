@@ -24,9 +24,17 @@ export const NO_NOTES: CellNotes = { skipped: null, every: null, empty: null, he
 /**
  * Fill the blank cells of each sampled row (every > 1) with the value of its
  * last sample, in place; returns the mask of cells so filled (null if none).
- * A cell in a failing state is left as it is: its value is the evidence.
+ * A cell in a failing state is left as it is (its value is the evidence), and
+ * so is a column of steps a GradScaler skipped.
  */
-export function holdSampled(values: Float32Array, states: Uint8Array, rows: number, cols: number, every: Int32Array | null): Uint8Array | null {
+export function holdSampled(
+  values: Float32Array,
+  states: Uint8Array,
+  rows: number,
+  cols: number,
+  every: Int32Array | null,
+  skipped: Int32Array | null = null,
+): Uint8Array | null {
   if (!every) return null;
   let held: Uint8Array | null = null;
   for (let r = 0; r < rows && r < every.length; r++) {
@@ -39,7 +47,8 @@ export function holdSampled(values: Float32Array, states: Uint8Array, rows: numb
         continue;
       }
       const s = states[i];
-      if (last !== last || (s !== STATE_HEALTHY && s !== STATE_UNKNOWN)) continue;
+      // (a skipped step is not between samples: the hatch says what it is)
+      if (last !== last || (s !== STATE_HEALTHY && s !== STATE_UNKNOWN) || (skipped && skipped[c] > 0)) continue;
       values[i] = last;
       (held ??= new Uint8Array(rows * cols))[i] = 1;
     }

@@ -231,7 +231,7 @@ export function decodeHeatmap(raw: unknown): Heatmap {
     }
   }
   const notes = decodeNotes(o, rows, cols);
-  const held = holdSampled(values, states, rows, cols, notes.every);
+  const held = holdSampled(values, states, rows, cols, notes.every, notes.skipped);
   return { run: str(o.run, "run"), metric: str(o.metric, "metric"), rows, cols, layers, colStart, colEnd, values, states, notes: { ...notes, held } };
 }
 

@@ -46,9 +46,10 @@ test("a decoded heatmap carries its notes and held cells", () => {
     values: [1, "NaN", "NaN", "NaN", "NaN", "NaN"], states: [0, 0, 0, 0, 0, 0],
     skipped: [0, 1, 0], every: [10, 0], empty: [null, "no parameters"],
   });
-  assert.deepEqual(Array.from(hm.values.subarray(0, 3)), [1, 1, 1]);
-  assert.equal(notesSummary(hm), "skipped=1 held=2 empty=1");
-  assert.deepEqual(cellNotes(hm, 0, 1), { skipped: 1, every: 10, held: true, empty: null });
+  assert.deepEqual(Array.from(hm.values.subarray(0, 3)), [1, NaN, 1]);
+  assert.equal(notesSummary(hm), "skipped=1 held=1 empty=1");
+  assert.deepEqual(cellNotes(hm, 0, 1), { skipped: 1, every: 10, held: false, empty: null });
+  assert.deepEqual(cellNotes(hm, 0, 2), { skipped: 0, every: 10, held: true, empty: null });
   assert.deepEqual(cellNotes(hm, -1, 1), { skipped: 1, every: undefined, held: undefined, empty: undefined });
   const old = decodeHeatmap({ run: "r", metric: "grad_norm", rows: 1, cols: 1, layers: ["a"], col_start: [0], col_end: [0], values: [1], states: [0] });
   assert.deepEqual(cellNotes(old, 0, 0), { skipped: undefined, every: undefined, held: undefined, empty: undefined });
@@ -66,4 +67,14 @@ test("tooltips say skipped, sampled, held and why a row is empty", () => {
   assert.ok(empty.includes("Gradient norm: none (no parameters)"), empty.join("|"));
   assert.ok(!empty.some((l) => l.startsWith("sampled")));
   assert.ok(!tooltipLines(base).some((l) => l.includes("skipped") || l.includes("sampled")));
+});
+
+test("a skipped step is neither held nor 'no data'", () => {
+  const values = Float32Array.from([1, N, N, N]);
+  const held = holdSampled(values, new Uint8Array(4), 1, 4, Int32Array.from([10]), Int32Array.from([0, 1, 0, 0]));
+  assert.deepEqual(Array.from(held!), [0, 0, 1, 1]);
+  assert.ok(Number.isNaN(values[1]));
+  const metric = BUILTIN_TABLES.metrics.info("grad_norm");
+  const tip = tooltipLines({ layer: "fc1", type: "Linear", first: 7, last: 7, value: NaN, state: "healthy", metric, events: 0, skipped: 1 });
+  assert.deepEqual(tip, ["fc1 (Linear)", "step 7", SKIPPED_TEXT, "state: healthy"]);
 });

@@ -22,21 +22,24 @@ PARAM_METRICS = frozenset(("grad_norm", "grad_nonfinite", "grad_missing", "weigh
                            "grad_carried", "opt_group", "lr", "weight_decay", "momentum"))
 
 
-def scaler_skipped(scale: np.ndarray, steps: np.ndarray) -> np.ndarray:
+def scaler_skipped(scale: np.ndarray, steps: np.ndarray, nonfinite: np.ndarray | None = None) -> np.ndarray:
     """bool [S]: the logged steps whose optimizer step a GradScaler skipped.
 
     ``scale`` is the ``<optimizer>`` row's GradScaler scale at each of
     ``steps``: recorded before ``scaler.update()``, so a scale lower at the
     next step means this step found inf/NaN gradients and was skipped (the
-    rule of diagnosis/aspects/optimizer.py). The last step cannot be told.
+    rule of diagnosis/aspects/optimizer.py). ``nonfinite`` (optional, [S]):
+    the step's count of non-finite gradient values over every row; with a
+    scaler those are the scaled gradients it skips on, which also tells the
+    last step and a scale stuck at its bottom.
     """
     scale = np.asarray(scale, dtype=np.float64)
     out = np.zeros(scale.shape[0], dtype=bool)
-    if scale.shape[0] < 2:
-        return out
     with np.errstate(invalid="ignore"):
-        nxt = (np.diff(steps) == 1) & (scale[1:] < scale[:-1])
-    out[:-1] = nxt
+        if scale.shape[0] >= 2:
+            out[:-1] = (np.diff(steps) == 1) & (scale[1:] < scale[:-1])
+        if nonfinite is not None:
+            out |= np.asarray(nonfinite, dtype=np.float64) > 0
     return out
 
 

@@ -411,10 +411,11 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         out = {}
         skipped = np.zeros(steps.shape[0], dtype=bool)
         if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-            scale_tag = metadata.stats_tag("scale")
-            got = self._data.read(ctx, eid, run, (scale_tag,), listing)
-            scale = align(got.get(scale_tag), steps, len(names), np.nan, np.float32)
-            skipped = cells.scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps)
+            tags = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
+            got = self._data.read(ctx, eid, run, tags, listing)
+            scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in tags)
+            nonfinite = np.nan_to_num(nonfinite, nan=0.0).max(axis=1)
+            skipped = cells.scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps, nonfinite)
             out["skipped"] = cells.column_counts(skipped, steps, hm.col_start, hm.col_end)
         if values is not None:
             elsewhere = None if whole is None else (~np.isnan(whole)).any(axis=0)
