@@ -43,17 +43,17 @@ def scaler_skipped(scale: np.ndarray, steps: np.ndarray, nonfinite: np.ndarray |
     return out
 
 
-def column_counts(mask: np.ndarray, steps: np.ndarray, col_start, col_end) -> list[int]:
-    """How many of the steps marked in ``mask`` fall in each column
-    [col_start[c], col_end[c]]."""
+def column_counts(mask: np.ndarray, steps: np.ndarray, col_start, col_end) -> np.ndarray:
+    """int32 [C]: how many of the steps marked in ``mask`` fall in each
+    column [col_start[c], col_end[c]]."""
     marked = np.asarray(steps)[np.asarray(mask, dtype=bool)]
     lo = np.searchsorted(marked, np.asarray(col_start), side="left")
     hi = np.searchsorted(marked, np.asarray(col_end), side="right")
-    return (hi - lo).astype(int).tolist()
+    return (hi - lo).astype(np.int32)
 
 
-def sampling_every(values: np.ndarray, steps: np.ndarray, config: dict | None = None) -> list[int]:
-    """Per row of ``values`` float [S, L] at logged ``steps``: 1 when the row
+def sampling_every(values: np.ndarray, steps: np.ndarray, config: dict | None = None) -> np.ndarray:
+    """int32 [L], per row of ``values`` float [S, L] at logged ``steps``: 1 when the row
     has the metric at every step, 0 when at none, else the stride N of
     "sampled every N steps": the longest gap between its samples, rounded up
     to the writer's ``stats_every`` or ``update_every`` (from ``config``)
@@ -64,17 +64,14 @@ def sampling_every(values: np.ndarray, steps: np.ndarray, config: dict | None = 
     counts = measured.sum(axis=0)
     strides = sorted(int(config[k]) for k in ("stats_every", "update_every")
                      if config and isinstance(config.get(k), int) and config[k] > 1)
-    out = []
-    for r, n in enumerate(counts.tolist()):
-        if n == 0 or n == S:
-            out.append(1 if n else 0)
-            continue
+    out = np.where(counts > 0, 1, 0).astype(np.int32)
+    for r in np.flatnonzero((counts > 0) & (counts < S)):
         at = steps[measured[:, r]]
         gap = int(np.diff(at).max()) if at.shape[0] > 1 else int(steps[-1] - steps[0]) + 1
         # the gap after the last sample counts too (a sample every 100 steps
         # of a 160-step run has one sample after step 9)
         gap = max(gap, int(steps[-1] - at[-1]) + 1, 2)
-        out.append(next((k for k in strides if k >= gap), gap))
+        out[r] = next((k for k in strides if k >= gap), gap)
     return out
 
 

@@ -374,6 +374,19 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                                                    names, query.MAX_STEP),
                                lambda spans: 4096 + 64 * len(spans))
 
+    def _event_states(self, ctx, eid, run, listing, series, layers, axis) -> np.ndarray:
+        """The run's states [len(axis), L] on ``axis`` with its events' spans
+        (``_spans``): built once per version of the states and the events,
+        then cached (a zoom or another metric only slices it)."""
+        tags = (metadata.TAG_STATES, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
+        key = f"states{len(layers)}:{axis.shape[0]}:{int(axis[-1]) if axis.size else -1}"
+
+        def build() -> np.ndarray:
+            states = align(series.get(metadata.TAG_STATES), axis, len(layers), metadata.STATE_UNKNOWN, np.uint8)
+            return apply_spans(states, axis, axis, self._spans(ctx, eid, run, listing, layers))
+
+        return self._data.memo(eid, run, key, self._version(listing, tags), build, lambda a: 4096 + a.nbytes)
+
     def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
         receives the cell notes of docs/API.md (``_cell_notes``)."""
@@ -388,9 +401,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         axis = series[stats].steps if stats in series else self._axis(series)
         window = step_slice(axis, start, end)
         steps = axis[window]
-        states = align(series.get(metadata.TAG_STATES), axis, width,
-                        metadata.STATE_UNKNOWN, np.uint8)[window]
-        states = apply_spans(states, steps, steps, self._spans(ctx, eid, run, listing, layers))
+        states = self._event_states(ctx, eid, run, listing, series, layers, axis)[window]
         values = whole = None
         if stats is not None:
             whole = align(series.get(stats), axis, width, np.nan, np.float32)
