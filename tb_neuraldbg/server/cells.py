@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..format import metadata
+from .align import align
 
-__all__ = ["PARAM_METRICS", "column_counts", "empty_reasons", "sampling_every", "scaler_skipped"]
+__all__ = ["PARAM_METRICS", "column_counts", "empty_reasons", "heatmap_notes", "sampling_every", "scaler_skipped"]
 
 #: metrics measured only on rows with parameters (docs/FORMAT.md, *Metrics*:
 #: "modules with parameters"): on any other row their absence is expected
@@ -94,4 +95,30 @@ def empty_reasons(values: np.ndarray, names, metric: str, elsewhere: np.ndarray 
             out.append("no parameters")
         else:
             out.append("not measured")
+    return out
+
+
+def heatmap_notes(read, names, metric: str, steps, values, whole, hm) -> dict:
+    """The notes of a heatmap binned from rows: ``skipped`` (per column, for a
+    run with a GradScaler), ``every`` and ``empty`` (per row, for a metric).
+    ``read(tags)`` gives the run's Series by tag; ``values`` are the rows'
+    values at ``steps`` (None for the state map), ``whole`` the same over the
+    whole run, ``hm`` the binned heatmap."""
+    series = read((metadata.TAG_CONFIG,))
+    configs = series[metadata.TAG_CONFIG].records() if metadata.TAG_CONFIG in series else []
+    config = next((c for _, c in reversed(configs) if isinstance(c, dict)), {})
+    out = {}
+    skipped = np.zeros(steps.shape[0], dtype=bool)
+    if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
+        tags = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
+        got = read(tags)
+        scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in tags)
+        skipped = scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps,
+                                 np.nan_to_num(nonfinite, nan=0.0).max(axis=1))
+        out["skipped"] = column_counts(skipped, steps, hm.col_start, hm.col_end)
+    if values is not None:
+        elsewhere = None if whole is None else (~np.isnan(whole)).any(axis=0)
+        # (a skipped step's statistics are non-finite, not unsampled)
+        out["every"] = sampling_every(values[~skipped], steps[~skipped], config)
+        out["empty"] = empty_reasons(values, names, metric, elsewhere)
     return out

@@ -412,28 +412,9 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         return layers, "steps", hm
 
     def _cell_notes(self, ctx, eid, run, listing, layers, metric, steps, values, whole, hm) -> dict:
-        """``skipped`` (steps a GradScaler skipped, per column), ``every``
-        (each row's sampling stride of the metric) and ``empty`` (why a row
-        has none of it): server/cells.py."""
-        series = self._data.read(ctx, eid, run, (metadata.TAG_CONFIG,), listing)
-        configs = series[metadata.TAG_CONFIG].records() if metadata.TAG_CONFIG in series else []
-        config = next((c for _, c in reversed(configs) if isinstance(c, dict)), {})
-        names = [l["name"] for l in layers]
-        out = {}
-        skipped = np.zeros(steps.shape[0], dtype=bool)
-        if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-            tags = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
-            got = self._data.read(ctx, eid, run, tags, listing)
-            scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in tags)
-            nonfinite = np.nan_to_num(nonfinite, nan=0.0).max(axis=1)
-            skipped = cells.scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps, nonfinite)
-            out["skipped"] = cells.column_counts(skipped, steps, hm.col_start, hm.col_end)
-        if values is not None:
-            elsewhere = None if whole is None else (~np.isnan(whole)).any(axis=0)
-            # (a skipped step's statistics are non-finite, not unsampled)
-            out["every"] = cells.sampling_every(values[~skipped], steps[~skipped], config)
-            out["empty"] = cells.empty_reasons(values, names, metric, elsewhere)
-        return out
+        """The heatmap's cell notes (server/cells.py), reading what they need."""
+        return cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
+                                   [l["name"] for l in layers], metric, steps, values, whole, hm)
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
