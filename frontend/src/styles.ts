@@ -51,6 +51,7 @@ body { margin: 0; }
 .nd-legend-list { list-style: none; margin: 8px 0 0; padding: 0; display: grid; gap: 3px; font-size: 12px; }
 .nd-legend-list li { display: flex; align-items: center; gap: 6px; color: #6b7280; }
 .nd-legend-list li.nd-present { color: #111827; font-weight: 500; }
+.nd-legend-note { display: flex; align-items: center; gap: 6px; margin-top: 6px; padding-top: 6px; border-top: 1px solid #f3f4f6; color: #6b7280; font-size: 12px; }
 .nd-swatch { width: 12px; height: 12px; border-radius: 3px; flex: none; border: 1px solid rgba(0,0,0,.08); }
 .nd-main { display: flex; flex-direction: column; gap: 12px; min-width: 0; }
 .nd-rootcause { border-left: 4px solid #dc2626; display: flex; gap: 16px; align-items: flex-start; }

@@ -36,9 +36,9 @@ export class Legend {
       ]),
     );
     items.push(el("li", {}, [swatch(states.colors.no_data), NO_DATA_LABEL]));
-    // Hatched as the heatmap hatches them (paint.ts): a step is not a state.
-    items.push(el("li", { attrs: { title: SKIPPED_TEXT } }, [swatch(SKIPPED_SWATCH), "step skipped by GradScaler"]));
     parts.push(el("ul", { class: "nd-legend-list" }, items));
+    // Below the states, hatched as the heatmap hatches them (paint.ts): a skipped step is not a state.
+    parts.push(el("div", { class: "nd-legend-note", attrs: { title: SKIPPED_TEXT } }, [swatch(SKIPPED_SWATCH), "step skipped by GradScaler"]));
     setChildren(this.element, parts);
   }
 }
