@@ -64,3 +64,13 @@ def test_heatmap_route_sends_the_notes(tmp_path):
     assert hm["empty"][row] == "pseudo-layer" and hm["every"][row] == 0
     state = app.json("/data/plugin/neuraldbg/heatmap?run=r&metric=state")
     assert "every" not in state and "empty" not in state
+
+
+def test_a_heatmap_binned_from_blocks_says_why_rows_are_empty(tmp_path):
+    write_run(tmp_path, "long", num_modules=2, num_steps=400, blocks=True, seed=3)
+    app = App(str(tmp_path))
+    hm = app.json("/data/plugin/neuraldbg/heatmap?run=long&metric=grad_norm&max_cols=10")
+    assert hm["binned"] == "blocks"
+    assert hm["empty"][hm["layers"].index("<loss>")] == "pseudo-layer"
+    assert hm["empty"][hm["layers"].index("fc0")] is None
+    assert "every" not in hm and "skipped" not in hm

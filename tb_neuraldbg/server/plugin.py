@@ -307,7 +307,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             )
         listing = self._listing(ctx, eid, run)
         notes: dict = {}
-        hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols)
+        hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols, notes)
         if hm is None:
             hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols, notes)
         layers, binned, hm = hm
@@ -335,9 +335,10 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     def _cols(max_cols: int, width: int) -> int:
         return max(1, min(max_cols, MAX_CELLS // max(width, 1)))
 
-    def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols):
+    def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "blocks", Heatmap) from the run's block summaries, or None
-        where they do not give the cells its rows give (``heatmap``)."""
+        where they do not give the cells its rows give (``heatmap``); ``notes``
+        receives ``empty`` (the rows' steps are not at hand: no other note)."""
         blocks = heatmap.block_series(self._data, ctx, eid, run, listing, metric)
         if blocks is None:
             return None
@@ -355,8 +356,11 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                              self._spans(ctx, eid, run, listing, layers))
         values = None
         if metric != binning.STATE_METRIC:
-            values = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan,
-                            np.float32)[window]
+            whole = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan, np.float32)
+            values = whole[window]
+            if notes is not None:
+                notes["empty"] = cells.empty_reasons(values, [l["name"] for l in layers], metric,
+                                                     (~np.isnan(whole)).any(axis=0))
         hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
                                  last_steps=blocks.last[window])
         return layers, "blocks", hm
