@@ -6,6 +6,7 @@
  * decoder here accepts those and checks the shape it relies on, so a broken
  * or hostile answer fails loudly in one place instead of drawing garbage.
  */
+import { decodeNotes, holdSampled } from "./cells";
 import type {
   EventList,
   Heatmap,
@@ -229,7 +230,9 @@ export function decodeHeatmap(raw: unknown): Heatmap {
       states[i] = typeof s === "number" && s >= 0 && s <= 255 ? s : 255;
     }
   }
-  return { run: str(o.run, "run"), metric: str(o.metric, "metric"), rows, cols, layers, colStart, colEnd, values, states };
+  const notes = decodeNotes(o, rows, cols);
+  const held = holdSampled(values, states, rows, cols, notes.every, notes.skipped);
+  return { run: str(o.run, "run"), metric: str(o.metric, "metric"), rows, cols, layers, colStart, colEnd, values, states, notes: { ...notes, held } };
 }
 
 export function decodeEvent(raw: unknown): NdEvent {

@@ -12,6 +12,7 @@
  */
 import type { Layout } from "./layout";
 import { NO_DATA, packPalette } from "./colormap";
+import { skippedRuns, type CellNotes } from "./cells";
 
 /** The part of CanvasRenderingContext2D the painter uses (tests pass a fake). */
 export interface PaintContext {
@@ -151,4 +152,64 @@ export function paintPixels(ctx: PaintContext, layout: Layout, idx: Uint8Array, 
     for (let y = y0 + 1; y < y1; y++) px.copyWithin(y * w, line, line + w);
   }
   ctx.putImageData(img, 0, 0, 0, 0, w, h);
+}
+
+/**
+ * Over the painted cells, what a blank means (cells.ts): columns with steps a
+ * GradScaler skipped hatched across every row, and on each row that has
+ * none of the metric the reason, in grey, at its start. `rows` maps each
+ * shown row to its matrix row (-1: a group or a band).
+ */
+export function paintNotes(ctx: CanvasRenderingContext2D, layout: Layout, notes: CellNotes | undefined, rows: Int32Array): void {
+  if (!notes) return;
+  const { xEdges, yEdges, dpr } = layout;
+  const h = yEdges[layout.rows];
+  ctx.setTransform(1, 0, 0, 1, 0, 0);
+  const runs = skippedRuns(notes.skipped);
+  if (runs.length) {
+    ctx.fillStyle = hatch(ctx, dpr);
+    ctx.beginPath();
+    for (const [a, b] of runs) ctx.rect(xEdges[a], 0, Math.max(xEdges[b] - xEdges[a], 1), h);
+    ctx.fill();
+  }
+  const empty = notes.empty;
+  const rowPx = layout.rowHeightCss * dpr;
+  if (!empty || rowPx < 9 * dpr) return;
+  ctx.font = `${Math.round(Math.min(11, layout.rowHeightCss - 4) * dpr)}px system-ui, sans-serif`;
+  ctx.fillStyle = "#6b7280";
+  ctx.textBaseline = "middle";
+  for (let r = 0; r < layout.rows; r++) {
+    const why = rows[r] >= 0 ? empty[rows[r]] : null;
+    if (why) ctx.fillText(why, 6 * dpr, (yEdges[r] + yEdges[r + 1]) / 2);
+  }
+}
+
+const hatches = new WeakMap<object, CanvasPattern | string>();
+
+/** Grey diagonal stripes on a translucent wash: a skipped step, not a value. */
+function hatch(ctx: CanvasRenderingContext2D, dpr: number): CanvasPattern | string {
+  const known = hatches.get(ctx);
+  if (known) return known;
+  const size = Math.max(6, Math.round(6 * dpr));
+  const tile = document.createElement("canvas");
+  tile.width = tile.height = size;
+  const t = tile.getContext("2d");
+  let pattern: CanvasPattern | string = "rgba(107,114,128,.35)";
+  if (t) {
+    t.fillStyle = "rgba(255,255,255,.55)";
+    t.fillRect(0, 0, size, size);
+    t.strokeStyle = "rgba(75,85,99,.8)";
+    t.lineWidth = Math.max(1, dpr);
+    t.beginPath();
+    t.moveTo(0, size);
+    t.lineTo(size, 0);
+    t.moveTo(-1, 1);
+    t.lineTo(1, -1);
+    t.moveTo(size - 1, size + 1);
+    t.lineTo(size + 1, size - 1);
+    t.stroke();
+    pattern = ctx.createPattern(tile, "repeat") ?? pattern;
+  }
+  hatches.set(ctx, pattern);
+  return pattern;
 }

@@ -52,6 +52,7 @@ body { margin: 0; }
 .nd-legend-list { list-style: none; margin: 8px 0 0; padding: 0; display: grid; gap: 3px; font-size: 12px; }
 .nd-legend-list li { display: flex; align-items: center; gap: 6px; color: #6b7280; }
 .nd-legend-list li.nd-present { color: #111827; font-weight: 500; }
+.nd-legend-note { display: flex; align-items: center; gap: 6px; margin-top: 6px; padding-top: 6px; border-top: 1px solid #f3f4f6; color: #6b7280; font-size: 12px; }
 .nd-swatch { width: 12px; height: 12px; border-radius: 3px; flex: none; border: 1px solid rgba(0,0,0,.08); }
 .nd-main { display: flex; flex-direction: column; gap: 12px; min-width: 0; }
 .nd-rootcause { border-left: 4px solid #dc2626; display: flex; gap: 16px; align-items: flex-start; }
@@ -64,8 +65,9 @@ body { margin: 0; }
 .nd-rootcause-where { color: #4b5563; margin-bottom: 6px; }
 .nd-rootcause-where code, .nd-code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px;
   background: #f3f4f6; padding: 0 4px; border-radius: 4px; }
-.nd-rootcause-try { color: #111827; white-space: pre-wrap; overflow-wrap: anywhere; }
-.nd-rootcause-try b { color: #6b7280; font-weight: 600; margin-right: 4px; }
+.nd-rootcause-try, .nd-rootcause-likely, .nd-rootcause-seen { color: #111827; white-space: pre-wrap; overflow-wrap: anywhere; }
+.nd-rootcause-likely, .nd-rootcause-seen { color: #374151; margin-top: 2px; }
+.nd-rootcause-try b, .nd-rootcause-likely b, .nd-rootcause-seen b { color: #6b7280; font-weight: 600; margin-right: 4px; }
 .nd-panels { display: grid; gap: 12px; grid-template-columns: minmax(0, 1fr); }
 .nd-panel { padding: 10px 12px 8px; min-width: 0; }
 .nd-panel.nd-primary { border-color: #c7d2fe; }
@@ -113,7 +115,7 @@ body { margin: 0; }
 .nd-echo-col { background: rgba(17, 24, 39, 0.08); border-left: 1px solid rgba(17, 24, 39, 0.35); }
 .nd-events-run { font-size: 12px; color: #4b5563; margin: -4px 0 6px; overflow-wrap: anywhere; }
 .nd-rootrow { border-top: 1px solid #dc2626; border-bottom: 1px solid #dc2626; background: rgba(220,38,38,.06); }
-.nd-onset { border: 2px solid #dc2626; border-radius: 50%; box-shadow: 0 0 0 2px #fff; }
+.nd-onset { border: 2px solid #dc2626; border-radius: 3px; }
 .nd-onset-tag { background: #b91c1c; color: #fff; font-size: 11px; padding: 1px 6px; border-radius: 4px; white-space: nowrap; font-weight: 500; }
 .nd-pointer { border: 2px solid #f59e0b; box-shadow: 0 0 0 2px rgba(255,255,255,.9), 0 0 10px rgba(245,158,11,.9); border-radius: 3px; }
 .nd-tooltip { background: rgba(17,24,39,.94); color: #f9fafb; font-size: 12px; padding: 6px 8px; border-radius: 6px;

@@ -5,6 +5,7 @@
  * float is expected; api.ts turns them into numbers before anything else
  * sees them, so every float below is a plain (possibly non-finite) number.
  */
+import type { CellNotes } from "./cells";
 
 export type Severity = "info" | "warning" | "error";
 
@@ -93,6 +94,8 @@ export interface Heatmap {
   colEnd: number[];
   values: Float32Array;
   states: Uint8Array;
+  /** What blank and held cells mean (cells.ts); absent from an older server's answers. */
+  notes?: CellNotes;
 }
 
 export interface NdEvent {

@@ -10,6 +10,11 @@ every Nth step work unchanged. A layer that is failing from its first
 measurement (born failing, e.g. a bad initialisation) gets a transition from
 "healthy" with its onset at that first step.
 
+The row written at a step holds the states confirmed by then, so a state
+confirmed ``persist`` steps after its onset would show late on the map:
+readers give the cells from the onset the event's state
+(``format/event_states.py``), so the map and the events agree.
+
 Escalation: an explosion (or a loss spike) still waiting for confirmation
 when the same layer turns non-finite is confirmed by the non-finite value (the
 explosion is what produced it), so both transitions are reported, in order.

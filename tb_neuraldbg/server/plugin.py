@@ -27,7 +27,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..format import binning, contract, crc, decode, metadata
-from . import heatmap, jsonfast, query
+from ..format.event_states import apply_spans, event_spans
+from . import cells, heatmap, jsonfast, query
 from .align import align, column, step_slice
 from .plugin_data import FULL_DOWNSAMPLE, PluginData
 
@@ -305,9 +306,10 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                 f"{', '.join(metadata.METRICS)}"
             )
         listing = self._listing(ctx, eid, run)
-        hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols)
+        notes: dict = {}
+        hm = self._binned_blocks(ctx, eid, run, listing, metric, start, end, max_cols, notes)
         if hm is None:
-            hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols)
+            hm = self._binned_steps(ctx, eid, run, listing, metric, start, end, max_cols, notes)
         layers, binned, hm = hm
         body = {
             "run": run,
@@ -319,6 +321,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             "col_end": hm.col_end,
             "binned": binned,
         }
+        body.update(notes)
         if fmt == "b64":
             values = np.ascontiguousarray(hm.values, dtype="<f4")  # no copy on little-endian
             body["values_b64"] = jsonfast.Base64Text(values)
@@ -332,9 +335,10 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     def _cols(max_cols: int, width: int) -> int:
         return max(1, min(max_cols, MAX_CELLS // max(width, 1)))
 
-    def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols):
+    def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "blocks", Heatmap) from the run's block summaries, or None
-        where they do not give the cells its rows give (``heatmap``)."""
+        where they do not give the cells its rows give (``heatmap``); ``notes``
+        receives ``empty`` (the rows' steps are not at hand: no other note)."""
         blocks = heatmap.block_series(self._data, ctx, eid, run, listing, metric)
         if blocks is None:
             return None
@@ -348,16 +352,48 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         keys = blocks.last
         states = align(series[metadata.TAG_BLOCK_STATES], keys, width, metadata.STATE_UNKNOWN,
                         np.uint8)[window]
+        states = apply_spans(states, blocks.first[window], blocks.last[window],
+                             self._spans(ctx, eid, run, listing, layers))
         values = None
         if metric != binning.STATE_METRIC:
-            values = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan,
-                            np.float32)[window]
+            whole = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan, np.float32)
+            values = whole[window]
+            if notes is not None:
+                notes["empty"] = cells.empty_reasons(values, [l["name"] for l in layers], metric,
+                                                     (~np.isnan(whole)).any(axis=0))
         hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
                                  last_steps=blocks.last[window])
         return layers, "blocks", hm
 
-    def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols):
-        """(layers, "steps", Heatmap) from the run's rows."""
+    def _spans(self, ctx, eid, run, listing, layers) -> list:
+        """The (row, state, first, last) spans the run's events give its cells
+        (``format.event_states``: a state shows from its event's
+        onset, not from its confirmation)."""
+        names = [l["name"] for l in layers]
+        tags = (metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
+        # Cached like the report they come from (a long run has many events);
+        # keyed by the layer list too, which only grows.
+        return self._data.memo(eid, run, f"spans{len(names)}", self._version(listing, tags),
+                               lambda: event_spans(self._run_report(ctx, eid, run, listing)["events"],
+                                                   names, query.MAX_STEP),
+                               lambda spans: 4096 + 64 * len(spans))
+
+    def _event_states(self, ctx, eid, run, listing, series, layers, axis) -> np.ndarray:
+        """The run's states [len(axis), L] on ``axis`` with its events' spans
+        (``_spans``): built once per version of the states and the events,
+        then cached (a zoom or another metric only slices it)."""
+        tags = (metadata.TAG_STATES, metadata.TAG_EVENTS, metadata.TAG_DIAGNOSIS, *_SESSION_TAGS)
+        key = f"states{len(layers)}:{axis.shape[0]}:{int(axis[-1]) if axis.size else -1}"
+
+        def build() -> np.ndarray:
+            states = align(series.get(metadata.TAG_STATES), axis, len(layers), metadata.STATE_UNKNOWN, np.uint8)
+            return apply_spans(states, axis, axis, self._spans(ctx, eid, run, listing, layers))
+
+        return self._data.memo(eid, run, key, self._version(listing, tags), build, lambda a: 4096 + a.nbytes)
+
+    def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
+        """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
+        receives the cell notes of docs/API.md (``_cell_notes``)."""
         tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
         stats = None
         if metric != binning.STATE_METRIC:
@@ -369,13 +405,20 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         axis = series[stats].steps if stats in series else self._axis(series)
         window = step_slice(axis, start, end)
         steps = axis[window]
-        states = align(series.get(metadata.TAG_STATES), axis, width,
-                        metadata.STATE_UNKNOWN, np.uint8)[window]
-        values = None
+        states = self._event_states(ctx, eid, run, listing, series, layers, axis)[window]
+        values = whole = None
         if stats is not None:
-            values = align(series.get(stats), axis, width, np.nan, np.float32)[window]
+            whole = align(series.get(stats), axis, width, np.nan, np.float32)
+            values = whole[window]
         hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
+        if notes is not None:
+            notes.update(self._cell_notes(ctx, eid, run, listing, layers, metric, steps, values, whole, hm))
         return layers, "steps", hm
+
+    def _cell_notes(self, ctx, eid, run, listing, layers, metric, steps, values, whole, hm) -> dict:
+        """The heatmap's cell notes (server/cells.py), reading what they need."""
+        return cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
+                                   [l["name"] for l in layers], metric, steps, values, whole, hm)
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
@@ -429,6 +472,8 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         }
         states = column(head.get(metadata.TAG_STATES), row, steps, metadata.STATE_UNKNOWN,
                          np.uint8)
+        spans = [(0, *rest) for r, *rest in self._spans(ctx, eid, run, listing, layers) if r == row]
+        states = apply_spans(states[:, None], steps, steps, spans)[:, 0]
         events = [
             e for e in self._run_report(ctx, eid, run, listing)["events"]
             if e["layer"] == layer and start <= e["step"] <= end

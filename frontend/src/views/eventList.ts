@@ -52,8 +52,11 @@ export class EventListView {
       this.items = [];
       return;
     }
-    this.items = data.events.map((ev) => {
-      const root = isRootEvent(ev, rc);
+    // One root-cause marker: two events can match it (a non-finite output
+    // and gradient of one layer at one step); the first is marked.
+    const rootAt = data.events.findIndex((ev) => isRootEvent(ev, rc));
+    this.items = data.events.map((ev, i) => {
+      const root = i === rootAt;
       const button = el(
         "button",
         {

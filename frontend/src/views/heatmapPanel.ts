@@ -10,11 +10,12 @@ import { el, setChildren } from "../dom";
 import { formatSteps, niceTicks } from "../format";
 import { cellAt, cellRect, colForStep, computeLayout, type Layout } from "../layout";
 import type { MetricInfo } from "../metrics";
-import { paintHeatmap } from "../paint";
+import { paintHeatmap, paintNotes } from "../paint";
 import { RowColors } from "../rowcolors";
 import { cellOf, rowOfRef, type RowView } from "../rowview";
 import type { StateTable } from "../states";
 import { CLASS } from "../styles";
+import { cellNotes, notesSummary } from "../cells";
 import { tooltipLines } from "../tooltip";
 import { RowKind, type ModuleTree } from "../tree";
 import { keyAction } from "../keys";
@@ -246,6 +247,7 @@ export class HeatmapPanel {
         // On a shared axis the cells may not reach the right edge: clear what they leave.
         if (shared) ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
         paintHeatmap(ctx, this.layout, this.idx, data.palette);
+        paintNotes(ctx, this.layout, view.heatmap.notes, view.layer);
       }
       this.placeBands();
       this.lastPaintMs = performance.now() - t0;
@@ -255,6 +257,7 @@ export class HeatmapPanel {
       this.element.setAttribute("data-paint-count", String(this.paintCount));
       this.element.setAttribute("data-metric", view.heatmap.metric);
       this.element.setAttribute("data-rows", String(view.rows));
+      this.element.setAttribute("data-notes", notesSummary(view.heatmap));
     }
     const rc = data.info.root_cause;
     this.labels.render(view, this.layout!, this.labelPx, rc ? rowOfRef(view, rc.layer) : -1, rc?.layer ?? null, this.types);
@@ -379,6 +382,13 @@ export class HeatmapPanel {
     this.place(box, r.x + r.w / 2 - w / 2, r.y + r.h / 2 - h / 2, w, h);
   }
 
+  /** A box whose 2px border lies just outside a cell (at least 4 css px wide). */
+  private placeOutline(box: HTMLElement, row: number, col: number): void {
+    const r = cellRect(this.layout!, row, col);
+    const w = Math.max(4, r.w);
+    this.place(box, r.x + r.w / 2 - w / 2 - 3, r.y - 3, w + 6, r.h + 6);
+  }
+
   private placeRef(box: HTMLElement, ref: CellRef | null): void {
     const row = ref && this.layout ? this.rowOf(ref.layer) : -1;
     const col = ref && row >= 0 ? this.colOf(ref.step) : -1;
@@ -422,7 +432,9 @@ export class HeatmapPanel {
     this.place(this.rootRow, 0, r.y - 1, layout.widthCss, r.h + 2);
     const col = this.colOf(rc.step);
     if (col < 0) return;
-    this.placeCell(this.onsetRing, row, col, 4);
+    // An outline around the cell, clear of it: a single-step root cause
+    // (bad_batch's <input> at step 100) stays visible inside.
+    this.placeOutline(this.onsetRing, row, col);
     const c = cellRect(layout, row, col);
     this.onsetTag.textContent = `onset · step ${rc.step}`;
     this.onsetTag.style.display = "";
@@ -476,6 +488,7 @@ export class HeatmapPanel {
       events,
       rows: group ? view.size[row] : undefined,
       source: group && cell.source >= 0 ? hm.layers[cell.source] : undefined,
+      ...cellNotes(hm, group ? -1 : view.layer[row], col),
     });
   }
 

@@ -5,6 +5,9 @@ import { formatValue } from "../format";
 import type { MetricInfo } from "../metrics";
 import { NO_DATA_LABEL, STATE_HEALTHY, type StateTable } from "../states";
 import { CLASS } from "../styles";
+import { SKIPPED_TEXT } from "../tooltip";
+
+const SKIPPED_SWATCH = "repeating-linear-gradient(135deg, rgba(75,85,99,.8) 0 1px, #f3f4f6 1px 4px)";
 
 export class Legend {
   readonly element = el("section", { class: CLASS.card, attrs: { "aria-label": "Legend" } });
@@ -34,6 +37,8 @@ export class Legend {
     );
     items.push(el("li", {}, [swatch(states.colors.no_data), NO_DATA_LABEL]));
     parts.push(el("ul", { class: "nd-legend-list" }, items));
+    // Below the states, hatched as the heatmap hatches them (paint.ts): a skipped step is not a state.
+    parts.push(el("div", { class: "nd-legend-note", attrs: { title: SKIPPED_TEXT } }, [swatch(SKIPPED_SWATCH), "step skipped by GradScaler"]));
     setChildren(this.element, parts);
   }
 }

@@ -1,6 +1,6 @@
 /** The root-cause panel: what failed, where, when, what to try, and a jump button. */
 import { el, setChildren } from "../dom";
-import { humanize } from "../format";
+import { adviceParts, causeTitle } from "../banner";
 import { CLASS } from "../styles";
 import type { RunInfo } from "../types";
 
@@ -36,13 +36,13 @@ export class RootCausePanel {
     }
     setChildren(this.element, [
       el("div", { class: "nd-rootcause-text", attrs: { "data-testid": "root-cause" } }, [
-        el("div", { class: "nd-rootcause-head", text: `${warning ? "First warning" : "Root cause"}: ${humanize(rc.kind)}${runNote}` }),
+        el("div", { class: "nd-rootcause-head", text: `${warning ? "First warning" : "Root cause"}: ${causeTitle(rc.kind, rc.layer, rc.message)}${runNote}` }),
         el("div", { class: "nd-rootcause-where" }, [
           "in ",
           el("code", { text: rc.layer, attrs: { "data-layer": rc.layer } }),
           ` from step ${rc.step}`,
         ]),
-        el("div", { class: "nd-rootcause-try" }, [el("b", { text: "What to try:" }), rc.message || "See the layer's events."]),
+        ...adviceLines(rc.message),
       ]),
       el("button", {
         class: warning ? `${CLASS.btn} nd-btn-warning` : `${CLASS.btn} nd-btn-primary`,
@@ -52,4 +52,14 @@ export class RootCausePanel {
       }),
     ]);
   }
+}
+
+/** "What to try:", then "Likely cause:" and "Seen:" on lines of their own. */
+function adviceLines(message: string): HTMLElement[] {
+  const p = adviceParts(message);
+  const line = (cls: string, label: string, text: string) => el("div", { class: cls }, [el("b", { text: label }), text]);
+  const lines: HTMLElement[] = [line("nd-rootcause-try", "What to try:", p.advice || "See the layer's events.")];
+  if (p.likely) lines.push(line("nd-rootcause-likely", "Likely cause:", p.likely));
+  if (p.seen) lines.push(line("nd-rootcause-seen", "Seen:", p.seen));
+  return lines;
 }
