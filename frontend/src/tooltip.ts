@@ -39,7 +39,8 @@ export function tooltipLines(c: CellInfo): string[] {
   const value = valueLine(c, group, !!c.skipped && c.skipped >= n);
   if (value) lines.push(value);
   if (c.metric.kind !== "state" && !c.empty && c.every !== undefined && c.every > 1) lines.push(`sampled every ${c.every} steps`);
-  lines.push(`state: ${c.state}`);
+  // A bin the GradScaler skipped entirely was never judged: no state to show (issue #44: gaps read as health).
+  if (!(c.skipped && c.skipped >= n && c.state === "healthy")) lines.push(`state: ${c.state}`);
   if (c.source !== undefined) lines.push(`from ${c.source}`);
   if (c.events > 0) lines.push(c.events === 1 ? "1 event starts here" : `${c.events} events start here`);
   return lines;

@@ -97,6 +97,9 @@ test("the run list's line: status and root cause, the layer cut at the start", (
   assert.equal(runSummary({ ...run, status: "healthy" }).tone, "warning");
   assert.deepEqual(runSummary({ ...run, status: "healthy", root_cause: null }), { text: "healthy · 100 steps", full: "healthy · 100 steps", tone: "healthy" });
   assert.equal(runSummary({ ...run, root_cause: null }).text, "failing, no single root cause");
+  // the run list names an <optimizer> cause as the banner does, not by the symptom's kind
+  const lr = { ...run, root_cause: { kind: "exploding_gradient", layer: "<optimizer>", step: 100, message: "The learning rate of param group 0 rose from 0.02 to 2 at step 100." } };
+  assert.equal(runSummary(lr).text, "Learning rate too high · <optimizer> @ 100");
   assert.equal(shortLayer("fc3"), "fc3");
   assert.equal(shortLayer("<optimizer>"), "<optimizer>");
   assert.equal(shortLayer("encoder.layers.11.self_attn"), "…11.self_attn");

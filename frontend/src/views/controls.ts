@@ -1,6 +1,7 @@
 /** The toolbar (metric, zoom and pan buttons, range) and the run selector. */
 import { el, setChildren } from "../dom";
-import { formatSteps, humanize } from "../format";
+import { causeTitle } from "../banner";
+import { formatSteps } from "../format";
 import type { MetricTable } from "../metrics";
 import { CLASS } from "../styles";
 import type { RunInfo, StepRange } from "../types";
@@ -92,7 +93,8 @@ export function shortLayer(name: string): string {
 export function runSummary(r: RunInfo): { text: string; full: string; tone: "failing" | "warning" | "healthy" } {
   const rc = r.root_cause;
   if (rc) {
-    return { text: `${humanize(rc.kind)} · ${shortLayer(rc.layer)} @ ${rc.step}`, full: `${humanize(rc.kind)} in ${rc.layer} from step ${rc.step}`, tone: r.status === "failing" ? "failing" : "warning" };
+    const title = causeTitle(rc.kind, rc.layer, rc.message ?? "");
+    return { text: `${title} · ${shortLayer(rc.layer)} @ ${rc.step}`, full: `${title} in ${rc.layer} from step ${rc.step}`, tone: r.status === "failing" ? "failing" : "warning" };
   }
   const text = r.status === "failing" ? "failing, no single root cause" : `healthy · ${r.num_steps} step${r.num_steps === 1 ? "" : "s"}`;
   return { text, full: text, tone: r.status === "failing" ? "failing" : "healthy" };
