@@ -93,6 +93,9 @@ def test_a_function_whose_backward_multiplies_by_1000_has_a_backward_gain_of_100
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), Amplify(), nn.Linear(64, 8))
     stats, names = _train(tmp_path, model)
     assert _at(stats, names, "2", "bwd_gain") == pytest.approx(1000.0, rel=1e-3)
+    # what it passes back is what the Tanh before it receives
+    passed = _at(stats, names, "2", "bwd_gain") * _at(stats, names, "2", "gout_norm")
+    assert _at(stats, names, "1", "gout_norm") == pytest.approx(passed, rel=1e-4)
     assert _at(stats, names, "2", "fwd_gain") == pytest.approx(1.0, rel=1e-4)
     assert 0.05 < _at(stats, names, "1", "bwd_gain") <= 1.0  # tanh' <= 1
     assert 0.05 < _at(stats, names, "3", "bwd_gain") < 5.0
@@ -247,6 +250,7 @@ def test_assembled_gains_follow_the_input_reference():
     row = S.assemble(np.array(vals, dtype=float), np.array(rows), np.array(keys), 3)
     assert row[2, M["fwd_gain"]] == pytest.approx(2.0)
     assert row[2, M["bwd_gain"]] == pytest.approx(3.0)
+    assert row[2, M["gout_norm"]] == pytest.approx(2.0)
     assert row[1, M["fwd_gain"]] == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / np.std([0, 0, 1, 1], ddof=1))
     assert row[1, M["bwd_gain"]] == pytest.approx(0.5)
     assert np.isnan(row[0, [M["fwd_gain"], M["bwd_gain"], M["unit_spread"]]]).all()

@@ -178,6 +178,9 @@ METRIC_TABLE = (
     MetricInfo("unit_spread", "log", "Unit spread",
                "share of the output's spread that lies between its units at the same position "
                "(sqrt of within-position over total variance): 0 when every unit is the same"),
+    MetricInfo("gout_norm", "log", "Output gradient norm",
+               "L2 norm of the gradient w.r.t. the output (bwd_gain's denominator): the gradient a module "
+               "receives, with or without parameters"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

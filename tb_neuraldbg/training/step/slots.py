@@ -335,7 +335,7 @@ UNIT_SPREAD_MIN_VARIANCE = 1e-6
 
 
 def _signal_metrics(row: np.ndarray, slots: "_Slots", ref: np.ndarray, has_ref: np.ndarray) -> None:
-    """fwd_gain, bwd_gain and unit_spread (docs/FORMAT.md), in place.
+    """fwd_gain, bwd_gain, gout_norm and unit_spread (docs/FORMAT.md), in place.
 
     An input copied from row ``r`` (``IN_REF``) is that row's output: its
     std is row ``r``'s ``act_std``, and the gradient this module passes to
@@ -345,7 +345,7 @@ def _signal_metrics(row: np.ndarray, slots: "_Slots", ref: np.ndarray, has_ref: 
     in_std = _std(pick(Key.IN_SUM), pick(Key.IN_NORM), pick(Key.IN_N))
     in_std = _from_ref(in_std, out_std, ref, has_ref)
     row[..., _M["fwd_gain"]] = _ratio(out_std, in_std)
-    gout = pick(Key.GOUT_NORM)
+    gout = row[..., _M["gout_norm"]] = pick(Key.GOUT_NORM)
     gin = _from_ref(pick(Key.GIN_NORM), gout, ref, has_ref)
     row[..., _M["bwd_gain"]] = _ratio(gin, gout)
     # Variance within each position (sample, pixel, token) across the units,
