@@ -115,12 +115,20 @@ class Gain(Aspect):
         self.before = self.last  # ... as of the step before this one
         self.bounds = np.zeros((2, 2, 0))  # [direction, low/high, L]; NaN: not judged
         self.container = np.zeros(0, dtype=bool)
+        self.feeds_bounded = np.zeros(0, dtype=bool)
         self.median = {name: math.nan for name in self.EVIDENCE}  # the network's median gain at the step
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
         n = kinds.n
         self.container = containers(kinds.names)
+        # A module right before a bounded activation cannot explode the
+        # signal: it saturates it, the activation aspect's state (a Linear
+        # scaled x30 before a Tanh: tests/scenarios/failures.py's
+        # saturated_tanh names the Tanh).
+        fam = [family(t) for t in kinds.types]
+        self.feeds_bounded = np.array([i + 1 < n and kinds.is_mod[i + 1] and fam[i + 1] == "bounded"
+                                       for i in range(n)], dtype=bool).reshape(n)
         b = np.full((2, 2, n), np.nan)
         for i, t in enumerate(kinds.types):
             if not kinds.is_mod[i] or self.container[i] or family(t) in _NOT_JUDGED:
@@ -136,14 +144,16 @@ class Gain(Aspect):
         """{"gain_fwd": (raw, None), "gain_bwd": (raw, None)}; ``has_param``:
         bool [L], rows with parameters."""
         self.row = row
-        head = output_rows(has_param, self.kinds)
+        # the output layer's scale is the targets' (and the loss's: a logit
+        # scale is the <loss> aspect's initial loss)
+        judged = ~output_rows(has_param, self.kinds)
         fwd = row[:, _M["fwd_gain"]]
         bwd = row[:, _M["bwd_gain"]]
         gout = row[:, _M["gout_norm"]]
         out = {
-            "gain_fwd": (self._judge("gain_fwd", fwd, self.bounds[0], ~head, None,
+            "gain_fwd": (self._judge("gain_fwd", fwd, self.bounds[0], judged & ~self.feeds_bounded, None,
                                      (STATE["act_exploding"], STATE["collapsed"]), first=True), None),
-            "gain_bwd": (self._judge("gain_bwd", bwd, self.bounds[1], np.ones(self.kinds.n, bool), gout,
+            "gain_bwd": (self._judge("gain_bwd", bwd, self.bounds[1], judged, gout,
                                      (STATE["exploding"], STATE["vanishing"]), first=False), None),
         }
         self.before = dict(self.last)  # (np.where makes new arrays: no copies needed)
