@@ -14,6 +14,7 @@ from tb_neuraldbg.diagnosis.aspects.gain import containers
 from tb_neuraldbg.diagnosis.aspects.units import UNITS_IDENTICAL
 from tb_neuraldbg.diagnosis.explain import value_label
 from tests.test_diagnosis import M, Run, failures, feed
+from tests.test_signal_gains import Amplify
 
 
 class GainRun(Run):
@@ -160,23 +161,6 @@ def test_containers_are_the_rows_that_hold_others():
 
 
 # ---------------------------------------------------------------- real runs
-
-
-class Times1000(torch.autograd.Function):
-    """Identity forward; a backward that multiplies the gradient by 1000."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 1000.0
-
-
-class Amplify(nn.Module):
-    def forward(self, x):
-        return Times1000.apply(x)
 
 
 def _mlp(plant):
