@@ -144,11 +144,13 @@ class Gain(Aspect):
         """{"gain_fwd": (raw, None), "gain_bwd": (raw, None)}; ``has_param``:
         bool [L], rows with parameters."""
         self.row = row
+        fwd = row[:, _M["fwd_gain"]]
+        bwd = row[:, _M["bwd_gain"]]
+        if np.isnan(fwd).all() and np.isnan(bwd).all():  # a cheap step (nine in ten): nothing measured
+            return {name: (blank(self.kinds.n), None) for name in self.EVIDENCE}
         # the output layer's scale is the targets' (and the loss's: a logit
         # scale is the <loss> aspect's initial loss)
         judged = ~output_rows(has_param, self.kinds)
-        fwd = row[:, _M["fwd_gain"]]
-        bwd = row[:, _M["bwd_gain"]]
         gout = row[:, _M["gout_norm"]]
         out = {
             "gain_fwd": (self._judge("gain_fwd", fwd, self.bounds[0], judged & ~self.feeds_bounded, None,

@@ -49,6 +49,8 @@ class Units(Aspect):
         self.row = row
         v = row[:, _COL]
         raw = blank(self.kinds.n)
+        if np.isnan(v).all():  # a cheap step (nine in ten): nothing measured
+            return {"units": (raw, None)}
         measured = self.kinds.is_mod & np.isfinite(v)
         raw[measured] = HEALTHY
         raw[measured & (v <= UNITS_IDENTICAL)] = STATE["collapsed"]
