@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ..format.metadata import METRIC_INFO
+from .signal_messages import SIGNAL_ADVICE, signal_head
 
 __all__ = ["BY_CAUSE", "CAUSES", "KIND_MEANING", "advice", "advice_first", "event_message", "family", "fmt",
            "fmt_change", "value_label", "variant", "with_clipping"]
@@ -568,56 +569,5 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
     return f"{where}: {from_state} -> {to_state} at step {step}."
 
 
-# --- What a module does to the signal, and whether its units differ
-# (diagnosis/aspects/gain.py and units.py: events with extra["signal"]).
-
-_GAIN_WORDS = {
-    "fwd_gain": "forward gain (std of its output over std of its input)",
-    "bwd_gain": "backward gain (norm of the gradient it passes to its input over the norm it receives)",
-}
-_GAIN_ONSET = {
-    "activation_explosion": "the activations start to explode here",
-    "activation_collapse": "the activations collapse here",
-    "exploding_gradient": "the gradient starts to explode here (going backward)",
-    "vanishing_gradient": "the gradient starts to vanish here (going backward)",
-}
-
-
-def signal_head(kind: str, where: str, step: int, value, extra: dict) -> str | None:
-    """The first sentence of an event judged by a module's gain or unit
-    spread (``extra["signal"]``); None for any other event."""
-    signal = extra.get("signal")
-    if signal == "unit_spread":
-        return (f"{where}: its output units are all the same from step {step} (unit spread {fmt(value)}; "
-                "healthy layers are near 1): it passes on one feature at most.")
-    if signal not in _GAIN_WORDS or kind not in _GAIN_ONSET:
-        return None
-    med = extra.get("network_median")
-    vs = (f", {fmt(value / med)}x the median of the network's modules ({fmt(med)})"
-          if _known(value) and _known(med) and med else "")
-    return f"{where}: {_GAIN_ONSET[kind]} from step {step}: its {_GAIN_WORDS[signal]} is {fmt(value)}{vs}."
-
-
-BY_CAUSE.update({
-    ("exploding_gradient", "module_gain"): (
-        "Likely cause: this module multiplies the gradient it passes back (a custom autograd Function's "
-        "backward, a scale applied in backward only, weights initialised far too large). Try: checking its "
-        "backward against autograd (torch.autograd.gradcheck), its initialisation and its scale factors."),
-    ("vanishing_gradient", "module_gain"): (
-        "Likely cause: this module shrinks the gradient it passes back by orders of magnitude (a custom "
-        "backward, a scale applied in backward only, weights initialised near zero). Try: checking its "
-        "backward against autograd (torch.autograd.gradcheck), its initialisation and its scale factors."),
-    ("activation_explosion", "module_gain"): (
-        "Likely cause: its weights or its scale are orders of magnitude too large (an initialisation "
-        "multiplied by mistake, a missing 1/sqrt(d) scale). Try: a standard initialisation "
-        "(Kaiming/Xavier) and checking its scale factors."),
-    ("activation_collapse", "module_gain"): (
-        "Likely cause: its weights or its scale are orders of magnitude too small (an initialisation "
-        "divided by mistake, a scale of ~0). Try: a standard initialisation (Kaiming/Xavier) and checking "
-        "its scale factors."),
-    ("activation_collapse", "identical_units"): (
-        "Likely cause: its weight rows, or the units it receives, are all equal: a constant "
-        "initialisation (nn.init.constant_), one row broadcast to all, or an expand where a per-unit "
-        "value was meant. Equal units get equal gradients and stay equal. Try: a random initialisation "
-        "(Kaiming/Xavier) of its weights."),
-})
+# the gain and units aspects' words (signal_messages.py)
+BY_CAUSE.update(SIGNAL_ADVICE)
