@@ -340,6 +340,8 @@ def _signal_metrics(row: np.ndarray, slots: "_Slots", ref: np.ndarray, has_ref: 
     An input copied from row ``r`` (``IN_REF``) is that row's output: its
     std is row ``r``'s ``act_std``, and the gradient this module passes to
     it is the gradient w.r.t. row ``r``'s output (``GOUT_NORM`` of ``r``)."""
+    if not (slots.present(Key.OUT_NORM)[1:].any() or slots.present(Key.GOUT_NORM).any()):
+        return  # a cheap step: only the batch (row 0) has a spread, no module has a gain
     pick = slots.pick
     out_std = row[..., _M["act_std"]]
     in_std = _std(pick(Key.IN_SUM), pick(Key.IN_NORM), pick(Key.IN_N))
