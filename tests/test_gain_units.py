@@ -113,6 +113,33 @@ def test_only_the_first_departing_module_in_forward_order_is_named():
     assert named == {"fc1"}
 
 
+def test_a_module_of_the_users_own_type_that_scales_its_input_to_nothing_is_a_collapse():
+    run = GainRun(hidden=3)
+    k = run.i("relu1")
+    run.layers[k] = {"name": "relu1", "type": "Scale"}  # a custom module: x * 1e-3
+
+    def plant(step, r):
+        if run.full(step):
+            r[k, M["fwd_gain"]] = 1e-3
+
+    eng = _engine(run)
+    feed(eng, run, range(40), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_collapse", "relu1", 0)
+
+
+def test_a_zero_initialised_linear_is_no_collapse():
+    run = GainRun(hidden=3)
+
+    def plant(step, r):
+        if run.full(step):
+            r[run.i("fc1"), M["fwd_gain"]] = 1e-3 * (1 + step)  # adaLN-Zero's modulation, growing
+
+    eng = _engine(run)
+    feed(eng, run, range(40), plant)
+    assert failures(eng) == []
+
+
 def test_the_output_layer_scaled_to_its_targets_is_not_an_explosion():
     run = GainRun()
     head = run.i("fc2")

@@ -38,8 +38,11 @@ GAIN_DEPARTURE = 10.0
 #: The healthy (low, high) bounds of each family's gains (explain.family).
 #: None: that side is not judged here: a rectifier or a bounded activation
 #: whose gain falls is dead or saturated (the activation aspect's states), a
-#: pooling layer averages the spread away, and a layer initialised to zero
-#: on purpose (ReZero, adaLN-Zero, a zero head) starts with no forward gain.
+#: pooling layer averages the spread away, and a Linear or Conv initialised
+#: to zero on purpose (adaLN-Zero, a zero head) starts with no forward gain
+#: (a module of the user's own type is judged on both sides: a scale of
+#: ~0 there is a collapse; a ReZero block is a container, judged through
+#: its children).
 #: Normalisation layers have a gain of 1/std of their input whatever their
 #: health (judged by their output instead), embeddings have no input spread
 #: and containers are judged through their children: not judged.
@@ -50,7 +53,7 @@ GAIN_BOUNDS = {
     "recurrent": ((None, 1.0), (None, 1.0)),
     "affine": ((None, 1.0), (0.5, 1.0)),
     "attention": ((None, 1.0), (0.5, 1.0)),
-    "other": ((None, 1.0), (0.5, 1.0)),
+    "other": ((0.5, 1.0), (0.5, 1.0)),
 }
 _NOT_JUDGED = ("norm", "embedding", "pseudo")
 _DROPOUT = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
