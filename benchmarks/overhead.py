@@ -21,7 +21,9 @@ them, and their finiteness read on the host: the one pass that per-layer
 gradient norms every step cannot skip, the floor of the writer's defaults),
 ``watched`` (``DebugWriter.watch`` with default settings), ``stats_every_50``
 (``watch(stats_every=50)``: full activation statistics every 50th step, the
-cost a user can choose instead), ``hooks_kept`` (default settings with the
+cost a user can choose instead), ``stats_every_1`` (``watch(stats_every=1)``:
+every step a full-statistics step, the cost of one: what the per-module
+statistics, gains and unit spreads add to a step), ``hooks_kept`` (default settings with the
 module hooks kept on at cheap steps: what switching them off saves),
 ``no_blocks`` (default settings without the block summaries the worker
 writes every 8 rows: their cost), ``every_step``
@@ -266,10 +268,11 @@ def gpt():
 
 MODELS = {"mlp": mlp, "mlp_tanh": mlp_tanh, "resnet": resnet, "resnet_cl": resnet_cl, "transformer": transformer,
           "big": big, "tiny": tiny, "micro": micro, "gpt": gpt}
-MODES = ("bare", "bare2", "clip", "norms", "watched", "every_step", "watched_hand", "stats_every_50", "hooks_kept",
-         "no_blocks", "process")
+MODES = ("bare", "bare2", "clip", "norms", "watched", "every_step", "watched_hand", "stats_every_50", "stats_every_1",
+         "hooks_kept", "no_blocks", "process")
 WATCH = {"watched": {}, "every_step": {"nonfinite": "every_step"}, "watched_hand": {},
-         "stats_every_50": {"stats_every": 50}, "hooks_kept": {}, "no_blocks": {}, "process": {"analysis": "process"}}
+         "stats_every_50": {"stats_every": 50}, "stats_every_1": {"stats_every": 1}, "hooks_kept": {}, "no_blocks": {},
+         "process": {"analysis": "process"}}
 
 
 #: ``--amp``: an autocast's type, or the type a model and its inputs are cast to.

@@ -855,7 +855,13 @@ def test_a_clean_full_step_of_replay_reads_no_output_gradient_and_implies_none(m
 
     read = []
     real = ForwardHooks._measure_gout
-    monkeypatch.setattr(ForwardHooks, "_measure_gout", lambda self, row, g: read.append(row) or real(self, row, g))
+
+    def spy(self, row, g, flag=True, norm_key=None):  # (the flags read; a full step reads norms for bwd_gain)
+        if flag:
+            read.append(row)
+        return real(self, row, g, flag, norm_key)
+
+    monkeypatch.setattr(ForwardHooks, "_measure_gout", spy)
     torch.manual_seed(0)
     model = nn.Sequential(nn.ReLU(), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
     rec, _ = train(model, batches((4, 6), 3), steps=12, recorder_kwargs={"stats_every": 5, "nonfinite": mode})

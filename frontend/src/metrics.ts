@@ -21,7 +21,9 @@ export interface MetricInfo {
 }
 
 /** The metrics offered in the toolbar's selector, in menu order. */
-export const METRIC_MENU: readonly string[] = ["grad_norm", "update_ratio", "act_std", "act_dead_frac", "act_sat_frac", STATE_METRIC];
+export const METRIC_MENU: readonly string[] = [
+  "grad_norm", "update_ratio", "act_std", "act_dead_frac", "act_sat_frac", "fwd_gain", "bwd_gain", "unit_spread", STATE_METRIC,
+];
 
 const STATE_INFO: MetricInfo = { id: STATE_METRIC, label: "State only", kind: "state", description: "the worst state of each cell" };
 

@@ -46,13 +46,16 @@ test("the toolbar keeps its choice and order of metrics, labelled by the table",
   const metric_info = builtinJson.metric_info.map((m) => ({ ...m, label: m.label.toUpperCase() }));
   const menu = tablesFor(meta({ metric_info })).metrics.menu();
   assert.deepEqual(menu.map((m) => m.id), [...METRIC_MENU]);
-  assert.deepEqual(METRIC_MENU, ["grad_norm", "update_ratio", "act_std", "act_dead_frac", "act_sat_frac", "state"]);
+  assert.deepEqual(METRIC_MENU, [
+    "grad_norm", "update_ratio", "act_std", "act_dead_frac", "act_sat_frac", "fwd_gain", "bwd_gain", "unit_spread", "state",
+  ]);
   assert.equal(menu[0].label, "GRADIENT NORM");
   assert.deepEqual(menu[menu.length - 1], { id: "state", label: "State only", kind: "state", description: "the worst state of each cell" });
   assert.deepEqual(
     BUILTIN_TABLES.metrics.menu().map((m) => [m.label, m.kind]),
     [["Gradient norm", "log"], ["Update ratio ‖Δw‖/‖w‖", "log"], ["Activation std", "log"], ["Dead fraction", "linear"],
-      ["Saturated fraction", "linear"], ["State only", "state"]],
+      ["Saturated fraction", "linear"], ["Forward gain", "log"], ["Backward gain", "log"], ["Unit spread", "log"],
+      ["State only", "state"]],
   );
 });
 

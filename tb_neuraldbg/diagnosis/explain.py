@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ..format.metadata import METRIC_INFO
+from .signal_messages import SIGNAL_ADVICE, signal_head
 
 __all__ = ["BY_CAUSE", "CAUSES", "KIND_MEANING", "advice", "advice_first", "event_message", "family", "fmt",
            "fmt_change", "value_label", "variant", "with_clipping"]
@@ -123,6 +124,8 @@ def value_label(kind: str, layer: str, extra: dict | None = None) -> str:
         return "share of layers holding stale gradients"
     if kind == "dead_activation" and extra.get("all_zero"):
         return "zero fraction"
+    if extra.get("signal") in METRIC_INFO:  # judged by a module's gain or unit spread
+        return METRIC_INFO[extra["signal"]].label
     metric = METRIC_INFO.get(_VALUE_METRIC.get(kind, ""))
     return metric.label if metric else "value"
 
@@ -420,7 +423,8 @@ def event_message(kind: str, layer: str, layer_type: str, from_state: str, to_st
     if to_state == "healthy":
         change = f" ({fmt_change(before, value)})" if _known(value) else ""
         return f"{where}: recovered from {from_state} at step {step}{change}."
-    head = _head(kind, where, from_state, to_state, step, value, before, extra)
+    head = signal_head(kind, where, step, value, extra) or _head(kind, where, from_state, to_state, step, value,
+                                                                 before, extra)
     return f"{head} {advice(kind, layer_type, extra, clips)}".strip()
 
 
@@ -563,3 +567,7 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
         return (f"<optimizer>: the GradScaler scale collapsed from step {step} (scale {fmt_change(before, value)}, "
                 f"skipped steps in a row{seen}).")
     return f"{where}: {from_state} -> {to_state} at step {step}."
+
+
+# the gain and units aspects' words (signal_messages.py)
+BY_CAUSE.update(SIGNAL_ADVICE)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aspects import Activation, Gradient, Input, Loss, Optimizer, RowKinds, Weight
+from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKinds, Units, Weight
 from .rootcause import RunFacts
 from .thresholds import Thresholds
 
 __all__ = ["Classifier", "ASPECTS", "EVIDENCE", "RowKinds"]
 
-_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer)
+_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units)
 #: hysteresis aspect -> (default evidence metric, metric of its non-finite
 #: state or None), in the order the classifier returns them
 EVIDENCE = {name: ev for a in _ASPECT_TYPES for name, ev in a.EVIDENCE.items()}
@@ -54,7 +54,10 @@ class Classifier:
         self.input = Input(thresholds)
         self.loss = Loss(thresholds, num_classes)
         self.optimizer = Optimizer(thresholds)
-        self._aspects = (self.gradient, self.activation, self.weight, self.input, self.loss, self.optimizer)
+        self.gain = Gain(thresholds)
+        self.units = Units(thresholds)
+        self._aspects = (self.gradient, self.activation, self.weight, self.input, self.loss, self.optimizer,
+                         self.gain, self.units)
         # the aspect object behind each hysteresis aspect
         self._owner = {name: a for a in self._aspects for name in a.EVIDENCE}
         self.grow(layers)
@@ -94,6 +97,8 @@ class Classifier:
             out.update(self.input.classify(row))
             out.update(self.loss.classify(step, row, rate.lr, confirmed["plateau"]))
             out.update(self.optimizer.classify(row))
+            out.update(self.gain.classify(row, self.gradient.has_param))
+            out.update(self.units.classify(row))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out

@@ -169,6 +169,18 @@ METRIC_TABLE = (
     MetricInfo("weight_decay", "linear", "Weight decay", "weight decay of that param group"),
     MetricInfo("momentum", "linear", "Momentum",
                "momentum of that param group (SGD, RMSprop), or Adam's first beta"),
+    # What a module does to the signal, and whether its units differ (full
+    # steps; docs/FORMAT.md has the exact definitions).
+    MetricInfo("fwd_gain", "log", "Forward gain",
+               "std of the output over std of the first input: what the module does to the signal's spread"),
+    MetricInfo("bwd_gain", "log", "Backward gain",
+               "norm of the gradient w.r.t. the first input over the norm of the gradient w.r.t. the output"),
+    MetricInfo("unit_spread", "log", "Unit spread",
+               "share of the output's spread that lies between its units at the same position "
+               "(sqrt of within-position over total variance): 0 when every unit is the same"),
+    MetricInfo("gout_norm", "log", "Output gradient norm",
+               "L2 norm of the gradient w.r.t. the output (bwd_gain's denominator): the gradient a module "
+               "receives, with or without parameters"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

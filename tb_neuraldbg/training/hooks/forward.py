@@ -53,26 +53,33 @@ def _version_of(t: torch.Tensor) -> int | None:
 
 
 class _GoutHook:
-    """The gradient w.r.t. a module's output, seen during the backward of
-    the step it was registered in only. It measures, never changes the
-    gradient (returns None), and holds no reference to the graph.
+    """The gradient w.r.t. a module's output (or, ``norm_key=Key.GIN_NORM``,
+    its first input), seen during the backward of the step it was
+    registered in only. It measures, never changes the gradient (returns
+    None), and holds no reference to the graph. ``flag``: its non-finite
+    flag (and exact count); ``norm_key``: its L2 norm under that key (full
+    steps: bwd_gain), or None.
 
     One small object per module and full step (not a closure, whose cells
     are more objects for Python's garbage collector to follow until the
     backward)."""
 
-    __slots__ = ("hooks", "step", "row", "index")
+    __slots__ = ("hooks", "step", "row", "index", "flag", "norm_key")
 
-    def __init__(self, hooks: "weakref.ref[ForwardHooks]", step: int, row: int, index: int):
+    def __init__(self, hooks: "weakref.ref[ForwardHooks]", step: int, row: int, index: int,
+                 flag: bool = True, norm_key: int | None = None):
         self.hooks = hooks
         self.step = step
         self.row = row
         self.index = index
+        self.flag = flag
+        self.norm_key = norm_key
 
     def __call__(self, grad_outputs):
         fwd = self.hooks()
         if fwd is not None and fwd.step == self.step:
-            fwd.guard.run("output gradients", fwd._measure_gout, self.row, grad_outputs[self.index])
+            fwd.guard.run("output gradients", fwd._measure_gout, self.row, grad_outputs[self.index],
+                          self.flag, self.norm_key)
         return None
 
 
@@ -346,14 +353,25 @@ class ForwardHooks:
             self.col, row, module, behaviour, x, y, same_as_prev, nf_only,
             self.threads, self.stats, self.hist, self.check.exact,
         )
+        # A full step's gradient norms, for bwd_gain (not in a replay: the
+        # step has them). The gradient this module passes to an input that
+        # is a row's output is that row's output gradient (slots); to one
+        # measured here, its own hook (not an in-place module's: its input
+        # is its output by now).
+        norms = self.stats and not self.replaying
+        if norms and x is not None and x is not y and x.requires_grad and x.grad_fn is not None:
+            x.grad_fn.register_prehook(_GoutHook(self._ref, self.step, row, x.output_nr, False, Key.GIN_NORM))
         if y is not None and y.requires_grad and not y.is_leaf:
+            norm_key = Key.GOUT_NORM if norms else None
             if self.check.mode == "replay" and not (self.replaying or self.batch_grad):
                 # With a batch that does not require grad, a non-finite
                 # output gradient reaches a parameter's gradient (in the
                 # step's norms: then the step is replayed, with every output
-                # gradient read). So a full step reads none and its flag is
+                # gradient read). So a full step reads no flag and its flag is
                 # 0 where the step's evidence is clean (slots.assemble).
                 self.col.const(row, Key.GOUT_CLEAN, 1)
+                if norms:
+                    y.grad_fn.register_prehook(_GoutHook(self._ref, self.step, row, y.output_nr, False, norm_key))
                 return
             # A leaf (a parameter returned as is) would keep the hook beyond
             # the step; a non-leaf's hook dies with its graph. On the node
@@ -362,7 +380,7 @@ class ForwardHooks:
             # hook registered now would get (an in-place op on ``y`` later
             # makes a new node; this one still gets the gradient w.r.t. the
             # value measured here).
-            y.grad_fn.register_prehook(_GoutHook(self._ref, self.step, row, y.output_nr))
+            y.grad_fn.register_prehook(_GoutHook(self._ref, self.step, row, y.output_nr, True, norm_key))
 
     def _say_not_dense(self, name: str, module, kind: str) -> None:
         if name not in self._not_dense_said:
@@ -374,7 +392,7 @@ class ForwardHooks:
                 stacklevel=2,
             )
 
-    def _measure_gout(self, row: int, g: torch.Tensor) -> None:
+    def _measure_gout(self, row: int, g: torch.Tensor, flag: bool = True, norm_key: int | None = None) -> None:
         if g is None or not_dense(g) is not None or not g.is_floating_point() or g.numel() == 0:
             return
         g = g.detach()
@@ -382,13 +400,20 @@ class ForwardHooks:
         if threads is not None and threads > 1 and stats.one_thread_pays(g):
             torch.set_num_threads(1)
             try:
-                self._measure_gout_values(row, g)
+                self._measure_gout_values(row, g, flag, norm_key)
             finally:
                 torch.set_num_threads(threads)
         else:
-            self._measure_gout_values(row, g)
+            self._measure_gout_values(row, g, flag, norm_key)
 
-    def _measure_gout_values(self, row: int, g: torch.Tensor) -> None:
+    def _measure_gout_values(self, row: int, g: torch.Tensor, flag: bool, norm_key: int | None) -> None:
+        if norm_key is not None:
+            # With the exact counts: joined to the step at its end, not
+            # read by the step check (a norm can overflow where no value is
+            # non-finite).
+            self.gout_col.add(stats.l2_norm(g), row, norm_key)
+        if not flag:
+            return
         if not self.nf_only:
             sums = self._gout_sums
             sums.append(g.sum(dtype=stats.ACC_DTYPE.get(g.dtype)))  # no sync: the sum is the flag

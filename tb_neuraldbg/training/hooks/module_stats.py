@@ -60,7 +60,9 @@ def measure_values(
                 col.add(stats.nonfinite_count(y.detach()), row, Key.OUT_NF)
         else:
             if x is not None:
-                _measure_input(col, row, x, full, exact)
+                # An in-place module's input, measured now, is its output
+                # already: not its input's spread (fwd_gain NaN, not 1).
+                _measure_input(col, row, x, full, exact, spread=x is not y)
             if y is not None:
                 _measure_output(col, row, module, behaviour, y, same_as_prev, full, hist, exact)
     finally:
@@ -68,12 +70,14 @@ def measure_values(
             torch.set_num_threads(threads)
 
 
-def _measure_input(col: Collector, row: int, x: torch.Tensor, full: bool, exact: bool) -> None:
+def _measure_input(col: Collector, row: int, x: torch.Tensor, full: bool, exact: bool, spread: bool) -> None:
     # Every step the sum (the non-finite flag), the counts on full steps.
     x = x.detach()
     col.add(stats.flag_moment(x), row, Key.IN_SUM)
     if full:
         col.const(row, Key.IN_N, x.numel())
+        if spread:
+            col.add(stats.l2_norm(x), row, Key.IN_NORM)  # its std: fwd_gain's denominator
         if x.dim() >= 2:
             nz, dead = stats.zero_and_dead(x)
             col.add(nz, row, Key.IN_NZ)
@@ -108,6 +112,10 @@ def _measure_output(
             col.add(vals.pop(), row, Key.OUT_DEAD)
             col.const(row, Key.OUT_UNITS, y.numel() // y.shape[0])
         col.add_row(row, _MOMENT_KEYS, vals)
+        axis = stats.unit_axis(y)
+        if axis is not None and y.shape[axis] >= 2:  # (one unit: nothing to differ from)
+            col.add(stats.unit_sums_norm(y, axis), row, Key.UNIT_SUMS)
+            col.const(row, Key.UNITS, y.shape[axis])
         if behaviour.saturation is not None:
             col.add(stats.saturated(y, *behaviour.saturation(module)), row, Key.OUT_SAT)
     if exact:

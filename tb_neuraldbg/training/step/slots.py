@@ -77,7 +77,14 @@ class Key:
     # Not measured: the output gradient's flag is 0 when the step's evidence
     # is clean (nonfinite="replay": see Instrument._measure_module).
     GOUT_CLEAN = 35
-    COUNT = 36
+    # Full steps only: what a module does to the signal (fwd_gain, bwd_gain)
+    # and whether its units differ (unit_spread); docs/FORMAT.md.
+    GOUT_NORM = 36  # L2 norm of the gradient w.r.t. the output
+    GIN_NORM = 37  # L2 norm of the gradient w.r.t. the first input (when it is not a row's output)
+    IN_NORM = 38  # L2 norm of the first input (with IN_SUM and IN_N: its std)
+    UNIT_SUMS = 39  # L2 norm of the output's per-position sums over its units
+    UNITS = 40  # host constant: units along the unit axis (see stats.unit_axis)
+    COUNT = 41
 
 
 @dataclass
@@ -233,11 +240,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         n = pick(Key.OUT_N)
         s = pick(Key.OUT_SUM)
         mn, mx, q, nz = pick(Key.OUT_MIN), pick(Key.OUT_MAX), pick(Key.OUT_NORM), pick(Key.OUT_NZ)
-        mean = s / n
-        row[..., _M["act_mean"]] = mean
-        var = (q * q - s * mean) / np.maximum(n - 1, 1)
-        # Rounding can make a zero variance slightly negative; NaN stays NaN.
-        row[..., _M["act_std"]] = np.sqrt(np.where(var < 0, 0.0, var))
+        row[..., _M["act_mean"]] = s / n
+        row[..., _M["act_std"]] = _std(s, q, n)
         row[..., _M["act_absmax"]] = np.maximum(-mn, mx)
         row[..., _M["act_zero_frac"]] = 1.0 - nz / n
         row[..., _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
@@ -268,6 +272,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         if just_inherit.any():
             row[..., _M["act_nonfinite"]] = np.where(just_inherit, row[..., _M["in_nonfinite"]],
                                                      row[..., _M["act_nonfinite"]])
+
+        _signal_metrics(row, slots, ref, has_ref)
 
         # Gradient w.r.t. the output (a tensor hook in backward).
         gout_nf = pick(Key.GOUT_NF)
@@ -300,6 +306,60 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
             clean = ~(row[..., NONFINITE_EVIDENCE] > 0).any(axis=(1, 2))  # (NaN > 0 is False)
             row[..., _M["gout_nonfinite"]] = np.where(implied & clean[:, None], 0.0, row[..., _M["gout_nonfinite"]])
     return row.astype(np.float32)
+
+
+def _std(s: np.ndarray, q: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Standard deviation (n-1) from the sum, the L2 norm and the count
+    (rounding can make a zero variance slightly negative: 0; NaN stays NaN)."""
+    var = (q * q - s * (s / n)) / np.maximum(n - 1, 1)
+    return np.sqrt(np.where(var < 0, 0.0, var))
+
+
+def _from_ref(own: np.ndarray, src_values: np.ndarray, ref: np.ndarray, has_ref: np.ndarray) -> np.ndarray:
+    """``own`` ([n, L]) where measured, else, for a row whose input is row
+    ``ref``'s output, ``src_values`` of that row (its value for the very tensor)."""
+    src = np.where(has_ref, ref, 0).astype(np.int64)
+    taken = np.take_along_axis(src_values, src, axis=1)
+    return np.where(np.isnan(own) & has_ref, taken, own)
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b where b > 0 (a spread or norm over one of zero says nothing: NaN)."""
+    return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+#: unit_spread is not measured where the output's variance is below this
+#: fraction of its mean square: a constant output (act_std says so) leaves
+#: only float32 rounding in the two sums of squares whose difference it is.
+UNIT_SPREAD_MIN_VARIANCE = 1e-6
+
+
+def _signal_metrics(row: np.ndarray, slots: "_Slots", ref: np.ndarray, has_ref: np.ndarray) -> None:
+    """fwd_gain, bwd_gain, gout_norm and unit_spread (docs/FORMAT.md), in place.
+
+    An input copied from row ``r`` (``IN_REF``) is that row's output: its
+    std is row ``r``'s ``act_std``, and the gradient this module passes to
+    it is the gradient w.r.t. row ``r``'s output (``GOUT_NORM`` of ``r``)."""
+    if not (slots.present(Key.OUT_NORM)[1:].any() or slots.present(Key.GOUT_NORM).any()):
+        return  # a cheap step: only the batch (row 0) has a spread, no module has a gain
+    pick = slots.pick
+    out_std = row[..., _M["act_std"]]
+    in_std = _std(pick(Key.IN_SUM), pick(Key.IN_NORM), pick(Key.IN_N))
+    in_std = _from_ref(in_std, out_std, ref, has_ref)
+    row[..., _M["fwd_gain"]] = _ratio(out_std, in_std)
+    gout = row[..., _M["gout_norm"]] = pick(Key.GOUT_NORM)
+    gin = _from_ref(pick(Key.GIN_NORM), gout, ref, has_ref)
+    row[..., _M["bwd_gain"]] = _ratio(gin, gout)
+    # Variance within each position (sample, pixel, token) across the units,
+    # over the whole variance: sum of squares less the positions' own means'.
+    n, s, q = pick(Key.OUT_N), pick(Key.OUT_SUM), pick(Key.OUT_NORM)
+    units = pick(Key.UNITS)
+    qq = q * q
+    total = qq - s * (s / n)
+    within = qq - pick(Key.UNIT_SUMS) ** 2 / units
+    ok = (units >= 2) & (total > UNIT_SPREAD_MIN_VARIANCE * qq)
+    spread = np.sqrt(np.clip(within / np.where(ok, total, 1.0), 0.0, 1.0))
+    row[..., _M["unit_spread"]] = np.where(ok, spread, np.nan)
 
 
 def _resolve_refs(row: np.ndarray, has_ref: np.ndarray, src: np.ndarray, inherit: np.ndarray) -> None:

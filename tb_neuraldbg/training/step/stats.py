@@ -36,6 +36,9 @@ __all__ = [
     "saturated",
     "nonfinite_count",
     "nonzero_count",
+    "unit_axis",
+    "unit_sums_norm",
+    "l2_norm",
     "histogram",
     "foreach_norm",
     "stacked_norms",
@@ -170,6 +173,34 @@ def moments(x: torch.Tensor, dead: bool = False) -> list[torch.Tensor]:
     else:
         out.append(nonzero_count(x))
     return out
+
+
+def unit_axis(x: torch.Tensor) -> int | None:
+    """The dimension of ``x`` (batched, dim 0 the batch) whose entries are its
+    units: the channels (dim 1) of a 4-d or 5-d map (PyTorch's NCHW and
+    NCDHW), else the last dimension (features of ``[B, F]`` and ``[B, T, F]``).
+    None for fewer than 2 dims: a tensor without units."""
+    d = x.dim()
+    if d < 2:
+        return None
+    return 1 if d >= 4 else d - 1
+
+
+def unit_sums_norm(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """L2 norm of the sums of ``x`` over ``axis`` (one sum per position: per
+    sample, pixel, token). With the sum of squares and the unit count, the
+    variance of ``x`` within each position across its units (see
+    ``slots.unit_spread``): one reduction and one small norm."""
+    x = float_view(x)
+    acc = acc_dtype(x)
+    return torch.linalg.vector_norm(x.sum(dim=axis, dtype=acc))
+
+
+def l2_norm(x: torch.Tensor) -> torch.Tensor:
+    """L2 norm of ``x``, summed in its accumulation dtype (an input's, whose sum
+    and count then give its std; a gradient's)."""
+    x = float_view(x)
+    return torch.linalg.vector_norm(x, dtype=acc_dtype(x))
 
 
 def _count_dtype(x: torch.Tensor) -> torch.dtype:

@@ -1,0 +1,74 @@
+"""The messages of the events judged by what a module does to the signal
+(``diagnosis/aspects/gain.py``) and whether its units differ
+(``aspects/units.py``): events whose ``extra["signal"]`` names the metric.
+:func:`explain.event_message` words them with :func:`signal_head` and
+advises from ``SIGNAL_ADVICE`` (by the event's ``extra["cause"]``), as
+:mod:`.explain` does every other event.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["SIGNAL_ADVICE", "signal_head"]
+
+_GAIN_WORDS = {
+    "fwd_gain": "forward gain (std of its output over std of its input)",
+    "bwd_gain": "backward gain (norm of the gradient it passes to its input over the norm it receives)",
+}
+_GAIN_ONSET = {
+    "activation_explosion": "the activations start to explode here",
+    "activation_collapse": "the activations collapse here",
+    "exploding_gradient": "the gradient starts to explode here (going backward)",
+    "vanishing_gradient": "the gradient starts to vanish here (going backward)",
+}
+
+
+def signal_head(kind: str, where: str, step: int, value, extra: dict) -> str | None:
+    """The first sentence of an event judged by a module's gain or unit
+    spread (``extra["signal"]``); None for any other event."""
+    from .explain import fmt  # (explain imports this module: its formatting at call time)
+
+    signal = extra.get("signal")
+    if signal == "unit_spread":
+        return (f"{where}: its output units are all the same from step {step} (unit spread {fmt(value)}; "
+                "healthy layers are near 1): it passes on one feature at most.")
+    if signal not in _GAIN_WORDS or kind not in _GAIN_ONSET:
+        return None
+    med = extra.get("network_median")
+    vs = (f", {fmt(value / med)}x the median of the network's modules ({fmt(med)})"
+          if _finite(value) and _finite(med) and med else "")
+    return f"{where}: {_GAIN_ONSET[kind]} from step {step}: its {_GAIN_WORDS[signal]} is {fmt(value)}{vs}."
+
+
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+#: the likely cause and what to try, by (kind, extra["cause"]) (explain.BY_CAUSE)
+SIGNAL_ADVICE = {
+    ("exploding_gradient", "module_gain"): (
+        "Likely cause: this module multiplies the gradient it passes back (a custom autograd Function's "
+        "backward, a scale applied in backward only, weights initialised far too large). Try: checking its "
+        "backward against autograd (torch.autograd.gradcheck), its initialisation and its scale factors."),
+    ("vanishing_gradient", "module_gain"): (
+        "Likely cause: this module shrinks the gradient it passes back by orders of magnitude (a custom "
+        "backward, a scale applied in backward only, weights initialised near zero). Try: checking its "
+        "backward against autograd (torch.autograd.gradcheck), its initialisation and its scale factors."),
+    ("activation_explosion", "module_gain"): (
+        "Likely cause: its weights or its scale are orders of magnitude too large (an initialisation "
+        "multiplied by mistake, a missing 1/sqrt(d) scale). Try: a standard initialisation "
+        "(Kaiming/Xavier) and checking its scale factors."),
+    ("activation_collapse", "module_gain"): (
+        "Likely cause: its weights or its scale are orders of magnitude too small (an initialisation "
+        "divided by mistake, a scale of ~0). Try: a standard initialisation (Kaiming/Xavier) and checking "
+        "its scale factors."),
+    ("activation_collapse", "identical_units"): (
+        "Likely cause: its weight rows, or the units it receives, are all equal: a constant "
+        "initialisation (nn.init.constant_), one row broadcast to all, or an expand where a per-unit "
+        "value was meant. Equal units get equal gradients and stay equal. Try: a random initialisation "
+        "(Kaiming/Xavier) of its weights."),
+}
