@@ -234,3 +234,31 @@ def test_a_planted_gain_is_found_at_its_module_and_step(tmp_path, plant, kind, l
         assert rc is None and diag["status"] == "healthy"
         return
     assert (rc["kind"], rc["layer"], rc["step"]) == (kind, layer, 0)
+
+
+@pytest.mark.parametrize("type_name, fam", [
+    ("LlamaRMSNorm", "norm"), ("ConvNextLayerNorm", "norm"), ("MyGroupNorm2d", "norm"),
+    ("LlamaRotaryEmbedding", "embedding"), ("Linear", "affine"), ("MyBlock", "other")])
+def test_a_models_own_types_are_known_by_their_names(type_name, fam):
+    """A model's own normalisation and embedding classes are not judged by
+    their gain (a LayerNorm's is 1/std of its input whatever its health)."""
+    from tb_neuraldbg.diagnosis.explain import family
+
+    assert family(type_name) == fam
+
+
+def test_a_module_off_the_gradients_path_has_no_forward_gain_judged():
+    """A module whose output receives no gradient (cos/sin tables of a rotary
+    embedding, made under no_grad) does not transform the signal: its
+    forward gain, however large, is no explosion."""
+    run = GainRun(hidden=3)
+    k = run.i("fc1")
+
+    def plant(step, r):
+        if run.full(step):
+            r[k, M["fwd_gain"]] = 30.0
+            r[k, M["gout_norm"]] = np.nan
+
+    eng = _engine(run)
+    feed(eng, run, range(40), plant)
+    assert failures(eng) == []

@@ -64,13 +64,26 @@ _FAMILIES = {
 _FAMILY_OF = {name: fam for fam, names in _FAMILIES.items() for name in names}
 
 
+#: name endings of a model's own module types, and their family
+_FAMILY_SUFFIXES = (("Norm", "norm"), ("Norm1d", "norm"), ("Norm2d", "norm"), ("Norm3d", "norm"),
+                    ("Embedding", "embedding"), ("Embeddings", "embedding"))
+
+
 def family(layer_type: str) -> str:
     """The family of a module type name ("rectifier", "smooth", "bounded",
     "norm", "affine", "embedding", "recurrent", "attention"), "pseudo" for
     the pseudo-layers' types, else "other"."""
     if layer_type in ("input", "loss", "optimizer"):
         return "pseudo"
-    return _FAMILY_OF.get(layer_type, "other")
+    known = _FAMILY_OF.get(layer_type)
+    if known is not None:
+        return known
+    # A model's own classes say what they are in their names (LlamaRMSNorm,
+    # ConvNextLayerNorm, LlamaRotaryEmbedding in tests/test_model_zoo.py).
+    for suffix, fam in _FAMILY_SUFFIXES:
+        if layer_type.endswith(suffix):
+            return fam
+    return "other"
 
 
 #: what each kind means, in a reader's words: said where a pseudo-layer

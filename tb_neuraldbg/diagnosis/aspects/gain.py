@@ -154,8 +154,13 @@ class Gain(Aspect):
         # scale is the <loss> aspect's initial loss)
         judged = ~output_rows(has_param, self.kinds)
         gout = row[:, _M["gout_norm"]]
+        # The forward gain means something only on the signal's path: a module
+        # whose output receives a gradient. Rotary embeddings (LLaMA, GPT-NeoX
+        # in tests/test_model_zoo.py) turn the hidden state's dtype and the
+        # positions into cos/sin tables under no_grad: no transform of the signal.
+        on_path = np.isfinite(gout)
         out = {
-            "gain_fwd": (self._judge("gain_fwd", fwd, self.bounds[0], judged & ~self.feeds_bounded, None,
+            "gain_fwd": (self._judge("gain_fwd", fwd, self.bounds[0], judged & on_path & ~self.feeds_bounded, None,
                                      (STATE["act_exploding"], STATE["collapsed"]), first=True), None),
             "gain_bwd": (self._judge("gain_bwd", bwd, self.bounds[1], judged, gout,
                                      (STATE["exploding"], STATE["vanishing"]), first=False), None),
