@@ -369,3 +369,46 @@ def test_an_output_offset_by_its_bias_is_not_an_amplification():
         feed(eng, run, range(40), plant)
         kinds = {(e.layer, e.kind) for e in failures(eng)}
         assert (("fc2", "activation_explosion") in kinds) == spread, kinds
+
+
+# ----------------------------------------- principles before rules (DESIGN.md)
+
+
+def test_a_gradient_exactly_zero_at_every_step_passes_no_gradient():
+    """A parameter the optimizer holds whose gradient is exactly 0 at every
+    step (a gate of zeros) is no_gradient from its first step, like a None
+    gradient; one that is 0 at the first steps only (a zero-initialised
+    layer after it) and one the optimizer does not hold are not."""
+    for case in ("always", "first_steps", "not_held"):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            _facts(run, r, group={"fc0": -1} if case == "not_held" else None)
+            if case != "first_steps" or s < 3:
+                r[run.i("fc0"), M["grad_norm"]] = 0.0
+
+        feed(eng, run, range(60), plant)
+        got = [e for e in failures(eng) if e.kind == "no_gradient"]
+        if case == "always":
+            assert _root(eng) == ("no_gradient", "fc0", 0)
+            assert got[0].extra["cause"] == "zero_gradient" and "exactly 0 at every step" in got[0].message
+        else:
+            assert got == []
+
+
+def test_a_dead_layer_still_wins_over_the_zero_gradients_it_causes():
+    """Every unit of relu1 dead from the start: fc1 and the layers before it
+    get exactly 0 gradients; the dead layer is the root (the chain's first link)."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r)
+        if run.full(s):
+            r[run.i("relu1"), [M["act_dead_frac"], M["act_zero_frac"]]] = 1.0
+            r[run.i("relu1"), [M["act_mean"], M["act_std"], M["act_absmax"]]] = 0.0
+        r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = 0.0
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("dead_activation", "relu1", 0)

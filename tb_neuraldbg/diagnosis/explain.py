@@ -429,6 +429,9 @@ _BATCH_CHECKS = ("nonfinite", "constant")
 
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
+    extended = _cause_head(kind, where, step, value, before, extra)
+    if extended is not None:
+        return extended
     if kind == "vanishing_gradient":
         return (f"{where}: gradient vanishing from step {step} (grad norm {fmt_change(before, value)}, orders of "
                 "magnitude below the layers after it).")
@@ -563,3 +566,24 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
         return (f"<optimizer>: the GradScaler scale collapsed from step {step} (scale {fmt_change(before, value)}, "
                 f"skipped steps in a row{seen}).")
     return f"{where}: {from_state} -> {to_state} at step {step}."
+
+
+# --- heads and advice of causes added since (kept apart: the text above is settled)
+
+BY_CAUSE.update({
+    ("no_gradient", "zero_gradient"): (
+        "Likely cause: its output reaches the loss only through something that multiplies it by 0 "
+        "(a mask of zeros, a gate or scale initialised to 0 that cannot move, x - x.detach()), or "
+        "through a step that has no gradient (argmax, round, a comparison). Try: checking what "
+        "follows this layer in forward; a dead layer after it is reported on its own."),
+})
+
+
+def _cause_head(kind, where, step, value, before, extra) -> str | None:
+    """The head of an event whose cause has its own wording (None: the
+    kind's usual head)."""
+    cause = extra.get("cause")
+    if kind == "no_gradient" and cause == "zero_gradient":
+        return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
+                "they are in the optimizer and require grad, but no gradient reaches them.")
+    return None

@@ -662,6 +662,43 @@ def adam_lr_one():
                 tolerance=5)
 
 
+# --- principles before rules (DESIGN.md): one general quantity each ------------------
+
+
+class _ZeroGatedAdapter(nn.Module):
+    """An adapter branch gated by a buffer of zeros meant to be a learnable gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.adapter, self.head = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+        self.register_buffer("gate", torch.zeros(32))  # the bug: a buffer, not a Parameter
+
+    def forward(self, x):
+        h = torch.relu(self.enc(x))
+        return self.head(h + self.gate * self.adapter(h))
+
+
+def zero_gradient_adapter():
+    """A parameter in the optimizer whose gradient is exactly 0 at every step
+    (multiplied by a gate of zeros): it passes no gradient, as a None one."""
+    def build():
+        model = _ZeroGatedAdapter()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    def fixed_build():
+        model, opt, crit, sched = build()
+        model.gate.fill_(1.0)
+        return model, opt, crit, sched
+
+    def truth(result, fixed):
+        _, g = result.series("adapter", "grad_norm")
+        _, gf = fixed.series("adapter", "grad_norm")
+        assert (g == 0).all() and (gf > 0).all()
+
+    return Case(Spec("zero_gradient_adapter", build, _teacher(), steps=50), ("no_gradient",), "adapter", 0,
+                fixed=Spec("zero_gradient_adapter_fixed", fixed_build, _teacher(), steps=50), truth=truth)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -673,4 +710,5 @@ def all_cases():
         random_regression_targets(), conv_dead_bias(), attention_all_masked(),
         unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
+        zero_gradient_adapter(),
     ]

@@ -600,6 +600,34 @@ def large_target_regression(steps=300):
     return Spec("large_target_regression", build, batch_fn, steps=steps)
 
 
+class _ReZeroMLP(nn.Module):
+    """Residual branches scaled by a learnable scalar initialised to 0
+    (ReZero): the branches' gradients are exactly 0 until the scalar moves."""
+
+    def __init__(self, d=64, blocks=2):
+        super().__init__()
+        self.inp = nn.Linear(20, d)
+        self.branches = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.ReLU()) for _ in range(blocks))
+        self.alpha = nn.Parameter(torch.zeros(blocks))
+        self.out = nn.Linear(d, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        for i, b in enumerate(self.branches):
+            h = h + self.alpha[i] * b(h)
+        return self.out(h)
+
+
+def rezero_branches(steps=250):
+    """Fools the always-zero gradient rule: branches whose gradient is 0 at
+    the first step only (their gate starts at 0 and moves)."""
+    def build():
+        model = _ReZeroMLP()
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+    return Spec("rezero_branches", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -612,5 +640,5 @@ def all_specs():
         frozen_first_layer(), heavy_tail_regression(), leaky_elu_cnn(), lstm_lm(),
         vgg_no_bn(), groupnorm_prelu_cnn(), huber_regression(), label_smoothing_100_classes(),
         nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
-        multilabel_bce_dropout(), large_target_regression(),
+        multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
     ]
