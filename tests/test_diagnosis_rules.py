@@ -412,3 +412,109 @@ def test_a_dead_layer_still_wins_over_the_zero_gradients_it_causes():
 
     feed(eng, run, range(60), plant)
     assert _root(eng) == ("dead_activation", "relu1", 0)
+    # (and their zero gradients are its consequence, not a finding of their own)
+    assert [e for e in failures(eng) if e.kind == "no_gradient"] == []
+
+
+def test_warnings_that_were_resolved_leave_the_run_healthy_with_warnings():
+    """DESIGN.md, Severity and status: a loss that starts far above ln K and
+    then trains is a warning, and the run is healthy (the root cause still
+    names it); the same start with a loss that never falls is failing, and
+    so is a warning that still stands (a dead layer) or any error."""
+    for trains in (True, False):
+        run = Run()
+        eng = Engine(run.layers, num_classes=4)
+
+        def plant(s, r):
+            i = run.i("<loss>")
+            r[i, M["value"]] = (8.0 if s == 0 else r[i, M["value"]]) if trains else 8.0 + 0.01 * (s % 3)
+
+        feed(eng, run, range(60), plant)
+        assert _root(eng) == ("initial_loss", "<loss>", 0)
+        assert eng.status == ("healthy" if trains else "failing")
+    run = Run()
+    eng = Engine(run.layers)
+
+    def dead(s, r):
+        if run.full(s) and s >= 20:
+            r[run.i("relu1"), M["act_dead_frac"]] = 0.97
+
+    feed(eng, run, range(100), dead)
+    assert _root(eng)[:2] == ("dead_activation", "relu1") and eng.status == "failing"
+    feed(eng, run, range(100, 200))  # it recovers: a warning of the past
+    assert _root(eng)[:2] == ("dead_activation", "relu1") and eng.status == "healthy"
+
+
+def test_severity_does_not_decide_causality():
+    """relu1 dies (a warning, measured every 10th step) and the layer it
+    feeds, fc2, sees its gradient explode from a step in between (an error):
+    the dead layer is the root, the explosion its consequence. The same
+    explosion with relu1 alive is the root itself."""
+    for dies in (True, False):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if dies and run.full(s) and s >= 60:
+                r[run.i("relu1"), [M["act_dead_frac"], M["act_zero_frac"]]] = 1.0
+                r[run.i("relu1"), [M["act_mean"], M["act_std"], M["act_absmax"]]] = 0.0
+            if s >= 55:
+                r[run.i("fc2"), M["grad_norm"]] *= 1e4
+
+        feed(eng, run, range(100), plant)
+        assert _root(eng) == (("dead_activation", "relu1", 60) if dies else ("exploding_gradient", "fc2", 55))
+
+
+def test_large_first_updates_on_gradients_already_extreme_are_not_the_rate():
+    """Updates larger than the weights from the first step, then the layers
+    explode: the rate when the gradients were ordinary before the first
+    update; the inputs when they were unnormalised and the first layers'
+    gradients already 1e3x their weights (a rate fine on normalised data)."""
+    for raw_inputs in (False, True):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if raw_inputs:
+                r[0, [M["act_std"], M["act_absmax"]]] = [1000.0, 3500.0]
+                if s == 0:
+                    r[run.i("fc0"), M["grad_norm"]] = 5e3
+            if s < 8 and run.full(s):
+                r[run.params, M["update_ratio"]] = 5.0
+            if s >= 8:
+                r[run.params, M["grad_norm"]] *= 1e5 * s
+
+        feed(eng, run, range(20), plant)
+        rc = eng.root_cause
+        assert rc["layer"] == ("<input>" if raw_inputs else "<optimizer>"), rc
+        if raw_inputs:
+            assert "before any update" in rc["message"] and "RMS 1e+03" in rc["message"]
+
+
+def test_updates_that_collapse_while_gradients_flow_are_the_optimizers():
+    """A per-epoch schedule stepped per batch: the rate, hence the updates,
+    fall a millionfold while the gradients flow; lr=1e-9 from the start: the
+    updates are negligible. Both are <optimizer>, with the rate's history.
+    A step schedule's two tenfold drops (gradients shrinking as it
+    converges) is healthy."""
+    for case in ("decay", "tiny", "steps"):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            lr = {"decay": 0.01 * 0.9 ** s, "tiny": 1e-9, "steps": 0.01 * 0.1 ** (s // 100)}[case]
+            _facts(run, r, lr={n: lr for n in run.names})
+            r[-1, M["value"]] = lr
+            r[run.params, M["update_ratio"]] *= lr / 0.01
+
+        feed(eng, run, range(300), plant)
+        if case == "steps":
+            assert eng.events == []
+            continue
+        rc = eng.root_cause
+        assert (rc["kind"], rc["layer"]) == ("frozen_weights", "<optimizer>"), rc
+        assert "stopped moving the model" in rc["message"]
+        if case == "decay":
+            assert "collapsed from" in rc["message"] and "The learning rate was 0.01 at step 0" in rc["message"]
+        else:
+            assert "The learning rate was 1.00e-09" in rc["message"]

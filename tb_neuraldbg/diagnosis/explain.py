@@ -576,6 +576,15 @@ BY_CAUSE.update({
         "(a mask of zeros, a gate or scale initialised to 0 that cannot move, x - x.detach()), or "
         "through a step that has no gradient (argmax, round, a comparison). Try: checking what "
         "follows this layer in forward; a dead layer after it is reported on its own."),
+    ("frozen_weights", "update_negligible"): (
+        "Likely cause: a learning rate orders of magnitude too small for this model (1e-9 where 1e-3 was "
+        "meant, a factor such as 0.1 passed as the rate of a param group, a warmup that starts from 0 "
+        "and never rises). Try: printing optimizer.param_groups[i]['lr'] at that step; the rate you "
+        "meant."),
+    ("frozen_weights", "update_collapse"): (
+        "Likely cause: a schedule that took the rate to ~0 (a per-epoch scheduler.step() called every "
+        "batch, a decay far too fast, a step_size in epochs counted in batches). Try: checking where "
+        "scheduler.step() is called and its step_size/gamma/T_max; printing the rate over the run."),
 })
 
 
@@ -583,7 +592,39 @@ def _cause_head(kind, where, step, value, before, extra) -> str | None:
     """The head of an event whose cause has its own wording (None: the
     kind's usual head)."""
     cause = extra.get("cause")
+    if kind == "frozen_weights" and cause in ("update_negligible", "update_collapse"):
+        return _updates_head(where, step, value, before, extra)
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")
     return None
+
+
+def input_scale_message(rms0: float, symptom) -> str:
+    """The root cause's message for updates too large because unnormalised
+    inputs made the gradients extreme before the first update."""
+    return (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch): the first layers' "
+            "gradients were already orders of magnitude above their weights at the first step, before any "
+            f"update, so even a moderate learning rate moves them by more than their size; then {symptom.layer}: "
+            f"{symptom.kind.replace('_', ' ')} from step {symptom.step}. Try: normalising the inputs (and "
+            "regression targets) to mean 0 and std 1, rather than lowering the learning rate.")
+
+
+def _updates_head(where, step, value, before, extra) -> str:
+    """The head of an optimizer that stopped moving the model."""
+    if extra.get("cause") == "update_negligible":
+        what = (f"the layers move by {fmt(value)} of their weights per step (median update ratio "
+                "||dw||/||w||; healthy is ~1e-3)")
+    else:
+        what = (f"the layers' updates collapsed from {fmt(before)} of their weights per step at step "
+                f"{extra.get('update_peak_step')} to {fmt(value)} (median update ratio ||dw||/||w||; healthy "
+                "is ~1e-3)")
+    grads = (f" while gradients still flow (median grad norm {fmt_change(extra.get('grad_norm_before'), extra.get('grad_norm'))})"
+             if _known(extra.get("grad_norm")) else "")
+    rate = ""
+    if _known(extra.get("lr_high")):
+        lo, hi = extra.get("lr_low"), extra.get("lr_high")
+        now = fmt(hi) if lo == hi or not _known(lo) else f"{fmt(lo)}..{fmt(hi)} across param groups"
+        rate = (f" The learning rate was {fmt(extra.get('lr_peak'))} at step {extra.get('lr_peak_step')} and is "
+                f"{now} at step {extra.get('lr_step')}.")
+    return f"{where}: the optimizer stopped moving the model from step {step}: {what}{grads}.{rate}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -699,6 +700,78 @@ def zero_gradient_adapter():
                 fixed=Spec("zero_gradient_adapter_fixed", fixed_build, _teacher(), steps=50), truth=truth)
 
 
+def _regression(scale, seed=1):
+    """Features N(0, scale^2), targets a linear function of the N(0, 1) ones."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(seed))
+
+    def batch_fn(step):
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        return x * scale, x @ w
+
+    return batch_fn
+
+
+def _regression_mlp():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def unnormalised_regression_features():
+    """Raw features ~1e3 into an MLP with SGD at an ordinary 1e-3: the first
+    layers' gradients are 1e3x their weights before any update, so the first
+    update is far larger than the weights and the run diverges. The inputs
+    are the cause, not the rate (the same rate trains normalised features)."""
+    def build():
+        model = _regression_mlp()
+        return model, torch.optim.SGD(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    def truth(result, fixed):
+        _, g = result.series("0", "grad_norm")
+        _, w = result.series("0", "weight_norm")
+        _, gf = fixed.series("0", "grad_norm")
+        _, wf = fixed.series("0", "weight_norm")
+        assert g[0] > 100 * w[0] and gf[0] < 10 * wf[0]  # extreme before any update, only unnormalised
+        assert not np.isfinite(result.losses[-1]) and fixed.losses[-1] < 0.5 * fixed.losses[0]
+
+    return Case(Spec("unnormalised_regression_features", build, _regression(1000.0), steps=40),
+                ("nonfinite", "exploding_gradient", "activation_explosion"), "<input>", 0, tolerance=5,
+                fixed=Spec("unnormalised_regression_features_fixed", build, _regression(1.0), steps=40),
+                truth=truth)
+
+
+def scheduler_stepped_per_batch():
+    """StepLR(step_size=10, gamma=0.1) meant per epoch, stepped every batch:
+    the rate, hence the updates, fall tenfold every 10 steps while the
+    gradients still flow; the optimizer stops moving the model."""
+    def build(per_batch=True):
+        model = _mlp(nn.ReLU, depth=3)
+        opt = _sgd(model, 0.05)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10 if per_batch else 1000, gamma=0.1)
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    def truth(result, fixed):
+        _, u = result.series("0", "update_ratio")
+        _, g = result.series("0", "grad_norm")
+        u = u[np.isfinite(u)]
+        assert u[-1] < 1e-6 * u.max() and g[-1] > 0.01 * g[0]  # updates collapsed, gradients flow
+        assert min(fixed.losses[-10:]) < 0.7 * min(result.losses[-10:])
+
+    # (a loss that never fell is the first symptom of a short run: the
+    # schedule's collapse is named on it, as a plateau, or on the updates)
+    return Case(Spec("scheduler_stepped_per_batch", build, _teacher(), steps=150), ("frozen_weights", "loss_plateau"),
+                "<optimizer>", 30, tolerance=10,
+                fixed=Spec("scheduler_stepped_per_batch_fixed", lambda: build(False), _teacher(), steps=150),
+                truth=truth)
+
+
+def learning_rate_1e9():
+    """Adam at lr=1e-9 (a typo for 1e-3): the updates round away."""
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-9), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("learning_rate_1e9", build, _teacher(), steps=60), ("frozen_weights",), "<optimizer>", 0)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -710,5 +783,6 @@ def all_cases():
         random_regression_targets(), conv_dead_bias(), attention_all_masked(),
         unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
-        zero_gradient_adapter(),
+        zero_gradient_adapter(), unnormalised_regression_features(), scheduler_stepped_per_batch(),
+        learning_rate_1e9(),
     ]

@@ -628,6 +628,35 @@ def rezero_branches(steps=250):
     return Spec("rezero_branches", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
 
 
+def raw_features_adam(steps=300):
+    """Fools the extreme-before-updates rule: features ~1e3 give the first
+    layer gradients 1e3x its weights at the first step, but Adam's update does
+    not scale with the gradient, and the regression trains."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(1))
+
+    def batch_fn(step):
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        return 1000.0 * x, x @ w
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    return Spec("raw_features_adam", build, batch_fn, steps=steps)
+
+
+def step_schedule_sgd(steps=300):
+    """Fools the update-collapse rule: MultiStepLR's two tenfold drops with
+    SGD (the updates fall a hundredfold, and more as the gradients shrink)."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[100, 200], gamma=0.1)
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec("step_schedule_sgd", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -641,4 +670,5 @@ def all_specs():
         vgg_no_bn(), groupnorm_prelu_cnn(), huber_regression(), label_smoothing_100_classes(),
         nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
         multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
+        raw_features_adam(), step_schedule_sgd(),
     ]

@@ -65,9 +65,12 @@ class Gradient(Aspect):
         self.zero_from = grow(self.zero_from, n, -1)
         self.zero_count = grow(self.zero_count, n, 0)
 
-    def classify(self, step: int, row, conf, scaler_active: bool) -> dict:
-        """{"grad": (raw, None)}; ``conf``: the confirmed gradient states;
-        ``scaler_active``: a GradScaler is in use at this step."""
+    def classify(self, step: int, row, conf, scaler_active: bool, blocked=None) -> dict:
+        """{"grad": (raw, onset | None)}; ``conf``: the confirmed gradient
+        states; ``scaler_active``: a GradScaler is in use at this step;
+        ``blocked``: bool [L], rows before a layer whose output was 0 for
+        every unit at its last measurement (their gradients are 0 by the
+        chain rule: the dead layer is the finding, not them)."""
         t, k, n = self.t, self.kinds, self.kinds.n
         self.step = step
         g = row[:, _M["grad_norm"]]
@@ -152,7 +155,7 @@ class Gradient(Aspect):
             self.bursts.append((self.step, int(i), float(g[i]), float(self.track.max[i])))
         raw[exploding & fin] = STATE["exploding"]
         raw[no_grad] = STATE["no_gradient"]
-        onset = self._always_zero(step, row, g, fin, raw)
+        onset = self._always_zero(step, row, g, fin, raw, blocked)
         if scaler_active:
             # with a GradScaler, inf/NaN gradients are how the scaler finds its
             # scale: a skipped step, judged by the scaler aspect, not here
@@ -171,7 +174,7 @@ class Gradient(Aspect):
         self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
         return {"grad": (raw, onset)}
 
-    def _always_zero(self, step, row, g, fin, raw):
+    def _always_zero(self, step, row, g, fin, raw, blocked):
         """Rows whose gradient has been exactly 0 at every step so far, on
         parameters that the optimizer holds (``opt_group`` not -1) and that
         all got a ``.grad``: ``no_gradient`` from the first of those steps,
@@ -190,6 +193,8 @@ class Gradient(Aspect):
             return None
         # (the state's own persistence adds persist_steps to this count)
         judged = zero & (self.zero_count > max(0, self.t.persist_vanishing_born - self.t.persist_steps))
+        if blocked is not None:
+            judged &= ~blocked
         raw[judged] = STATE["no_gradient"]
         return np.where(judged, self.zero_from, -1)
 
