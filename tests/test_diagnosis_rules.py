@@ -518,3 +518,87 @@ def test_updates_that_collapse_while_gradients_flow_are_the_optimizers():
             assert "collapsed from" in rc["message"] and "The learning rate was 0.01 at step 0" in rc["message"]
         else:
             assert "The learning rate was 1.00e-09" in rc["message"]
+
+
+def test_a_regression_stuck_at_its_targets_variance_is_a_plateau():
+    """MSE whose loss fell, then stays at the targets' variance (the loss of
+    predicting their mean): loss_plateau at <loss>, the message names the
+    level. The same fall to a level well below the variance is a converged run."""
+    for stuck in (True, False):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            i = run.i("<loss>")
+            floor = 4.0 if stuck else 0.5
+            r[i, M["value"]] = floor + 30.0 * np.exp(-s / 20) + 0.2 * run.rng.random()
+            if run.full(s):
+                r[i, M["target_var"]] = 4.0 + 0.3 * run.rng.standard_normal()
+
+        feed(eng, run, range(500), plant)
+        eng.finish()
+        if not stuck:
+            assert eng.events == []
+            continue
+        rc = eng.root_cause
+        assert (rc["kind"], rc["layer"]) == ("loss_plateau", "<loss>"), rc
+        (ev,) = [e for e in failures(eng) if e.kind == "loss_plateau"]
+        assert ev.extra["reason"] == "trivial" and "predicting the targets' mean" in ev.message
+        assert "variance, that trivial predictor's loss, is 4" in ev.message
+
+
+def test_integer_inputs_are_not_judged_as_unnormalised_features():
+    """A bad initial loss on a batch of RMS ~100: blamed on <input> when the
+    batch is floats (unnormalised features; the message says when they are
+    all integers), on <loss> when it is token ids (an integer dtype)."""
+    for integers in (0.0, 0.5, 1.0):
+        run = Run()
+        eng = Engine(run.layers, num_classes=4)
+
+        def plant(s, r):
+            r[0, [M["act_mean"], M["act_std"], M["act_absmax"]]] = [100.0, 58.0, 199.0]
+            if run.full(s):
+                r[0, M["input_integers"]] = integers
+            if s == 0:
+                r[run.i("<loss>"), M["value"]] = 20.0
+
+        feed(eng, run, range(30), plant)
+        rc = eng.root_cause
+        assert rc["layer"] == ("<loss>" if integers == 1.0 else "<input>"), rc
+        assert ("holds only integers" in rc["message"]) == (integers == 0.5)
+
+
+def test_the_writer_records_integer_inputs_and_the_targets_variance(tmp_path):
+    """The columns the two rules read, from a real DebugWriter: the batch's
+    integers (1 by dtype, 0.5 as floats, 0 otherwise) and MSELoss's target
+    variance (NaN for other criteria)."""
+    import torch
+    from torch import nn
+
+    from scenarios.harness import Spec, train
+
+    def build(crit):
+        def f():
+            model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 1))
+            return model, torch.optim.SGD(model.parameters(), lr=0.01), crit, None
+        return f
+
+    def ids(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randint(0, 10, (16, 2), generator=g), 3.0 * torch.randn(16, 1, generator=g)
+
+    got = train(Spec("ids", build(nn.MSELoss()), ids, steps=3), str(tmp_path / "a"))
+    _, ints = got.series("<input>", "input_integers")
+    _, tv = got.series("<loss>", "target_var")
+    assert (ints == 1.0).all() and np.allclose(tv, [ids(s)[1].var(dim=0).mean().item() for s in range(3)], rtol=1e-5)
+    got = train(Spec("l1", build(nn.L1Loss()), ids, steps=2),
+                str(tmp_path / "b"))
+    assert np.isnan(got.series("<loss>", "target_var")[1]).all()
+
+    def mlp():
+        model = nn.Sequential(nn.Linear(2, 1))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01), nn.MSELoss(), None
+
+    for cast, want in ((lambda x: x.float(), 0.5), (lambda x: x.float() + 0.5, 0.0)):
+        got = train(Spec("f", mlp, lambda s: (cast(ids(s)[0]), ids(s)[1]), steps=2), str(tmp_path / f"c{want}"))
+        assert (got.series("<input>", "input_integers")[1] == want).all()

@@ -45,6 +45,10 @@ class RunFacts:
     #: extreme at the first step, before any update
     extreme_first: tuple = ()
     first_step: int = 0  # of the run
+    #: the first batch holds only integers as floats (0.5) or by its dtype
+    #: (1, and then input_rms0 is NaN), with its max |x|; NaN: unknown
+    input_integers: float = math.nan
+    input_absmax0: float = math.nan
 
 
 # failures a learning rate too high produces in the layers

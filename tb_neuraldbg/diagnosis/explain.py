@@ -4,6 +4,10 @@ Pure string formatting; every function takes plain values so the offline
 diagnosis and the online engine word things identically. The advice depends
 on the module: a dead GELU is not told to try GELU, a Linear whose output is
 zero is not told about pre-activations (see :func:`advice`).
+
+Why one file (max 760 lines): every sentence the diagnosis says is here, one
+table of advice per cause, so that a reader finds any wording in one place
+and the tests can hold every row to a "Try:".
 """
 
 from __future__ import annotations
@@ -585,6 +589,11 @@ BY_CAUSE.update({
         "Likely cause: a schedule that took the rate to ~0 (a per-epoch scheduler.step() called every "
         "batch, a decay far too fast, a step_size in epochs counted in batches). Try: checking where "
         "scheduler.step() is called and its step_size/gamma/T_max; printing the rate over the run."),
+    ("loss_plateau", "trivial"): (
+        "Gradients flow, but the model predicts no better than the targets' mean. Likely cause: targets "
+        "unrelated to the inputs (misaligned or shuffled pairs, the wrong column), inputs that carry no "
+        "signal (constant, all zero, normalised away), or a learning rate far too low. Try: overfitting a "
+        "single batch; checking that each input is paired with its own target."),
 })
 
 
@@ -594,6 +603,10 @@ def _cause_head(kind, where, step, value, before, extra) -> str | None:
     cause = extra.get("cause")
     if kind == "frozen_weights" and cause in ("update_negligible", "update_collapse"):
         return _updates_head(where, step, value, before, extra)
+    if kind == "loss_plateau" and extra.get("reason") == "trivial" and _known(extra.get("trivial_loss")):
+        return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "
+                f"{fmt(value)}; the targets' variance, that trivial predictor's loss, is "
+                f"{fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}).")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")
@@ -628,3 +641,13 @@ def _updates_head(where, step, value, before, extra) -> str:
         rate = (f" The learning rate was {fmt(extra.get('lr_peak'))} at step {extra.get('lr_peak_step')} and is "
                 f"{now} at step {extra.get('lr_step')}.")
     return f"{where}: the optimizer stopped moving the model from step {step}: {what}{grads}.{rate}"
+
+
+def integer_input_note(integers: float, absmax: float) -> str:
+    """What the unnormalised-input message adds when the floating-point batch
+    holds only integers: they may be ids rather than features ("" otherwise)."""
+    if integers != 0.5:
+        return ""
+    return (f" The batch holds only integers (up to {fmt(absmax)}): raw pixel values or counts are features to "
+            "scale (x / 255 for pixels); token ids or indices are not features: pass them as a long tensor to an "
+            "nn.Embedding instead.")

@@ -60,7 +60,7 @@ from ..format.metadata import PSEUDO_INPUT
 from .causes import LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates
 from .chain import ACTIVATION_KINDS, Failure, explained_by_blockers, explained_by_frozen, pick
 from .events import Event
-from .explain import advice_first, fmt, input_scale_message
+from .explain import advice_first, fmt, input_scale_message, integer_input_note
 from .thresholds import Thresholds
 
 __all__ = ["Failure", "RunFacts", "find_root_cause"]
@@ -138,6 +138,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
                    "the inputs to mean 0 and std 1.")
             if large_first:
                 msg = input_scale_message(rms0, ev)
+            msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
     return root, None

@@ -137,4 +137,5 @@ class Classifier:
                         bursts=tuple(self.gradient.bursts), names=tuple(self.kinds.names),
                         first_loss=self.loss.first_loss, loss_improved=self.loss.improved_step,
                         loss_doubled=self.loss.doubled_step, extreme_first=self.weight.extreme_first or (),
-                        first_step=self.loss.first_step or 0)
+                        first_step=self.loss.first_step or 0, input_integers=self.input.integers,
+                        input_absmax0=self.input.absmax0)

@@ -772,6 +772,56 @@ def learning_rate_1e9():
     return Case(Spec("learning_rate_1e9", build, _teacher(), steps=60), ("frozen_weights",), "<optimizer>", 0)
 
 
+def regression_stuck_at_the_mean():
+    """MSE on targets unrelated to the inputs but with a mean of 5: the
+    model learns the mean (the loss falls from ~30), then stays at the
+    targets' variance, the loss of predicting that mean."""
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        return torch.randn(32, 16, generator=gs), 5.0 + 2.0 * torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = _mlp(nn.ReLU, depth=3, k=1)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.MSELoss(), None
+
+    def measure_onset(result):
+        # the loss stopped falling: its first 50-step median within 10% of the targets' variance (4)
+        losses = np.asarray(result.losses)
+        med = [np.median(losses[i:i + 50]) for i in range(0, len(losses) - 50, 10)]
+        return next(10 * i for i, m in enumerate(med) if m < 1.1 * 4.0)
+
+    return Case(Spec("regression_stuck_at_the_mean", build, batch_fn, steps=450), ("loss_plateau",), "<loss>", None,
+                tolerance=60, measure_onset=measure_onset)
+
+
+class _TokenHead(nn.Module):
+    """Token ids -> embedding -> mean -> a head initialised 50x too large."""
+
+    def __init__(self, vocab=200, d=32, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+        with torch.no_grad():
+            self.head.weight.mul_(50.0)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
+def token_ids_with_a_bad_head():
+    """Token ids (RMS ~115) are not features: the logits scaled 50x are the
+    bad initial loss, not unnormalised inputs."""
+    def batch_fn(step):
+        x = torch.randint(0, 200, (32, 8), generator=torch.Generator().manual_seed(7000 + step))
+        return x, x[:, 0] % 4
+
+    def build():
+        model = _TokenHead()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("token_ids_with_a_bad_head", build, batch_fn, steps=20, num_classes=4),
+                ("initial_loss",), "<loss>", 0)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -784,5 +834,5 @@ def all_cases():
         unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
         zero_gradient_adapter(), unnormalised_regression_features(), scheduler_stepped_per_batch(),
-        learning_rate_1e9(),
+        learning_rate_1e9(), regression_stuck_at_the_mean(), token_ids_with_a_bad_head(),
     ]

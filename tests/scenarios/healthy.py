@@ -657,6 +657,48 @@ def step_schedule_sgd(steps=300):
     return Spec("step_schedule_sgd", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
 
 
+def large_mean_regression(steps=450):
+    """Fools the trivial-predictor rule: targets with a mean of 50 and a
+    signal; the loss falls through the targets' variance on its way down."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(5))
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        x = torch.randn(32, 8, generator=gs)
+        return x, 50.0 + x @ w + 0.1 * torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.MSELoss(), None
+
+    return Spec("large_mean_regression", build, batch_fn, steps=steps)
+
+
+class _FloatIds(nn.Module):
+    """Token ids passed as floats, cast back inside: integers up to 299;
+    the label is read from the first one."""
+
+    def __init__(self, vocab=300, d=32, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+
+    def forward(self, x):
+        return self.head(self.emb(x.long())[:, 0])
+
+
+def float_token_ids(steps=250):
+    """Fools the integer-input rule: ids as a float tensor (RMS ~170)."""
+    def batch_fn(step):
+        x = torch.randint(0, 300, (32, 8), generator=torch.Generator().manual_seed(7000 + step))
+        return x.float(), x[:, 0] % 4
+
+    def build():
+        model = _FloatIds()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), None
+
+    return Spec("float_token_ids", build, batch_fn, steps=steps, num_classes=4)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -670,5 +712,5 @@ def all_specs():
         vgg_no_bn(), groupnorm_prelu_cnn(), huber_regression(), label_smoothing_100_classes(),
         nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
         multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
-        raw_features_adam(), step_schedule_sgd(),
+        raw_features_adam(), step_schedule_sgd(), large_mean_regression(), float_token_ids(),
     ]

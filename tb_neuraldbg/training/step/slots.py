@@ -77,7 +77,9 @@ class Key:
     # Not measured: the output gradient's flag is 0 when the step's evidence
     # is clean (nonfinite="replay": see Instrument._measure_module).
     GOUT_CLEAN = 35
-    COUNT = 36
+    TARGET_VAR = 36  # variance of a regression criterion's targets (<loss>)
+    INT_INPUT = 37  # the batch holds integers: 1 by its dtype, 0.5 as floats (<input>)
+    COUNT = 38
 
 
 @dataclass
@@ -292,6 +294,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["lr"]] = pick(Key.OPT_LR)
         row[..., _M["weight_decay"]] = pick(Key.OPT_WD)
         row[..., _M["momentum"]] = pick(Key.OPT_MOMENTUM)
+        row[..., _M["target_var"]] = pick(Key.TARGET_VAR)
+        row[..., _M["input_integers"]] = pick(Key.INT_INPUT)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
