@@ -89,7 +89,7 @@ class Classifier:
             # (the activations as of their last measurement: a dead layer
             # explains the zero gradients before it)
             out = self.gradient.classify(step, row, confirmed["grad"], rate.scaler_active,
-                                         self.activation.blocked_rows())
+                                         self.activation.blocked_rows)
             # (the loss as of the previous step: this step's is judged below)
             out.update(self.activation.classify(row, confirmed["act"], self.gradient.has_param,
                                                 self.loss.below_first()))

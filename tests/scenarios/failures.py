@@ -769,7 +769,7 @@ def learning_rate_1e9():
         model = _mlp(nn.ReLU, depth=3)
         return model, torch.optim.Adam(model.parameters(), lr=1e-9), nn.CrossEntropyLoss(), None
 
-    return Case(Spec("learning_rate_1e9", build, _teacher(), steps=60), ("frozen_weights",), "<optimizer>", 0)
+    return Case(Spec("learning_rate_1e9", build, _teacher(), steps=100), ("frozen_weights",), "<optimizer>", 0)
 
 
 def regression_stuck_at_the_mean():

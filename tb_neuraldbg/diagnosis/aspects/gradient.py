@@ -68,9 +68,10 @@ class Gradient(Aspect):
     def classify(self, step: int, row, conf, scaler_active: bool, blocked=None) -> dict:
         """{"grad": (raw, onset | None)}; ``conf``: the confirmed gradient
         states; ``scaler_active``: a GradScaler is in use at this step;
-        ``blocked``: bool [L], rows before a layer whose output was 0 for
-        every unit at its last measurement (their gradients are 0 by the
-        chain rule: the dead layer is the finding, not them)."""
+        ``blocked``: a callable giving bool [L], the rows before a layer
+        whose output was 0 for every unit at its last measurement (their
+        gradients are 0 by the chain rule: the dead layer is the finding,
+        not them), called only when needed."""
         t, k, n = self.t, self.kinds, self.kinds.n
         self.step = step
         g = row[:, _M["grad_norm"]]
@@ -183,18 +184,18 @@ class Gradient(Aspect):
         ReZero or adaLN-Zero, lets gradients through within its first
         updates); until then they are judged as any gradient. In place on
         ``raw``; returns the onsets (-1: none), or None."""
-        zero = fin & (g == 0) & (row[:, _M["grad_missing"]] == 0) & (row[:, _M["opt_group"]] != -1)
         self.ever_nonzero |= fin & (g != 0)
-        zero &= ~self.ever_nonzero
-        self.zero_from = np.where(zero & (self.zero_from < 0), step, self.zero_from)
-        self.zero_count = np.where(zero, self.zero_count + 1, self.zero_count)
-        self.zero_from[self.ever_nonzero] = -1
-        if not zero.any():
+        zero = fin & (g == 0) & ~self.ever_nonzero
+        if not zero.any():  # (most steps of most runs: nothing else to do)
             return None
+        zero &= (row[:, _M["grad_missing"]] == 0) & (row[:, _M["opt_group"]] != -1)
+        self.zero_from = np.where(zero & (self.zero_from < 0), step, self.zero_from)
+        self.zero_from[~zero] = -1
+        self.zero_count = np.where(zero, self.zero_count + 1, 0)
         # (the state's own persistence adds persist_steps to this count)
         judged = zero & (self.zero_count > max(0, self.t.persist_vanishing_born - self.t.persist_steps))
-        if blocked is not None:
-            judged &= ~blocked
+        if blocked is not None and judged.any():
+            judged &= ~blocked()
         raw[judged] = STATE["no_gradient"]
         return np.where(judged, self.zero_from, -1)
 

@@ -160,8 +160,8 @@ class Moves:
     Update ratios are measured every ``update_every`` steps; the rate is
     known at every step, and an update scales with it (SGD's and Adam's
     alike), so between two measurements each row's update is its last one
-    times the change of its group's rate since. A collapse is a failure once
-    it lasted ``lr_window`` steps, and as long as the run trained before it:
+    times the change of its group's rate since (judged at the steps that
+    measure weights). A collapse is a failure once it lasted ``lr_window`` steps, and as long as the run trained before it:
     a schedule that anneals the rate to 0 at the end of a run is not one.
     """
 
@@ -185,6 +185,10 @@ class Moves:
         raw = blank(n)
         if len(self.ur_last) < n:
             self.ur_last, self.lr_at = grow(self.ur_last, n, np.nan), grow(self.lr_at, n, np.nan)
+        # judged at the steps that measure weights (full steps): a collapse
+        # lasts lr_window steps or more, and the worker runs this every step
+        if not np.isfinite(row[:, _M["weight_norm"]]).any():
+            return raw, None
         self._rates(step, row, kinds, lr)
         i = kinds.opt_index
         ur, g = row[:, _M["update_ratio"]], row[:, _M["grad_norm"]]

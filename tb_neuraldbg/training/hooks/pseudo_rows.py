@@ -18,7 +18,8 @@ from ..step.slots import Key
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
            "target_variance"]
 
-_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
+_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)
+_INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers  # the loss row's: its value, and the sum that flags a non-finite one
 
 
 def batch_tensor(args, kwargs) -> torch.Tensor | None:
@@ -49,7 +50,10 @@ def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> N
         # integers are ids or indices, not features (the diagnosis does not
         # judge their scale): by the dtype, or floats that hold only integers
         if x.is_floating_point():
-            col.add(torch.eq(xf, torch.round(xf)).all().to(torch.float32) * 0.5, 0, Key.INT_INPUT)
+            # (its first values: ids or pixel values are integers throughout,
+            # and an image batch need not be read whole for that)
+            head = xf.reshape(-1)[:_INT_PROBE]
+            col.add(torch.eq(head, torch.round(head)).all().to(torch.float32) * 0.5, 0, Key.INT_INPUT)
         else:
             col.const(0, Key.INT_INPUT, 1.0)
     if exact:
