@@ -602,3 +602,20 @@ def test_the_writer_records_integer_inputs_and_the_targets_variance(tmp_path):
     for cast, want in ((lambda x: x.float(), 0.5), (lambda x: x.float() + 0.5, 0.0)):
         got = train(Spec("f", mlp, lambda s: (cast(ids(s)[0]), ids(s)[1]), steps=2), str(tmp_path / f"c{want}"))
         assert (got.series("<input>", "input_integers")[1] == want).all()
+
+
+def test_a_layer_whose_updates_are_negligible_is_frozen():
+    """One param group at lr=1e-9 beside the others: its layer moves by ~1e-9
+    of its weights; frozen_weights there, with its group's rate."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r, group={"fc2": 1}, lr={"fc2": 1e-9})
+        if run.full(s):
+            r[run.i("fc2"), M["update_ratio"]] = 1e-9
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("frozen_weights", "fc2", 0)
+    (ev,) = failures(eng)
+    assert ev.extra["cause"] == "update_negligible" and "learning rate 1.00e-09, param group 1" in ev.message

@@ -602,6 +602,12 @@ def _cause_head(kind, where, step, value, before, extra) -> str | None:
     kind's usual head)."""
     cause = extra.get("cause")
     if kind == "frozen_weights" and cause in ("update_negligible", "update_collapse"):
+        if not where.startswith("<"):
+            group = extra.get("group")
+            rate = (f" (learning rate {fmt(extra.get('lr'))}" + (f", param group {group})" if group is not None else ")")
+                    if _known(extra.get("lr")) else "")
+            return (f"{where}: its parameters get gradients but move by {fmt(value)} of their weights per step "
+                    f"from step {step} (update ratio ||dw||/||w||; healthy is ~1e-3){rate}.")
         return _updates_head(where, step, value, before, extra)
     if kind == "loss_plateau" and extra.get("reason") == "trivial" and _known(extra.get("trivial_loss")):
         return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "

@@ -822,6 +822,18 @@ def token_ids_with_a_bad_head():
                 ("initial_loss",), "<loss>", 0)
 
 
+def head_group_rate_1e9():
+    """The head's param group at lr=1e-9 (a typo for 1e-3) beside the body's
+    1e-3: the head gets gradients but moves by ~1e-9 of its weights."""
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        body = list(model[0].parameters()) + list(model[2].parameters())
+        opt = torch.optim.Adam([{"params": body, "lr": 1e-3}, {"params": model[4].parameters(), "lr": 1e-9}])
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Case(Spec("head_group_rate_1e9", build, _teacher(), steps=40), ("frozen_weights",), "4", 0)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -834,5 +846,5 @@ def all_cases():
         unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
         zero_gradient_adapter(), unnormalised_regression_features(), scheduler_stepped_per_batch(),
-        learning_rate_1e9(), regression_stuck_at_the_mean(), token_ids_with_a_bad_head(),
+        learning_rate_1e9(), regression_stuck_at_the_mean(), token_ids_with_a_bad_head(), head_group_rate_1e9(),
     ]

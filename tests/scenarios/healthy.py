@@ -699,6 +699,30 @@ def float_token_ids(steps=250):
     return Spec("float_token_ids", build, batch_fn, steps=steps, num_classes=4)
 
 
+class _BigEmbedding(nn.Module):
+    def __init__(self, vocab=20000, d=64, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+
+    def forward(self, x):
+        return self.head(self.emb(x)[:, 0])
+
+
+def big_embedding_sgd(steps=250):
+    """Fools the negligible-update rule: a 20,000-row table of which a batch
+    touches ~250 rows, with plain SGD: a small update ratio, but an update."""
+    def batch_fn(step):
+        x = torch.randint(0, 20000, (32, 8), generator=torch.Generator().manual_seed(9000 + step))
+        x[:, 0] = x[:, 0] % 300
+        return x, x[:, 0] % 4
+
+    def build():
+        model = _BigEmbedding()
+        return model, torch.optim.SGD(model.parameters(), lr=0.5), nn.CrossEntropyLoss(), None
+
+    return Spec("big_embedding_sgd", build, batch_fn, steps=steps, num_classes=4)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -713,4 +737,5 @@ def all_specs():
         nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
         multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
         raw_features_adam(), step_schedule_sgd(), large_mean_regression(), float_token_ids(),
+        big_embedding_sgd(),
     ]

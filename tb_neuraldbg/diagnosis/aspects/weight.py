@@ -82,8 +82,11 @@ class Weight(Aspect):
         other = cannot & self.moved_anyway  # (judged by their weight norms alone)
         cannot &= ~other
         norm_still = np.isfinite(w) & np.isfinite(self.last_w) & (w == self.last_w)
-        still = (ur_ok & (ur == 0) & ~other) | (norm_ok & (w == self.last_w)) | cannot | (other & norm_still)
-        moved = (((ur_ok & (ur > 0)) | (norm_ok & (w != self.last_w))) & ~cannot) | (other & norm_moved)
+        # (an update under update_negligible of the weights is none: a rate
+        # of 1e-9, a factor passed as the rate of its param group)
+        tiny = ur_ok & (ur > 0) & (ur < self.t.update_negligible) & ~other
+        still = (ur_ok & (ur == 0) & ~other) | (norm_ok & (w == self.last_w)) | cannot | (other & norm_still) | tiny
+        moved = (((ur_ok & (ur > 0)) | (norm_ok & (w != self.last_w))) & ~cannot & ~tiny) | (other & norm_moved)
         wf = mod & np.isfinite(w)
         self.last_w[wf] = w[wf]
         self.last_w_step[wf] = step
@@ -145,9 +148,12 @@ class Weight(Aspect):
                 extra["cause"] = "lr_zero"
                 extra["group"] = int(group)
             else:
-                extra["cause"] = "no_update"
+                ur = row[i, _M["update_ratio"]]
+                extra["cause"] = "update_negligible" if 0 < ur < self.t.update_negligible else "no_update"
                 if np.isfinite(group):
                     extra["group"] = int(group)
+                if np.isfinite(lr):
+                    extra["lr"] = float(lr)
         return tr.value, tr.value_before, extra
 
 
