@@ -82,9 +82,12 @@ class Weight(Aspect):
         other = cannot & self.moved_anyway  # (judged by their weight norms alone)
         cannot &= ~other
         norm_still = np.isfinite(w) & np.isfinite(self.last_w) & (w == self.last_w)
-        # (an update under update_negligible of the weights is none: a rate
-        # of 1e-9, a factor passed as the rate of its param group)
-        tiny = ur_ok & (ur > 0) & (ur < self.t.update_negligible) & ~other
+        # (an update under update_negligible of the weights at a rate under
+        # lr_negligible is none: a group at 1e-9, a factor passed as its
+        # rate; at an ordinary rate a tiny update is the gradient's, e.g. a
+        # BatchNorm's first steps under OneCycleLR: resnet_onecycle_groups)
+        tiny = (ur_ok & (ur > 0) & (ur < self.t.update_negligible) & ~other
+                & (row[:, _M["lr"]] <= self.t.lr_negligible))
         still = (ur_ok & (ur == 0) & ~other) | (norm_ok & (w == self.last_w)) | cannot | (other & norm_still) | tiny
         moved = (((ur_ok & (ur > 0)) | (norm_ok & (w != self.last_w))) & ~cannot & ~tiny) | (other & norm_moved)
         wf = mod & np.isfinite(w)
@@ -149,7 +152,8 @@ class Weight(Aspect):
                 extra["group"] = int(group)
             else:
                 ur = row[i, _M["update_ratio"]]
-                extra["cause"] = "update_negligible" if 0 < ur < self.t.update_negligible else "no_update"
+                tiny = 0 < ur < self.t.update_negligible and lr <= self.t.lr_negligible
+                extra["cause"] = "update_negligible" if tiny else "no_update"
                 if np.isfinite(group):
                     extra["group"] = int(group)
                 if np.isfinite(lr):
