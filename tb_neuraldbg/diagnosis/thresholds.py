@@ -119,9 +119,10 @@ class Thresholds:
     #: loss converges, stay far above it).
     update_negligible: float = 1e-7
     update_collapse: float = 1e-3
-    #: ... and updates of exactly 0 are negligible ones (rounded away) when
-    #: every group's rate is at most this; at a larger rate they are the
-    #: optimizer doing nothing (gradients cleared before ``step()``).
+    #: ... counted only when every group's rate is at most this (updates of
+    #: exactly 0 too: rounded away); at a larger rate, tiny updates are the
+    #: gradients' doing (their own rules), and none at all the optimizer
+    #: doing nothing (gradients cleared before ``step()``).
     lr_negligible: float = 1e-6
 
     # --- <input> ---------------------------------------------------------------

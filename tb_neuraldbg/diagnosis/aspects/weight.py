@@ -223,7 +223,8 @@ class Moves:
         t, (_, r0, g0) = self.t, self.peak
         collapse = r0 > 0 and r <= t.update_collapse * r0 and r / gn <= t.update_collapse * r0 / g0
         # (a collapse from healthy updates says more than their size now)
-        reason = "collapse" if collapse else ("negligible" if r < t.update_negligible else None)
+        # (negligible at an ordinary rate is the gradients' doing: their own rules)
+        reason = "collapse" if collapse else ("negligible" if r < t.update_negligible and tiny_rate else None)
         if reason is None:
             self.since = None
             raw[i] = HEALTHY
