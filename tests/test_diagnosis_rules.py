@@ -496,19 +496,22 @@ def test_updates_that_collapse_while_gradients_flow_are_the_optimizers():
     fall a millionfold while the gradients flow; lr=1e-9 from the start: the
     updates are negligible. Both are <optimizer>, with the rate's history.
     A step schedule's two tenfold drops (gradients shrinking as it
-    converges) is healthy."""
-    for case in ("decay", "tiny", "steps"):
+    converges), and a cosine annealed to 0 at the end of the run, are healthy."""
+    import math
+
+    for case in ("decay", "tiny", "steps", "cosine"):
         run = Run()
         eng = Engine(run.layers)
 
         def plant(s, r):
-            lr = {"decay": 0.01 * 0.9 ** s, "tiny": 1e-9, "steps": 0.01 * 0.1 ** (s // 100)}[case]
+            lr = {"decay": 0.01 * 0.9 ** s, "tiny": 1e-9, "steps": 0.01 * 0.1 ** (s // 100),
+                  "cosine": 0.005 * (1 + math.cos(math.pi * min(s, 299) / 299))}[case]
             _facts(run, r, lr={n: lr for n in run.names})
             r[-1, M["value"]] = lr
             r[run.params, M["update_ratio"]] *= lr / 0.01
 
         feed(eng, run, range(300), plant)
-        if case == "steps":
+        if case in ("steps", "cosine"):
             assert eng.events == []
             continue
         rc = eng.root_cause
