@@ -604,8 +604,10 @@ def _cause_head(kind, where, step, value, before, extra) -> str | None:
     if kind == "frozen_weights" and cause in ("update_negligible", "update_collapse"):
         if not where.startswith("<"):
             group = extra.get("group")
-            rate = (f" (learning rate {fmt(extra.get('lr'))}" + (f", param group {group})" if group is not None else ")")
-                    if _known(extra.get("lr")) else "")
+            rate = ""
+            if _known(extra.get("lr")):
+                of = f", param group {group})" if group is not None else ")"
+                rate = f" (learning rate {fmt(extra.get('lr'))}{of}"
             return (f"{where}: its parameters get gradients but move by {fmt(value)} of their weights per step "
                     f"from step {step} (update ratio ||dw||/||w||; healthy is ~1e-3){rate}.")
         return _updates_head(where, step, value, before, extra)
@@ -638,8 +640,10 @@ def _updates_head(where, step, value, before, extra) -> str:
         what = (f"the layers' updates collapsed from {fmt(before)} of their weights per step at step "
                 f"{extra.get('update_peak_step')} to {fmt(value)} (median update ratio ||dw||/||w||; healthy "
                 "is ~1e-3)")
-    grads = (f" while gradients still flow (median grad norm {fmt_change(extra.get('grad_norm_before'), extra.get('grad_norm'))})"
-             if _known(extra.get("grad_norm")) else "")
+    grads = ""
+    if _known(extra.get("grad_norm")):
+        change = fmt_change(extra.get("grad_norm_before"), extra.get("grad_norm"))
+        grads = f" while gradients still flow (median grad norm {change})"
     rate = ""
     if _known(extra.get("lr_high")):
         lo, hi = extra.get("lr_low"), extra.get("lr_high")

@@ -264,7 +264,8 @@ class Plateau:
         (the loss never fell; runs starting at step 0 only, since a resumed
         run may start converged), or, with K classes known, it sits at (or
         above) chance level ln K, or, for a regression whose targets'
-        variance is known, at (or above) it: the loss of predicting their mean. A loss that fell and then flattened below
+        variance is known, at (or above) it: the loss of predicting their
+        mean. A loss that fell and then flattened below
         chance is a converged run, not a plateau. ``final``: the decision at
         the end of a run shorter than ``plateau_min_steps``.
         """

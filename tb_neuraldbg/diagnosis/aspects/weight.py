@@ -171,7 +171,8 @@ class Moves:
     known at every step, and an update scales with it (SGD's and Adam's
     alike), so between two measurements each row's update is its last one
     times the change of its group's rate since (judged at the steps that
-    measure weights). A collapse is a failure once it lasted ``lr_window`` steps, and as long as the run trained before it:
+    measure weights). A collapse is a failure once it lasted ``lr_window``
+    steps, and as long as the run trained before it:
     a schedule that anneals the rate to 0 at the end of a run is not one.
     """
 

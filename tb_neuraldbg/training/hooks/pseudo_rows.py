@@ -18,8 +18,8 @@ from ..step.slots import Key
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
            "target_variance"]
 
-_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)
-_INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers  # the loss row's: its value, and the sum that flags a non-finite one
+_LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
+_INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
 
 
 def batch_tensor(args, kwargs) -> torch.Tensor | None:
