@@ -369,3 +369,256 @@ def test_an_output_offset_by_its_bias_is_not_an_amplification():
         feed(eng, run, range(40), plant)
         kinds = {(e.layer, e.kind) for e in failures(eng)}
         assert (("fc2", "activation_explosion") in kinds) == spread, kinds
+
+
+# ----------------------------------------- principles before rules (DESIGN.md)
+
+
+def test_a_gradient_exactly_zero_at_every_step_passes_no_gradient():
+    """A parameter the optimizer holds whose gradient is exactly 0 at every
+    step (a gate of zeros) is no_gradient from its first step, like a None
+    gradient; one that is 0 at the first steps only (a zero-initialised
+    layer after it) and one the optimizer does not hold are not."""
+    for case in ("always", "first_steps", "not_held"):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            _facts(run, r, group={"fc0": -1} if case == "not_held" else None)
+            if case != "first_steps" or s < 3:
+                r[run.i("fc0"), M["grad_norm"]] = 0.0
+
+        feed(eng, run, range(60), plant)
+        got = [e for e in failures(eng) if e.kind == "no_gradient"]
+        if case == "always":
+            assert _root(eng) == ("no_gradient", "fc0", 0)
+            assert got[0].extra["cause"] == "zero_gradient" and "exactly 0 at every step" in got[0].message
+        else:
+            assert got == []
+
+
+def test_a_dead_layer_still_wins_over_the_zero_gradients_it_causes():
+    """Every unit of relu1 dead from the start: fc1 and the layers before it
+    get exactly 0 gradients; the dead layer is the root (the chain's first link)."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r)
+        if run.full(s):
+            r[run.i("relu1"), [M["act_dead_frac"], M["act_zero_frac"]]] = 1.0
+            r[run.i("relu1"), [M["act_mean"], M["act_std"], M["act_absmax"]]] = 0.0
+        r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = 0.0
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("dead_activation", "relu1", 0)
+    # (and their zero gradients are its consequence, not a finding of their own)
+    assert [e for e in failures(eng) if e.kind == "no_gradient"] == []
+
+
+def test_warnings_that_were_resolved_leave_the_run_healthy_with_warnings():
+    """DESIGN.md, Severity and status: a loss that starts far above ln K and
+    then trains is a warning, and the run is healthy (the root cause still
+    names it); the same start with a loss that never falls is failing, and
+    so is a warning that still stands (a dead layer) or any error."""
+    for trains in (True, False):
+        run = Run()
+        eng = Engine(run.layers, num_classes=4)
+
+        def plant(s, r):
+            i = run.i("<loss>")
+            r[i, M["value"]] = (8.0 if s == 0 else r[i, M["value"]]) if trains else 8.0 + 0.01 * (s % 3)
+
+        feed(eng, run, range(60), plant)
+        assert _root(eng) == ("initial_loss", "<loss>", 0)
+        assert eng.status == ("healthy" if trains else "failing")
+    run = Run()
+    eng = Engine(run.layers)
+
+    def dead(s, r):
+        if run.full(s) and s >= 20:
+            r[run.i("relu1"), M["act_dead_frac"]] = 0.97
+
+    feed(eng, run, range(100), dead)
+    assert _root(eng)[:2] == ("dead_activation", "relu1") and eng.status == "failing"
+    feed(eng, run, range(100, 200))  # it recovers: a warning of the past
+    assert _root(eng)[:2] == ("dead_activation", "relu1") and eng.status == "healthy"
+
+
+def test_severity_does_not_decide_causality():
+    """relu1 dies (a warning, measured every 10th step) and the layer it
+    feeds, fc2, sees its gradient explode from a step in between (an error):
+    the dead layer is the root, the explosion its consequence. The same
+    explosion with relu1 alive is the root itself."""
+    for dies in (True, False):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if dies and run.full(s) and s >= 60:
+                r[run.i("relu1"), [M["act_dead_frac"], M["act_zero_frac"]]] = 1.0
+                r[run.i("relu1"), [M["act_mean"], M["act_std"], M["act_absmax"]]] = 0.0
+            if s >= 55:
+                r[run.i("fc2"), M["grad_norm"]] *= 1e4
+
+        feed(eng, run, range(100), plant)
+        assert _root(eng) == (("dead_activation", "relu1", 60) if dies else ("exploding_gradient", "fc2", 55))
+
+
+def test_large_first_updates_on_gradients_already_extreme_are_not_the_rate():
+    """Updates larger than the weights from the first step, then the layers
+    explode: the rate when the gradients were ordinary before the first
+    update; the inputs when they were unnormalised and the first layers'
+    gradients already 1e3x their weights (a rate fine on normalised data)."""
+    for raw_inputs in (False, True):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            if raw_inputs:
+                r[0, [M["act_std"], M["act_absmax"]]] = [1000.0, 3500.0]
+                if s == 0:
+                    r[run.i("fc0"), M["grad_norm"]] = 5e3
+            if s < 8 and run.full(s):
+                r[run.params, M["update_ratio"]] = 5.0
+            if s >= 8:
+                r[run.params, M["grad_norm"]] *= 1e5 * s
+
+        feed(eng, run, range(20), plant)
+        rc = eng.root_cause
+        assert rc["layer"] == ("<input>" if raw_inputs else "<optimizer>"), rc
+        if raw_inputs:
+            assert "before any update" in rc["message"] and "RMS 1e+03" in rc["message"]
+
+
+def test_updates_that_collapse_while_gradients_flow_are_the_optimizers():
+    """A per-epoch schedule stepped per batch: the rate, hence the updates,
+    fall a millionfold while the gradients flow; lr=1e-9 from the start: the
+    updates are negligible. Both are <optimizer>, with the rate's history.
+    A step schedule's two tenfold drops (gradients shrinking as it
+    converges), and a cosine annealed to 0 at the end of the run, are healthy."""
+    import math
+
+    for case in ("decay", "tiny", "steps", "cosine"):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            lr = {"decay": 0.01 * 0.9 ** s, "tiny": 1e-9, "steps": 0.01 * 0.1 ** (s // 100),
+                  "cosine": 0.005 * (1 + math.cos(math.pi * min(s, 299) / 299))}[case]
+            _facts(run, r, lr={n: lr for n in run.names})
+            r[-1, M["value"]] = lr
+            r[run.params, M["update_ratio"]] *= lr / 0.01
+
+        feed(eng, run, range(300), plant)
+        if case in ("steps", "cosine"):
+            assert eng.events == []
+            continue
+        rc = eng.root_cause
+        assert (rc["kind"], rc["layer"]) == ("frozen_weights", "<optimizer>"), rc
+        assert "stopped moving the model" in rc["message"]
+        if case == "decay":
+            assert "collapsed from" in rc["message"] and "The learning rate was 0.01 at step 0" in rc["message"]
+        else:
+            assert "The learning rate was 1.00e-09" in rc["message"]
+
+
+def test_a_regression_stuck_at_its_targets_variance_is_a_plateau():
+    """MSE whose loss fell, then stays at the targets' variance (the loss of
+    predicting their mean): loss_plateau at <loss>, the message names the
+    level. The same fall to a level well below the variance is a converged run."""
+    for stuck in (True, False):
+        run = Run()
+        eng = Engine(run.layers)
+
+        def plant(s, r):
+            i = run.i("<loss>")
+            floor = 4.0 if stuck else 0.5
+            r[i, M["value"]] = floor + 30.0 * np.exp(-s / 20) + 0.2 * run.rng.random()
+            if run.full(s):
+                r[i, M["target_var"]] = 4.0 + 0.3 * run.rng.standard_normal()
+
+        feed(eng, run, range(500), plant)
+        eng.finish()
+        if not stuck:
+            assert eng.events == []
+            continue
+        rc = eng.root_cause
+        assert (rc["kind"], rc["layer"]) == ("loss_plateau", "<loss>"), rc
+        (ev,) = [e for e in failures(eng) if e.kind == "loss_plateau"]
+        assert ev.extra["reason"] == "trivial" and "predicting the targets' mean" in ev.message
+        assert "variance, that trivial predictor's loss, is 4" in ev.message
+
+
+def test_integer_inputs_are_not_judged_as_unnormalised_features():
+    """A bad initial loss on a batch of RMS ~100: blamed on <input> when the
+    batch is floats (unnormalised features; the message says when they are
+    all integers), on <loss> when it is token ids (an integer dtype)."""
+    for integers in (0.0, 0.5, 1.0):
+        run = Run()
+        eng = Engine(run.layers, num_classes=4)
+
+        def plant(s, r):
+            r[0, [M["act_mean"], M["act_std"], M["act_absmax"]]] = [100.0, 58.0, 199.0]
+            if run.full(s):
+                r[0, M["input_integers"]] = integers
+            if s == 0:
+                r[run.i("<loss>"), M["value"]] = 20.0
+
+        feed(eng, run, range(30), plant)
+        rc = eng.root_cause
+        assert rc["layer"] == ("<loss>" if integers == 1.0 else "<input>"), rc
+        assert ("holds only integers" in rc["message"]) == (integers == 0.5)
+
+
+def test_the_writer_records_integer_inputs_and_the_targets_variance(tmp_path):
+    """The columns the two rules read, from a real DebugWriter: the batch's
+    integers (1 by dtype, 0.5 as floats, 0 otherwise) and MSELoss's target
+    variance (NaN for other criteria)."""
+    import torch
+    from torch import nn
+
+    from scenarios.harness import Spec, train
+
+    def build(crit):
+        def f():
+            model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 1))
+            return model, torch.optim.SGD(model.parameters(), lr=0.01), crit, None
+        return f
+
+    def ids(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randint(0, 10, (16, 2), generator=g), 3.0 * torch.randn(16, 1, generator=g)
+
+    got = train(Spec("ids", build(nn.MSELoss()), ids, steps=3), str(tmp_path / "a"))
+    _, ints = got.series("<input>", "input_integers")
+    _, tv = got.series("<loss>", "target_var")
+    assert (ints == 1.0).all() and np.allclose(tv, [ids(s)[1].var(dim=0).mean().item() for s in range(3)], rtol=1e-5)
+    got = train(Spec("l1", build(nn.L1Loss()), ids, steps=2),
+                str(tmp_path / "b"))
+    assert np.isnan(got.series("<loss>", "target_var")[1]).all()
+
+    def mlp():
+        model = nn.Sequential(nn.Linear(2, 1))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01), nn.MSELoss(), None
+
+    for cast, want in ((lambda x: x.float(), 0.5), (lambda x: x.float() + 0.5, 0.0)):
+        got = train(Spec("f", mlp, lambda s: (cast(ids(s)[0]), ids(s)[1]), steps=2), str(tmp_path / f"c{want}"))
+        assert (got.series("<input>", "input_integers")[1] == want).all()
+
+
+def test_a_layer_whose_updates_are_negligible_is_frozen():
+    """One param group at lr=1e-9 beside the others: its layer moves by ~1e-9
+    of its weights; frozen_weights there, with its group's rate."""
+    run = Run()
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        _facts(run, r, group={"fc2": 1}, lr={"fc2": 1e-9})
+        if run.full(s):
+            r[run.i("fc2"), M["update_ratio"]] = 1e-9
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("frozen_weights", "fc2", 0)
+    (ev,) = failures(eng)
+    assert ev.extra["cause"] == "update_negligible" and "learning rate 1.00e-09, param group 1" in ev.message

@@ -102,10 +102,11 @@ def test_status_without_diagnosis_comes_from_warning_and_error_events():
     # A stored diagnosis wins over the events (it is what the engine decided).
     healthy = {"status": "healthy", "root_cause": None}
     assert run_report("a", healthy, _events())["status"] == "healthy"
-    # ...but a root cause always means failing.
-    stale = {"status": "healthy", "root_cause": {"kind": "nonfinite", "layer": "fc1", "step": 3,
-                                                 "message": "m"}}
-    assert run_report("a", stale, [])["status"] == "failing"
+    # ... with a root cause too: a run whose findings are all warnings that
+    # were resolved is healthy with warnings (DESIGN.md, Severity and status)
+    warned = {"status": "healthy", "root_cause": {"kind": "initial_loss", "layer": "<loss>", "step": 0,
+                                                  "message": "m"}}
+    assert run_report("a", warned, [])["status"] == "healthy"
 
 
 def test_bad_records_are_skipped_with_warnings():
@@ -247,3 +248,11 @@ def test_compact_entry_with_many_layers_fits():
     text = format_report(run_report("r", None, events), width=60)
     assert max(_width(l) for l in _lines(text)) <= 60
     assert "more" in text and "encoder.layers.0.self_attn.out_proj" in text
+
+
+def test_a_healthy_run_with_a_resolved_warning_says_so():
+    """DESIGN.md, Severity and status: a root cause beside a healthy status
+    is a run whose warnings were resolved; the text report says both."""
+    root = {"kind": "initial_loss", "layer": "<loss>", "step": 0, "message": "Try: a smaller init."}
+    text = format_report({"runs": [run_report("r", {"status": "healthy", "root_cause": root}, [])]})
+    assert "healthy, with warnings" in text and "Root cause: <loss>: initial_loss at step 0" in text

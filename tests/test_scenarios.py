@@ -74,8 +74,11 @@ def test_planted_failure_gives_the_root_cause(name, scenario_run):
             assert "n/a" not in e.message, e
     # the root cause is one of the events (the UI tags it in the timeline)
     assert (rc["kind"], rc["layer"], rc["step"]) in {(e.kind, e.layer, e.step) for e in engine.events}, rc
-    # a planted failure always makes the run failing, whatever its severity
-    assert engine.status == "failing"
+    # a planted failure makes the run failing, whatever its severity, unless
+    # all it left is a warning that was resolved: a loss that started far from
+    # ln K and then fell (DESIGN.md, Severity and status)
+    resolved = rc["kind"] == "initial_loss" and not any(e.severity == "error" for e in engine.events)
+    assert engine.status == "failing" or resolved, engine.status
 
 
 @pytest.mark.parametrize("name", TRUTHS)

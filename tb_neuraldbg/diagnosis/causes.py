@@ -17,7 +17,7 @@ from .events import Event
 from .explain import KIND_MEANING, fmt, fmt_change, with_clipping
 from .thresholds import Thresholds
 
-__all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution"]
+__all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution", "extreme_before_updates"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,14 @@ class RunFacts:
     loss_improved: int | None = None  # the first step with a loss clearly below the first one
     loss_doubled: int | None = None  # the first step with a loss above (1 + plateau_max_rise) x the first
     clips: bool | None = None  # the run clips its gradients (None: no fact says)
+    #: rows whose gradients (against their weights) or activations were
+    #: extreme at the first step, before any update
+    extreme_first: tuple = ()
+    first_step: int = 0  # of the run
+    #: the first batch holds only integers as floats (0.5) or by its dtype
+    #: (1, and then input_rms0 is NaN), with its max |x|; NaN: unknown
+    input_integers: float = math.nan
+    input_absmax0: float = math.nan
 
 
 # failures a learning rate too high produces in the layers
@@ -91,7 +99,7 @@ def _optimizer_cause(picked, failures, ctx: RunFacts, t: Thresholds):
             rise = _lr_rise(ctx, picked.onset, t)
             if rise is not None:
                 jumps = [rise]
-    high = [] if picked.born or ev.kind not in LR_KINDS else [
+    high = [] if picked.born or ev.kind not in LR_KINDS or extreme_before_updates(ctx, t) else [
         h for h in ctx.high_update_steps if 0 <= picked.onset - h[0] <= t.lr_window]
     if not (changes or jumps or high):
         return None
@@ -162,7 +170,7 @@ def _born_diverging(picked, failures, ctx: RunFacts, t: Thresholds):
     ev = picked.event
     if ev.kind not in _DIVERGENCE | {"loss_spike"} or picked.born or ctx.first_loss is None:
         return None
-    if ev.layer == PSEUDO_OPTIMIZER or ctx.loss_doubled is None:
+    if ev.layer == PSEUDO_OPTIMIZER or ctx.loss_doubled is None or extreme_before_updates(ctx, t):
         return None
     first, doubled, improved = int(ctx.first_loss[0]), ctx.loss_doubled, ctx.loss_improved
     if not (first < picked.onset <= first + t.loss_window and doubled <= picked.onset):
@@ -189,6 +197,9 @@ def _burst(picked, failures, ctx: RunFacts, t: Thresholds):
     if ev.kind not in LR_KINDS or not ctx.bursts:
         return None
     before = [b for b in ctx.bursts if 0 < picked.onset - b[0] <= t.lr_window]
+    if ev.kind in ("dead_activation", "activation_collapse"):
+        # (a burst of the layer a dead or constant one feeds is its consequence: chain.py)
+        before = [b for b in before if b[1] != picked.index + 1]
     if not before:
         return None
     step = min(b[0] for b in before)
@@ -215,6 +226,8 @@ def _lr_collapse(picked, failures, ctx: RunFacts, t: Thresholds):
     ev = picked.event
     if ev.kind not in ("loss_plateau", "frozen_weights") or ctx.lr_collapse is None:
         return None
+    if ev.layer == PSEUDO_OPTIMIZER:
+        return None  # (updates that collapsed: the event already gives the rate's history)
     step, peak, lr = ctx.lr_collapse
     if not step <= picked.onset + t.lr_window:
         return None
@@ -235,6 +248,8 @@ def _nothing_moves(picked, failures, ctx: RunFacts, t: Thresholds):
     ev = picked.event
     if ev.kind != "frozen_weights" or not ctx.param_rows:
         return None
+    if ev.layer == PSEUDO_OPTIMIZER:
+        return None  # (the optimizer's own finding: updates negligible or collapsed)
     frozen = [f for f in failures if f.event.kind == "frozen_weights"]
     cut = {f.index for f in failures if f.event.kind == "no_gradient"}
     rows = set(ctx.param_rows) - cut
@@ -279,6 +294,14 @@ def _zero_gradient_cut(picked, failures, ctx: RunFacts, t: Thresholds):
            "checking what was done to this layer, and what runs just before it, at that step.")
     return attribution(ev, layer, "vanishing_gradient", "vanishing", ev.step, 0.0, msg,
                         {"cause": "zero_gradient_below", "symptom_layer": ev.layer})
+
+
+def extreme_before_updates(ctx: RunFacts, t: Thresholds) -> bool:
+    """Gradients or activations were extreme at the first step, before any
+    update, and most layers moved more than ``update_ratio_high`` within the
+    ``lr_window`` steps after it: the updates are large because of what the
+    layers (or the inputs) gave them, not because of the rate."""
+    return bool(ctx.extreme_first) and any(h[0] <= ctx.first_step + t.lr_window for h in ctx.high_update_steps)
 
 
 def _group_label(group, members) -> str:

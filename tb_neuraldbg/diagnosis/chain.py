@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .events import Event
 
-__all__ = ["Failure", "ACTIVATION_KINDS", "pick", "explained_by_frozen"]
+__all__ = ["Failure", "ACTIVATION_KINDS", "pick", "explained_by_frozen", "explained_by_blockers"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,27 @@ def explained_by_frozen(group, failures) -> list:
     frozen_in = [f for f in failures if f.event.kind == "frozen_weights" and f.index in frozen
                  and any(g.index == f.index for g in group if g not in kept)]
     return kept + [f for f in frozen_in if f not in kept]
+
+
+#: failures that a dead or constant input produces in the layer it feeds (a
+#: normalisation layer dividing by a zero spread, a bias gradient that is all
+#: the layer has left), whatever their severity
+_FED_KINDS = ("exploding_gradient", "activation_explosion")
+#: the blockers whose output is (nearly) the same for every sample
+_ZERO_KINDS = ("dead_activation", "activation_collapse")
+
+
+def explained_by_blockers(group) -> list:
+    """``group`` without the failures of a layer fed by a dead or constant
+    layer of the same group (the row before it in forward order, or the end
+    of a chain of such rows): that layer is the first link, even when what it
+    does to the next one is error-level and its own finding a warning
+    (severity says how urgent, never what came first: DESIGN.md)."""
+    zero = {f.index for f in group if f.event.kind in _ZERO_KINDS}
+    if not zero:
+        return group
+    return [f for f in group if not (f.event.kind in _FED_KINDS and f.aspect != "accum"
+                                     and f.index not in zero and f.index - 1 in zero)]
 
 
 def pick(group) -> Failure:

@@ -124,13 +124,24 @@ class Engine:
 
     @property
     def status(self) -> str:
-        """"failing" iff a root cause was found, i.e. a warning or error fired.
-
-        A healthy run is silent, so any warning-level failure (vanishing
-        gradients, dead units...) already makes the run failing; severity only
-        says how urgent it is (on_error="raise" and the log line act on errors).
-        """
-        return "healthy" if self.root_cause is None else "failing"
+        """"failing" when an error-level failure was found, or a warning-level
+        one still stands (the layer has not recovered; a loss that started far
+        from ln K has not fallen since); "healthy" otherwise, with warnings
+        when a root cause is named all the same (DESIGN.md, *Severity and
+        status*: a default initialisation whose loss starts above ln K and
+        then trains is a warning, not a failure)."""
+        if self.root_cause is None:
+            return "healthy"
+        improved = self._clf.loss.improved_step is not None
+        for f in self._failures:
+            if f.event.severity == "error":
+                return "failing"
+            if f.event.kind == "initial_loss":
+                if not improved:
+                    return "failing"
+            elif self._hyst[f.aspect].confirmed[f.index] != HEALTHY:
+                return "failing"
+        return "healthy"
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:

@@ -23,6 +23,9 @@
      layers alone: the first in forward order;
    - no gradient / frozen: the highest (closest to the loss) cut-off layer,
      where the cut is;
+   - a layer fed by a dead or constant layer (the row before it): its
+     exploding gradient or activations are that layer's consequence, however
+     severe, and the dead or constant layer is the root (chain.py);
    - then the loss's own failures (initial loss, spike, plateau). An
      initial loss far from ln K that then fell does not compete with a
      failure that comes after the fall (it did not prevent learning).
@@ -44,17 +47,20 @@
    - a single-step gradient burst that the loss paid for: its layer;
    - gradients exactly 0 below a layer whose own are not: that layer;
    - ``<input>`` when a layer next to the input is failing from the first
-     step, or the loss is far from its initial value at step 0, and the first
-     batch is far from unit scale (unnormalised inputs).
+     step, or the loss is far from its initial value at step 0, or the
+     layers' gradients were extreme before the first (too large) update, and
+     the first batch is far from unit scale (unnormalised inputs); extreme
+     gradients or activations at the first step also keep the large updates
+     that follow from being blamed on the rate.
 """
 
 from __future__ import annotations
 
 from ..format.metadata import PSEUDO_INPUT
-from .causes import RULES, RunFacts, attribution
-from .chain import ACTIVATION_KINDS, Failure, explained_by_frozen, pick
+from .causes import LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates
+from .chain import ACTIVATION_KINDS, Failure, explained_by_blockers, explained_by_frozen, pick
 from .events import Event
-from .explain import advice_first, fmt
+from .explain import advice_first, fmt, input_scale_message, integer_input_note
 from .thresholds import Thresholds
 
 __all__ = ["Failure", "RunFacts", "find_root_cause"]
@@ -94,6 +100,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
         failures = [f for f in failures if f.event.kind != "initial_loss"]
     first = min(f.onset for f in failures)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)
+    group = explained_by_blockers(group)
     first_link = pick(group)
     ev = first_link.event
     message = ev.message
@@ -116,6 +123,11 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     unnorm_symptom = (first_link.born and ev.kind in _INPUT_KINDS and not ev.layer.startswith("<")
                       and _near_input(first_link.index, ctx)) or \
         (ev.kind == "initial_loss" and ev.step == 0 and ctx.input_rms0 > t.input_unnormalised)
+    # ... or updates too large from the first step on gradients already
+    # extreme before them (a rate that would be fine on normalised inputs)
+    large_first = (ev.kind in LR_KINDS and extreme_before_updates(ctx, t)
+                   and ctx.input_rms0 > t.input_unnormalised)
+    unnorm_symptom = unnorm_symptom or large_first
     if ev.layer.startswith("<") and not unnorm_symptom:
         return root, None
     if unnorm_symptom:
@@ -124,6 +136,9 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
             msg = (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch) and "
                    f"{ev.layer}: {ev.kind.replace('_', ' ')} from the first step. Try: normalising "
                    "the inputs to mean 0 and std 1.")
+            if large_first:
+                msg = input_scale_message(rms0, ev)
+            msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
     return root, None

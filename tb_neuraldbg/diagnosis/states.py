@@ -89,7 +89,10 @@ class Classifier:
             # the optimizer first: whether the step was skipped and at which
             # rate tells the others what to expect
             rate = self.optimizer.observe(step, row)
-            out = self.gradient.classify(step, row, confirmed["grad"], rate.scaler_active)
+            # (the activations as of their last measurement: a dead layer
+            # explains the zero gradients before it)
+            out = self.gradient.classify(step, row, confirmed["grad"], rate.scaler_active,
+                                         self.activation.blocked_rows)
             # (the loss as of the previous step: this step's is judged below)
             out.update(self.activation.classify(row, confirmed["act"], self.gradient.has_param,
                                                 self.loss.below_first()))
@@ -138,4 +141,6 @@ class Classifier:
                         hyper_changes=tuple(opt.hyper_changes), lr_collapse=opt.lr_collapse,
                         bursts=tuple(self.gradient.bursts), names=tuple(self.kinds.names),
                         first_loss=self.loss.first_loss, loss_improved=self.loss.improved_step,
-                        loss_doubled=self.loss.doubled_step)
+                        loss_doubled=self.loss.doubled_step, extreme_first=self.weight.extreme_first or (),
+                        first_step=self.loss.first_step or 0, input_integers=self.input.integers,
+                        input_absmax0=self.input.absmax0)

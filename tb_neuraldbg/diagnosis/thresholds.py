@@ -109,6 +109,21 @@ class Thresholds:
     #: has a gradient, for this many measured steps; with no optimizer
     #: watched, only while other layers move (a micro-batch moves nothing).
     frozen_steps: int = 5
+    #: the optimizer stops moving the model (``frozen`` on <optimizer>, for
+    #: ``frozen_steps`` measured steps) while gradients flow: the model's
+    #: median update ratio ||dw||/||w|| (healthy ~1e-3) below
+    #: ``update_negligible`` (under float32's resolution: lr=1e-9), or fallen
+    #: to ``update_collapse`` x its peak in the run, its ratio to the gradient
+    #: norm (the effective rate) too (a per-epoch schedule stepped per batch;
+    #: the tenfold drops of a step schedule, and gradients that shrink as the
+    #: loss converges, stay far above it).
+    update_negligible: float = 1e-7
+    update_collapse: float = 1e-3
+    #: ... counted only when every group's rate is at most this (updates of
+    #: exactly 0 too: rounded away); at a larger rate, tiny updates are the
+    #: gradients' doing (their own rules), and none at all the optimizer
+    #: doing nothing (gradients cleared before ``step()``).
+    lr_negligible: float = 1e-6
 
     # --- <input> ---------------------------------------------------------------
     #: a batch whose std or max|x| differs from the running median of recent
@@ -167,6 +182,12 @@ class Thresholds:
     #: layer reach ~0.5) above which, in most layers at once, the learning rate
     #: is blamed for a failure that starts within ``lr_window`` steps after.
     update_ratio_high: float = 1.0
+    #: ... unless the first step, before any update, already had gradients
+    #: above this multiple of their weights' norm (||g||/||w||; ~0.01..1 at a
+    #: standard initialisation) or activations above ``act_explode_floor``:
+    #: then the updates are large because of them (the layer, or <input> for
+    #: unnormalised inputs), not because of the rate.
+    grad_weight_extreme: float = 100.0
 
     # --- root cause --------------------------------------------------------------
     #: failures whose possible onset is within this many steps of the earliest

@@ -150,7 +150,9 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping],
     ``diagnosis`` is ``{"status", "root_cause"}`` (as stored under
     ``neuraldbg/diagnosis`` or computed by the engine) or None. Without a
     usable diagnosis the status is "failing" iff a warning or error event
-    exists and the root cause is null. A root cause always means "failing". ``events`` are event dicts that may carry extra keys;
+    exists and the root cause is null. A stored status is kept as the engine
+    decided it: a root cause with a "healthy" status is a run with warnings
+    only (DESIGN.md, *Severity and status*). ``events`` are event dicts that may carry extra keys;
     the result keeps the contract keys only, sorted by onset step (a stable
     sort: events of one step keep the order they were given in). Non-finite
     values become null. Events or a diagnosis that do not fit the contract are
@@ -181,8 +183,6 @@ def run_report(run: str, diagnosis: Mapping | None, events: Iterable[Mapping],
     if status is None:
         failing = any(e["severity"] in ("warning", "error") for e in clean_events)
         status = "failing" if failing else "healthy"
-    if root_cause is not None:
-        status = "failing"
     return {"run": run, "status": status, "root_cause": root_cause, "events": clean_events}
 
 

@@ -181,6 +181,13 @@ METRIC_TABLE = (
     MetricInfo("gout_norm", "log", "Output gradient norm",
                "L2 norm of the gradient w.r.t. the output (bwd_gain's denominator): the gradient a module "
                "receives, with or without parameters"),
+    # What the diagnosis compares the loss with, and what is not a feature.
+    MetricInfo("target_var", "log", "Target variance",
+               "<loss>: variance of the criterion's targets (MSELoss), the loss of predicting their mean "
+               "(a regression's trivial predictor)"),
+    MetricInfo("input_integers", "linear", "Integer inputs",
+               "<input>: 1 when the batch's dtype is an integer type (token ids, indices), 0.5 when a "
+               "floating-point batch holds only integers, 0 otherwise"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

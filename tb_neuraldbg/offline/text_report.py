@@ -211,6 +211,8 @@ def _format_header(run: Mapping, width: int, logdir: str | None = None) -> list[
     run could not be read), then the root cause."""
     status = str(run.get("status", ""))
     badge = "FAILING" if status == "failing" else "healthy"
+    if status != "failing" and run.get("root_cause"):
+        badge = "healthy, with warnings"  # (its warnings were all resolved: DESIGN.md, Severity and status)
     if run.get("incomplete"):
         badge = "FAILING, incomplete" if status == "failing" else "incomplete"
     room = width - len(badge) - 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -662,6 +663,177 @@ def adam_lr_one():
                 tolerance=5)
 
 
+# --- principles before rules (DESIGN.md): one general quantity each ------------------
+
+
+class _ZeroGatedAdapter(nn.Module):
+    """An adapter branch gated by a buffer of zeros meant to be a learnable gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.adapter, self.head = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+        self.register_buffer("gate", torch.zeros(32))  # the bug: a buffer, not a Parameter
+
+    def forward(self, x):
+        h = torch.relu(self.enc(x))
+        return self.head(h + self.gate * self.adapter(h))
+
+
+def zero_gradient_adapter():
+    """A parameter in the optimizer whose gradient is exactly 0 at every step
+    (multiplied by a gate of zeros): it passes no gradient, as a None one."""
+    def build():
+        model = _ZeroGatedAdapter()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    def fixed_build():
+        model, opt, crit, sched = build()
+        model.gate.fill_(1.0)
+        return model, opt, crit, sched
+
+    def truth(result, fixed):
+        _, g = result.series("adapter", "grad_norm")
+        _, gf = fixed.series("adapter", "grad_norm")
+        assert (g == 0).all() and (gf > 0).all()
+
+    return Case(Spec("zero_gradient_adapter", build, _teacher(), steps=50), ("no_gradient",), "adapter", 0,
+                fixed=Spec("zero_gradient_adapter_fixed", fixed_build, _teacher(), steps=50), truth=truth)
+
+
+def _regression(scale, seed=1):
+    """Features N(0, scale^2), targets a linear function of the N(0, 1) ones."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(seed))
+
+    def batch_fn(step):
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        return x * scale, x @ w
+
+    return batch_fn
+
+
+def _regression_mlp():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def unnormalised_regression_features():
+    """Raw features ~1e3 into an MLP with SGD at an ordinary 1e-3: the first
+    layers' gradients are 1e3x their weights before any update, so the first
+    update is far larger than the weights and the run diverges. The inputs
+    are the cause, not the rate (the same rate trains normalised features)."""
+    def build():
+        model = _regression_mlp()
+        return model, torch.optim.SGD(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    def truth(result, fixed):
+        _, g = result.series("0", "grad_norm")
+        _, w = result.series("0", "weight_norm")
+        _, gf = fixed.series("0", "grad_norm")
+        _, wf = fixed.series("0", "weight_norm")
+        assert g[0] > 100 * w[0] and gf[0] < 10 * wf[0]  # extreme before any update, only unnormalised
+        assert not np.isfinite(result.losses[-1]) and fixed.losses[-1] < 0.5 * fixed.losses[0]
+
+    return Case(Spec("unnormalised_regression_features", build, _regression(1000.0), steps=40),
+                ("nonfinite", "exploding_gradient", "activation_explosion"), "<input>", 0, tolerance=5,
+                fixed=Spec("unnormalised_regression_features_fixed", build, _regression(1.0), steps=40),
+                truth=truth)
+
+
+def scheduler_stepped_per_batch():
+    """StepLR(step_size=10, gamma=0.1) meant per epoch, stepped every batch:
+    the rate, hence the updates, fall tenfold every 10 steps while the
+    gradients still flow; the optimizer stops moving the model."""
+    def build(per_batch=True):
+        model = _mlp(nn.ReLU, depth=3)
+        opt = _sgd(model, 0.05)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10 if per_batch else 1000, gamma=0.1)
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    def truth(result, fixed):
+        _, u = result.series("0", "update_ratio")
+        _, g = result.series("0", "grad_norm")
+        u = u[np.isfinite(u)]
+        assert u[-1] < 1e-6 * u.max() and g[-1] > 0.01 * g[0]  # updates collapsed, gradients flow
+        assert min(fixed.losses[-10:]) < 0.7 * min(result.losses[-10:])
+
+    # (a loss that never fell is the first symptom of a short run: the
+    # schedule's collapse is named on it, as a plateau, or on the updates)
+    return Case(Spec("scheduler_stepped_per_batch", build, _teacher(), steps=150), ("frozen_weights", "loss_plateau"),
+                "<optimizer>", 30, tolerance=10,
+                fixed=Spec("scheduler_stepped_per_batch_fixed", lambda: build(False), _teacher(), steps=150),
+                truth=truth)
+
+
+def learning_rate_1e9():
+    """Adam at lr=1e-9 (a typo for 1e-3): the updates round away."""
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-9), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("learning_rate_1e9", build, _teacher(), steps=100), ("frozen_weights",), "<optimizer>", 0)
+
+
+def regression_stuck_at_the_mean():
+    """MSE on targets unrelated to the inputs but with a mean of 5: the
+    model learns the mean (the loss falls from ~30), then stays at the
+    targets' variance, the loss of predicting that mean."""
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        return torch.randn(32, 16, generator=gs), 5.0 + 2.0 * torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = _mlp(nn.ReLU, depth=3, k=1)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.MSELoss(), None
+
+    def measure_onset(result):
+        # the loss stopped falling: its first 50-step median within 10% of the targets' variance (4)
+        losses = np.asarray(result.losses)
+        med = [np.median(losses[i:i + 50]) for i in range(0, len(losses) - 50, 10)]
+        return next(10 * i for i, m in enumerate(med) if m < 1.1 * 4.0)
+
+    return Case(Spec("regression_stuck_at_the_mean", build, batch_fn, steps=450), ("loss_plateau",), "<loss>", None,
+                tolerance=60, measure_onset=measure_onset)
+
+
+class _TokenHead(nn.Module):
+    """Token ids -> embedding -> mean -> a head initialised 50x too large."""
+
+    def __init__(self, vocab=200, d=32, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+        with torch.no_grad():
+            self.head.weight.mul_(50.0)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
+def token_ids_with_a_bad_head():
+    """Token ids (RMS ~115) are not features: the logits scaled 50x are the
+    bad initial loss, not unnormalised inputs."""
+    def batch_fn(step):
+        x = torch.randint(0, 200, (32, 8), generator=torch.Generator().manual_seed(7000 + step))
+        return x, x[:, 0] % 4
+
+    def build():
+        model = _TokenHead()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.CrossEntropyLoss(), None
+
+    return Case(Spec("token_ids_with_a_bad_head", build, batch_fn, steps=20, num_classes=4),
+                ("initial_loss",), "<loss>", 0)
+
+
+def head_group_rate_1e9():
+    """The head's param group at lr=1e-9 (a typo for 1e-3) beside the body's
+    1e-3: the head gets gradients but moves by ~1e-9 of its weights."""
+    def build():
+        model = _mlp(nn.ReLU, depth=3)
+        body = list(model[0].parameters()) + list(model[2].parameters())
+        opt = torch.optim.Adam([{"params": body, "lr": 1e-3}, {"params": model[4].parameters(), "lr": 1e-9}])
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Case(Spec("head_group_rate_1e9", build, _teacher(), steps=40), ("frozen_weights",), "4", 0)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -673,4 +845,6 @@ def all_cases():
         random_regression_targets(), conv_dead_bias(), attention_all_masked(),
         unnormalised_x1000_relu(), lr_growing_schedule(), conv_bias_killed(), middle_layer_not_in_optimizer(),
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
+        zero_gradient_adapter(), unnormalised_regression_features(), scheduler_stepped_per_batch(),
+        learning_rate_1e9(), regression_stuck_at_the_mean(), token_ids_with_a_bad_head(), head_group_rate_1e9(),
     ]

@@ -600,6 +600,129 @@ def large_target_regression(steps=300):
     return Spec("large_target_regression", build, batch_fn, steps=steps)
 
 
+class _ReZeroMLP(nn.Module):
+    """Residual branches scaled by a learnable scalar initialised to 0
+    (ReZero): the branches' gradients are exactly 0 until the scalar moves."""
+
+    def __init__(self, d=64, blocks=2):
+        super().__init__()
+        self.inp = nn.Linear(20, d)
+        self.branches = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.ReLU()) for _ in range(blocks))
+        self.alpha = nn.Parameter(torch.zeros(blocks))
+        self.out = nn.Linear(d, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        for i, b in enumerate(self.branches):
+            h = h + self.alpha[i] * b(h)
+        return self.out(h)
+
+
+def rezero_branches(steps=250):
+    """Fools the always-zero gradient rule: branches whose gradient is 0 at
+    the first step only (their gate starts at 0 and moves)."""
+    def build():
+        model = _ReZeroMLP()
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+    return Spec("rezero_branches", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
+def raw_features_adam(steps=300):
+    """Fools the extreme-before-updates rule: features ~1e3 give the first
+    layer gradients 1e3x its weights at the first step, but Adam's update does
+    not scale with the gradient, and the regression trains."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(1))
+
+    def batch_fn(step):
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(step))
+        return 1000.0 * x, x @ w
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss(), None
+
+    return Spec("raw_features_adam", build, batch_fn, steps=steps)
+
+
+def step_schedule_sgd(steps=300):
+    """Fools the update-collapse rule: MultiStepLR's two tenfold drops with
+    SGD (the updates fall a hundredfold, and more as the gradients shrink)."""
+    def build():
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[100, 200], gamma=0.1)
+        return model, opt, nn.CrossEntropyLoss(), sched
+
+    return Spec("step_schedule_sgd", build, _teacher_data(20, 5, 32), steps=steps, num_classes=5)
+
+
+def large_mean_regression(steps=450):
+    """Fools the trivial-predictor rule: targets with a mean of 50 and a
+    signal; the loss falls through the targets' variance on its way down."""
+    w = torch.randn(8, 1, generator=torch.Generator().manual_seed(5))
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(step)
+        x = torch.randn(32, 8, generator=gs)
+        return x, 50.0 + x @ w + 0.1 * torch.randn(32, 1, generator=gs)
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.MSELoss(), None
+
+    return Spec("large_mean_regression", build, batch_fn, steps=steps)
+
+
+class _FloatIds(nn.Module):
+    """Token ids passed as floats, cast back inside: integers up to 299;
+    the label is read from the first one."""
+
+    def __init__(self, vocab=300, d=32, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+
+    def forward(self, x):
+        return self.head(self.emb(x.long())[:, 0])
+
+
+def float_token_ids(steps=250):
+    """Fools the integer-input rule: ids as a float tensor (RMS ~170)."""
+    def batch_fn(step):
+        x = torch.randint(0, 300, (32, 8), generator=torch.Generator().manual_seed(7000 + step))
+        return x.float(), x[:, 0] % 4
+
+    def build():
+        model = _FloatIds()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), None
+
+    return Spec("float_token_ids", build, batch_fn, steps=steps, num_classes=4)
+
+
+class _BigEmbedding(nn.Module):
+    def __init__(self, vocab=20000, d=64, k=4):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, d), nn.Linear(d, k)
+
+    def forward(self, x):
+        return self.head(self.emb(x)[:, 0])
+
+
+def big_embedding_sgd(steps=250):
+    """Fools the negligible-update rule: a 20,000-row table of which a batch
+    touches ~250 rows, with plain SGD: a small update ratio, but an update."""
+    def batch_fn(step):
+        x = torch.randint(0, 20000, (32, 8), generator=torch.Generator().manual_seed(9000 + step))
+        x[:, 0] = x[:, 0] % 300
+        return x, x[:, 0] % 4
+
+    def build():
+        model = _BigEmbedding()
+        return model, torch.optim.SGD(model.parameters(), lr=0.5), nn.CrossEntropyLoss(), None
+
+    return Spec("big_embedding_sgd", build, batch_fn, steps=steps, num_classes=4)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -612,5 +735,7 @@ def all_specs():
         frozen_first_layer(), heavy_tail_regression(), leaky_elu_cnn(), lstm_lm(),
         vgg_no_bn(), groupnorm_prelu_cnn(), huber_regression(), label_smoothing_100_classes(),
         nesterov_cosine_clipped(), batch_of_two(), linear_to_zero_loss(), kldiv_distillation(),
-        multilabel_bce_dropout(), large_target_regression(),
+        multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
+        raw_features_adam(), step_schedule_sgd(), large_mean_regression(), float_token_ids(),
+        big_embedding_sgd(),
     ]

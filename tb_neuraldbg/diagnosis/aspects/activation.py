@@ -185,6 +185,17 @@ class Activation(Aspect):
         self.std_track.feed(ok & (std > 0), std)
         return raw
 
+    def blocked_rows(self):
+        """bool [L]: the rows before a module whose output was 0 for every
+        unit at its last measurement (dead through and through): nothing
+        flows back past it, so their gradients are 0 by the chain rule."""
+        dead = np.where(np.isnan(self.dead_eff), self.dead_last, self.dead_eff)
+        with np.errstate(invalid="ignore"):
+            zero = self.kinds.is_mod & ((dead >= 1.0) | self.all_zero)
+        out = np.zeros(self.kinds.n, dtype=bool)
+        out[:-1] = np.logical_or.accumulate(zero[::-1])[::-1][1:]
+        return out
+
     def first_nonfinite(self, row) -> int | None:
         """The first module (or <loss>) in forward order whose output is
         non-finite at this step; None without one."""

@@ -43,6 +43,12 @@ class Gradient(Aspect):
         # cause decides whether one did damage (a loss failure after it)
         self.bursts = []
         self.step = 0
+        # gradients exactly 0 at every step so far: the first such step, and
+        # how many measured steps in a row (a parameter the optimizer holds
+        # whose gradient is always 0 passes no gradient, as a None one)
+        self.ever_nonzero = np.zeros(0, bool)
+        self.zero_from = np.zeros(0, np.int64)
+        self.zero_count = np.zeros(0, np.int64)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -55,10 +61,17 @@ class Gradient(Aspect):
         self.received = np.zeros(n, bool)
         self.seen_gout = np.zeros(n, bool)
         self.measured = False
+        self.ever_nonzero = grow(self.ever_nonzero, n, False)
+        self.zero_from = grow(self.zero_from, n, -1)
+        self.zero_count = grow(self.zero_count, n, 0)
 
-    def classify(self, step: int, row, conf, scaler_active: bool) -> dict:
-        """{"grad": (raw, None)}; ``conf``: the confirmed gradient states;
-        ``scaler_active``: a GradScaler is in use at this step."""
+    def classify(self, step: int, row, conf, scaler_active: bool, blocked=None) -> dict:
+        """{"grad": (raw, onset | None)}; ``conf``: the confirmed gradient
+        states; ``scaler_active``: a GradScaler is in use at this step;
+        ``blocked``: a callable giving bool [L], the rows before a layer
+        whose output was 0 for every unit at its last measurement (their
+        gradients are 0 by the chain rule: the dead layer is the finding,
+        not them), called only when needed."""
         t, k, n = self.t, self.kinds, self.kinds.n
         self.step = step
         g = row[:, _M["grad_norm"]]
@@ -143,6 +156,7 @@ class Gradient(Aspect):
             self.bursts.append((self.step, int(i), float(g[i]), float(self.track.max[i])))
         raw[exploding & fin] = STATE["exploding"]
         raw[no_grad] = STATE["no_gradient"]
+        onset = self._always_zero(step, row, g, fin, raw, blocked)
         if scaler_active:
             # with a GradScaler, inf/NaN gradients are how the scaler finds its
             # scale: a skipped step, judged by the scaler aspect, not here
@@ -159,7 +173,31 @@ class Gradient(Aspect):
                     raw[li] = HEALTHY
         # (a burst does not raise the reference it is judged against)
         self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
-        return {"grad": (raw, None)}
+        return {"grad": (raw, onset)}
+
+    def _always_zero(self, step, row, g, fin, raw, blocked):
+        """Rows whose gradient has been exactly 0 at every step so far, on
+        parameters that the optimizer holds (``opt_group`` not -1) and that
+        all got a ``.grad``: ``no_gradient`` from the first of those steps,
+        confirmed after as many steps as a vanishing gradient from the first
+        step (``persist_vanishing_born``: a zero-initialised layer after it,
+        ReZero or adaLN-Zero, lets gradients through within its first
+        updates); until then they are judged as any gradient. In place on
+        ``raw``; returns the onsets (-1: none), or None."""
+        self.ever_nonzero |= fin & (g != 0)
+        zero = fin & (g == 0) & ~self.ever_nonzero
+        if not zero.any():  # (most steps of most runs: nothing else to do)
+            return None
+        zero &= (row[:, _M["grad_missing"]] == 0) & (row[:, _M["opt_group"]] != -1)
+        self.zero_from = np.where(zero & (self.zero_from < 0), step, self.zero_from)
+        self.zero_from[~zero] = -1
+        self.zero_count = np.where(zero, self.zero_count + 1, 0)
+        # (the state's own persistence adds persist_steps to this count)
+        judged = zero & (self.zero_count > max(0, self.t.persist_vanishing_born - self.t.persist_steps))
+        if blocked is not None and judged.any():
+            judged &= ~blocked()
+        raw[judged] = STATE["no_gradient"]
+        return np.where(judged, self.zero_from, -1)
 
     def _backward(self, row, param_bad) -> bool:
         """Where non-finite gradients are born in backward, from gout_nonfinite.
@@ -209,6 +247,8 @@ class Gradient(Aspect):
     def event_fields(self, name, kind, tr, row):
         if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
             return tr.value, tr.value_before, {"ran_without_grad": True}
+        if kind == "no_gradient" and tr.to_code != HEALTHY and self.zero_from[tr.index] >= 0:
+            return 0.0, tr.value_before, {"cause": "zero_gradient"}
         if kind != "nonfinite":
             return tr.value, tr.value_before, {}
         i = tr.index

@@ -19,7 +19,8 @@ class Input(Aspect):
     non-finite, constant, or far off in scale or mean.
 
     It also keeps the RMS of the first healthy batch (for the root cause:
-    unnormalised inputs).
+    unnormalised inputs), unless the batch is of an integer dtype (token ids,
+    indices: not features), and whether it holds only integers.
     """
 
     EVIDENCE = {"input": ("act_absmax", None)}
@@ -31,7 +32,11 @@ class Input(Aspect):
         self.log_std = Window(thresholds.input_window)
         self.log_max = Window(thresholds.input_window)
         self.mean = Window(thresholds.input_window)
-        self.rms0 = math.nan  # scale of the first batch
+        self.rms0 = math.nan  # scale of the first batch (NaN for integer ids: not features)
+        self.absmax0 = math.nan  # its max |x|
+        # the first batch holds integers: 1 by its dtype (ids, indices), 0.5
+        # as floats (pixel values, counts, or ids: said, still judged), NaN unknown
+        self.integers = math.nan
         self.reason = None  # of this step's anomaly: "nonfinite", "constant", "scale_up", "scale_down"
 
     def classify(self, row) -> dict:
@@ -69,8 +74,11 @@ class Input(Aspect):
         self.log_std.append(ls)
         self.log_max.append(lm)
         self.mean.append(mean)
-        if math.isnan(self.rms0):
-            self.rms0 = math.sqrt(mean * mean + std * std)
+        if math.isnan(self.rms0) and math.isnan(self.absmax0):
+            self.integers = float(r[_M["input_integers"]])
+            self.absmax0 = float(absmax)
+            if self.integers != 1.0:  # (token ids and indices have no scale to normalise)
+                self.rms0 = math.sqrt(mean * mean + std * std)
         return HEALTHY
 
     def event_fields(self, name, kind, tr, row):

@@ -40,6 +40,9 @@ class Loss(Aspect):
         self.doubled_step = None  # the first step with a loss above twice the first one
         self.init_done = False
         self.plateau = Plateau(thresholds)
+        # the variance of a regression's targets (MSELoss), measured on full
+        # steps: the loss of predicting their mean (the trivial predictor)
+        self.target_var = Window(thresholds.loss_window)
         # Recent steps whose batch was empty (the <input> row's batch size 0;
         # a mean over it is NaN): the message of a non-finite loss says so.
         self.empty_steps = deque(maxlen=64)
@@ -70,6 +73,10 @@ class Loss(Aspect):
     def _loss(self, step, r, lr, in_plateau, out):
         t, i = self.t, self.kinds.loss_index
         v = float(r[_M["value"]])
+        tv = float(r[_M["target_var"]])
+        if math.isfinite(tv) and tv > 0:
+            self.target_var.append(tv)
+            self.plateau.trivial = self.target_var.median()
         raw_loss = out["loss"][0]
         if r[_M["act_nonfinite"]] > 0 or math.isinf(v):
             raw_loss[i] = STATE["nonfinite"]
@@ -155,6 +162,8 @@ class Loss(Aspect):
             if failing:
                 extra["reason"] = self.plateau.reason
                 extra["num_classes"] = self.num_classes
+                if self.plateau.reason == "trivial":
+                    extra["trivial_loss"] = self.plateau.trivial
             before, value = self.plateau.level_before, self.plateau.level
         elif name == "init":
             k = self.num_classes
@@ -188,6 +197,7 @@ class Plateau:
         self.climb_onset = None  # the loss climbs: the first step at twice its best level
         self.climb_best = math.nan  # the best level (a block median) before the climb
         self.climb_level = math.nan  # the level now
+        self.trivial = math.nan  # the trivial predictor's loss, when known (a regression's target variance)
 
     def add(self, step: int, v: float, in_plateau: bool, first_step, num_classes) -> None:
         """Add a loss of a step with a learning rate > 0; decide again once a block is complete."""
@@ -253,7 +263,9 @@ class Plateau:
         failure only at a level that says so: the span starts with the run
         (the loss never fell; runs starting at step 0 only, since a resumed
         run may start converged), or, with K classes known, it sits at (or
-        above) chance level ln K. A loss that fell and then flattened below
+        above) chance level ln K, or, for a regression whose targets'
+        variance is known, at (or above) it: the loss of predicting their
+        mean. A loss that fell and then flattened below
         chance is a converged run, not a plateau. ``final``: the decision at
         the end of a run shorter than ``plateau_min_steps``.
         """
@@ -297,5 +309,7 @@ class Plateau:
         k = num_classes
         # K known: stuck at (or above) the chance level ln K
         chance = k is not None and k >= 2 and recent > (1.0 - drop) * math.log(k)
-        self.reason = "chance" if chance else "flat"
-        return STATE["loss_plateau"] if (flat or chance) else HEALTHY
+        # a regression stuck at the loss of predicting the targets' mean
+        trivial = self.trivial > 0 and recent > (1.0 - drop) * self.trivial
+        self.reason = "chance" if chance else ("trivial" if trivial else "flat")
+        return STATE["loss_plateau"] if (flat or chance or trivial) else HEALTHY

@@ -46,7 +46,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of
+from .pseudo_rows import add_step_scalars, classes_of, target_variance
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -115,6 +115,8 @@ class Instrument:
         self.backward.new_step()
         self.fwd.new_step(self.step, self.config.is_stats(self.step), self.config.is_hist(self.step))
         self._loss: torch.Tensor | None = None
+        # the variance of a regression criterion's targets (full steps), see _commit
+        self._target_var: torch.Tensor | None = None
         # The gradients as the step's backward left them (None until measured).
         self._grads: GradientReading | None = None
         # (params, rows, copies, norms) taken before an update; see _commit.
@@ -384,6 +386,8 @@ class Instrument:
         target = first_tensor(args[1]) if len(args) > 1 else None
         if target is not None:
             self.batches.attach_target(self.step, target)
+        if self.config.is_stats(self.step):
+            self._target_var = target_variance(module, args)
 
     # -- backward ---------------------------------------------------------
 
@@ -554,6 +558,8 @@ class Instrument:
             # compare the weights of this record with the next one.
             self._next_upd_snapshot = snapshot_weights(layout, self.norms) if layout.params else None
         add_step_scalars(col, self._loss, self.optimizer, self.scaler, loss_row, opt_row)
+        if self._target_var is not None:
+            col.add(self._target_var, loss_row, Key.TARGET_VAR)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
         if self.check.mode == "every_step":

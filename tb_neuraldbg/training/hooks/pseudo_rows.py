@@ -15,9 +15,11 @@ from ..step import stats
 from ..step.collector import Collector
 from ..step.slots import Key
 
-__all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars"]
+__all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
+           "target_variance"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
+_INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
 
 
 def batch_tensor(args, kwargs) -> torch.Tensor | None:
@@ -45,6 +47,15 @@ def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> N
     col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
     if full:
         col.add(stats.nonzero_count(xf), 0, Key.OUT_NZ)
+        # integers are ids or indices, not features (the diagnosis does not
+        # judge their scale): by the dtype, or floats that hold only integers
+        if x.is_floating_point():
+            # (its first values: ids or pixel values are integers throughout,
+            # and an image batch need not be read whole for that)
+            head = xf.reshape(-1)[:_INT_PROBE]
+            col.add(torch.eq(head, torch.round(head)).all().to(torch.float32) * 0.5, 0, Key.INT_INPUT)
+        else:
+            col.const(0, Key.INT_INPUT, 1.0)
     if exact:
         col.add(stats.nonfinite_count(x), 0, Key.OUT_NF)
     col.const(0, Key.OUT_N, x.numel())
@@ -76,6 +87,20 @@ def classes_of(criterion: nn.Module, args) -> int | None:
     if logits is None or logits.dim() < 1:
         return None
     return int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+
+
+def target_variance(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The variance of a mean-reduced ``MSELoss``'s targets (per output, over
+    the batch, averaged; on their device): the loss of predicting their
+    mean, which a regression that learns nothing settles at. None for other
+    criteria and targets."""
+    if type(criterion) is not nn.MSELoss or getattr(criterion, "reduction", "mean") != "mean" or len(args) < 2:
+        return None
+    y = args[1]
+    if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.dim() < 1 or y.shape[0] < 2:
+        return None
+    with torch.no_grad():
+        return y.detach().float().var(dim=0).mean()
 
 
 def add_step_scalars(col: Collector, loss: torch.Tensor | None, optimizer, scaler, loss_row: int, opt_row: int) -> None:

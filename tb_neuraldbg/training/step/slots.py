@@ -84,7 +84,9 @@ class Key:
     IN_NORM = 38  # L2 norm of the first input (with IN_SUM and IN_N: its std)
     UNIT_SUMS = 39  # L2 norm of the output's per-position sums over its units
     UNITS = 40  # host constant: units along the unit axis (see stats.unit_axis)
-    COUNT = 41
+    TARGET_VAR = 41  # variance of a regression criterion's targets (<loss>)
+    INT_INPUT = 42  # the batch holds integers: 1 by its dtype, 0.5 as floats (<input>)
+    COUNT = 43
 
 
 @dataclass
@@ -298,6 +300,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["lr"]] = pick(Key.OPT_LR)
         row[..., _M["weight_decay"]] = pick(Key.OPT_WD)
         row[..., _M["momentum"]] = pick(Key.OPT_MOMENTUM)
+        row[..., _M["target_var"]] = pick(Key.TARGET_VAR)
+        row[..., _M["input_integers"]] = pick(Key.INT_INPUT)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
