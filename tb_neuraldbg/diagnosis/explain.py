@@ -5,9 +5,10 @@ diagnosis and the online engine word things identically. The advice depends
 on the module: a dead GELU is not told to try GELU, a Linear whose output is
 zero is not told about pre-activations (see :func:`advice`).
 
-Why one file (max 760 lines): every sentence the diagnosis says is here, one
-table of advice per cause, so that a reader finds any wording in one place
-and the tests can hold every row to a "Try:".
+The wording of the causes judged from the quantities every run has lives in
+cause_messages.py, that of a module's gains and units in signal_messages.py;
+both feed :data:`BY_CAUSE`, so every advice is still held to a "Try:" by the
+tests. Numbers are worded by numbers.py.
 """
 
 from __future__ import annotations
@@ -15,34 +16,13 @@ from __future__ import annotations
 import math
 
 from ..format.metadata import METRIC_INFO
+from .cause_messages import CAUSE_ADVICE, cause_head, input_scale_message, integer_input_note
+from .numbers import fmt, fmt_change, known as _known
 from .signal_messages import SIGNAL_ADVICE, signal_head
 
 __all__ = ["BY_CAUSE", "CAUSES", "KIND_MEANING", "advice", "advice_first", "event_message", "family", "fmt",
-           "fmt_change", "value_label", "variant", "with_clipping"]
-
-
-def fmt(x) -> str:
-    """A compact number: 3 significant digits, 'nan'/'inf' spelled out."""
-    if x is None:
-        return "n/a"
-    x = float(x)
-    if math.isnan(x):
-        return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
-        return f"{x:.2e}"
-    return f"{x:.3g}"
-
-
-def _known(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x)) and not (
-        isinstance(x, (int, float)) and math.isnan(float(x)))
-
-
-def fmt_change(before, value) -> str:
-    """"a -> b", or "b" when the value before was not measured."""
-    return f"{fmt(before)} -> {fmt(value)}" if _known(before) else fmt(value)
+           "fmt_change", "input_scale_message", "integer_input_note", "value_label", "variant",
+           "with_clipping"]
 
 
 def _pct(x) -> str:
@@ -450,7 +430,7 @@ _BATCH_CHECKS = ("nonfinite", "constant")
 
 
 def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
-    extended = _cause_head(kind, where, step, value, before, extra)
+    extended = cause_head(kind, where, step, value, before, extra)
     if extended is not None:
         return extended
     if kind == "vanishing_gradient":
@@ -593,92 +573,5 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
 BY_CAUSE.update(SIGNAL_ADVICE)
 
 
-# --- heads and advice of causes added since (kept apart: the text above is settled)
-
-BY_CAUSE.update({
-    ("no_gradient", "zero_gradient"): (
-        "Likely cause: its output reaches the loss only through something that multiplies it by 0 "
-        "(a mask of zeros, a gate or scale initialised to 0 that cannot move, x - x.detach()), or "
-        "through a step that has no gradient (argmax, round, a comparison). Try: checking what "
-        "follows this layer in forward; a dead layer after it is reported on its own."),
-    ("frozen_weights", "update_negligible"): (
-        "Likely cause: a learning rate orders of magnitude too small for this model (1e-9 where 1e-3 was "
-        "meant, a factor such as 0.1 passed as the rate of a param group, a warmup that starts from 0 "
-        "and never rises). Try: printing optimizer.param_groups[i]['lr'] at that step; the rate you "
-        "meant."),
-    ("frozen_weights", "update_collapse"): (
-        "Likely cause: a schedule that took the rate to ~0 (a per-epoch scheduler.step() called every "
-        "batch, a decay far too fast, a step_size in epochs counted in batches). Try: checking where "
-        "scheduler.step() is called and its step_size/gamma/T_max; printing the rate over the run."),
-    ("loss_plateau", "trivial"): (
-        "Gradients flow, but the model predicts no better than the targets' mean. Likely cause: targets "
-        "unrelated to the inputs (misaligned or shuffled pairs, the wrong column), inputs that carry no "
-        "signal (constant, all zero, normalised away), or a learning rate far too low. Try: overfitting a "
-        "single batch; checking that each input is paired with its own target."),
-})
-
-
-def _cause_head(kind, where, step, value, before, extra) -> str | None:
-    """The head of an event whose cause has its own wording (None: the
-    kind's usual head)."""
-    cause = extra.get("cause")
-    if kind == "frozen_weights" and cause in ("update_negligible", "update_collapse"):
-        if not where.startswith("<"):
-            group = extra.get("group")
-            rate = ""
-            if _known(extra.get("lr")):
-                of = f", param group {group})" if group is not None else ")"
-                rate = f" (learning rate {fmt(extra.get('lr'))}{of}"
-            return (f"{where}: its parameters get gradients but move by {fmt(value)} of their weights per step "
-                    f"from step {step} (update ratio ||dw||/||w||; healthy is ~1e-3){rate}.")
-        return _updates_head(where, step, value, before, extra)
-    if kind == "loss_plateau" and extra.get("reason") == "trivial" and _known(extra.get("trivial_loss")):
-        return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "
-                f"{fmt(value)}; the targets' variance, that trivial predictor's loss, is "
-                f"{fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}).")
-    if kind == "no_gradient" and cause == "zero_gradient":
-        return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
-                "they are in the optimizer and require grad, but no gradient reaches them.")
-    return None
-
-
-def input_scale_message(rms0: float, symptom) -> str:
-    """The root cause's message for updates too large because unnormalised
-    inputs made the gradients extreme before the first update."""
-    return (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch): the first layers' "
-            "gradients were already orders of magnitude above their weights at the first step, before any "
-            f"update, so even a moderate learning rate moves them by more than their size; then {symptom.layer}: "
-            f"{symptom.kind.replace('_', ' ')} from step {symptom.step}. Try: normalising the inputs (and "
-            "regression targets) to mean 0 and std 1, rather than lowering the learning rate.")
-
-
-def _updates_head(where, step, value, before, extra) -> str:
-    """The head of an optimizer that stopped moving the model."""
-    if extra.get("cause") == "update_negligible":
-        what = (f"the layers move by {fmt(value)} of their weights per step (median update ratio "
-                "||dw||/||w||; healthy is ~1e-3)")
-    else:
-        what = (f"the layers' updates collapsed from {fmt(before)} of their weights per step at step "
-                f"{extra.get('update_peak_step')} to {fmt(value)} (median update ratio ||dw||/||w||; healthy "
-                "is ~1e-3)")
-    grads = ""
-    if _known(extra.get("grad_norm")):
-        change = fmt_change(extra.get("grad_norm_before"), extra.get("grad_norm"))
-        grads = f" while gradients still flow (median grad norm {change})"
-    rate = ""
-    if _known(extra.get("lr_high")):
-        lo, hi = extra.get("lr_low"), extra.get("lr_high")
-        now = fmt(hi) if lo == hi or not _known(lo) else f"{fmt(lo)}..{fmt(hi)} across param groups"
-        rate = (f" The learning rate was {fmt(extra.get('lr_peak'))} at step {extra.get('lr_peak_step')} and is "
-                f"{now} at step {extra.get('lr_step')}.")
-    return f"{where}: the optimizer stopped moving the model from step {step}: {what}{grads}.{rate}"
-
-
-def integer_input_note(integers: float, absmax: float) -> str:
-    """What the unnormalised-input message adds when the floating-point batch
-    holds only integers: they may be ids rather than features ("" otherwise)."""
-    if integers != 0.5:
-        return ""
-    return (f" The batch holds only integers (up to {fmt(absmax)}): raw pixel values or counts are features to "
-            "scale (x / 255 for pixels); token ids or indices are not features: pass them as a long tensor to an "
-            "nn.Embedding instead.")
+# the causes judged from the quantities every run has (cause_messages.py)
+BY_CAUSE.update(CAUSE_ADVICE)

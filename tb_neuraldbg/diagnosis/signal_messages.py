@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from .numbers import fmt
+
 __all__ = ["SIGNAL_ADVICE", "signal_head"]
 
 _GAIN_WORDS = {
@@ -27,7 +29,6 @@ _GAIN_ONSET = {
 def signal_head(kind: str, where: str, step: int, value, extra: dict) -> str | None:
     """The first sentence of an event judged by a module's gain or unit
     spread (``extra["signal"]``); None for any other event."""
-    from .explain import fmt  # (explain imports this module: its formatting at call time)
 
     signal = extra.get("signal")
     if signal == "unit_spread":
