@@ -26,21 +26,14 @@ All skip only when chromium is missing and CI is not set; under CI they run.
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.plugin_server import serve
+from tests.browser_checks import BROWSER_DIR, ROOT, SHOTS, browser_prerequisites, has_demo, neuraldbg, run_check
 from tests.synthetic import Plant, event, make_layers, write_run
 
-ROOT = Path(__file__).resolve().parents[1]
-FRONTEND = ROOT / "frontend"
-BROWSER_DIR = ROOT / "tests" / "browser"
-BUNDLE = ROOT / "tb_neuraldbg" / "static" / "index.js"
-IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 UNTRUSTED_RUN = "zz_untrusted<b class=evil>run</b>"
 # The run exercised in depth and shown in the README screenshot: the first of
 # these that the report finds failing (else the first run with a root cause).
@@ -48,26 +41,6 @@ FOCUS_PREFERENCE = ("exploding", "exploding_lr", "nan_op", "vanishing", "dead_re
 HOSTILE = "<img src=x onerror=window.__nd_hacked=true>"
 
 pytestmark = pytest.mark.slow  # chromium, node and a real tensorboard
-
-
-def _chromium() -> str | None:
-    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    return path if os.path.exists(path) else None
-
-
-def _neuraldbg(*args, timeout=900) -> subprocess.CompletedProcess:
-    """Run the `neuraldbg` CLI of this interpreter's environment."""
-    cmd = [sys.executable, "-c", "import sys; from tb_neuraldbg.cli import main; sys.exit(main())", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-
-
-def _has_demo() -> bool:
-    try:
-        import tb_neuraldbg._demo  # noqa: F401
-        import tb_neuraldbg.demo_cli  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _write_synthetic(logdir: Path) -> None:
@@ -139,28 +112,10 @@ def _write_big_model(logdir: Path) -> None:
     write_run(logdir, "big_healthy", layers=layers, num_steps=last + 1, seed=5)
 
 
-def _browser_prerequisites() -> tuple[str, str]:
-    """(chromium, node) paths, the bundle built; skip/fail as the module docstring says."""
-    chromium = _chromium()
-    if chromium is None:
-        if IN_CI:
-            pytest.fail("chromium is not installed and CI is set: the browser test must run (apt-get install chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI is not set")
-    node = shutil.which("node")
-    assert node, "node is needed for the browser test (and to build the tab)"
-    assert (FRONTEND / "node_modules" / "playwright-core").is_dir(), \
-        "frontend/node_modules is missing: run `npm ci` in frontend/"
-    build = ROOT / "scripts" / "build_frontend.py"
-    if build.exists():
-        subprocess.run([sys.executable, str(build)], check=True, cwd=ROOT, timeout=300)
-    else:
-        subprocess.run(["npm", "run", "build"], check=True, cwd=FRONTEND, timeout=300)
-    assert BUNDLE.is_file(), f"{BUNDLE} was not built"
-    return chromium, node
 
 
 def test_tab_states_with_mock_backend():
-    chromium, node = _browser_prerequisites()
+    chromium, node = browser_prerequisites()
     proc = subprocess.run([node, str(BROWSER_DIR / "check_states.mjs")], env=dict(os.environ, CHROMIUM=chromium),
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     print(proc.stdout)
@@ -168,11 +123,11 @@ def test_tab_states_with_mock_backend():
 
 
 def test_tab_in_real_tensorboard(tmp_path):
-    chromium, node = _browser_prerequisites()
+    chromium, node = browser_prerequisites()
 
     logdir = tmp_path / "logdir"
-    if _has_demo():
-        demo = _neuraldbg("demo", "--no-serve", "--logdir", str(logdir))
+    if has_demo():
+        demo = neuraldbg("demo", "--no-serve", "--logdir", str(logdir))
         assert demo.returncode == 0, f"neuraldbg demo failed:\n{demo.stdout[-3000:]}\n{demo.stderr[-3000:]}"
         source = "neuraldbg demo"
     else:
@@ -180,7 +135,7 @@ def test_tab_in_real_tensorboard(tmp_path):
         source = "tests/synthetic.py (demo scenarios not installed)"
     _write_untrusted(logdir)
 
-    rep = _neuraldbg("report", str(logdir), "--json", timeout=300)
+    rep = neuraldbg("report", str(logdir), "--json", timeout=300)
     assert rep.returncode == 0, rep.stderr
     report = json.loads(rep.stdout)
     assert any(r["root_cause"] for r in report["runs"]), "no failing run in the logdir to check"
@@ -189,48 +144,19 @@ def test_tab_in_real_tensorboard(tmp_path):
     report_path = tmp_path / "report.json"
     report_path.write_text(rep.stdout)
 
-    shots = BROWSER_DIR / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
-    results_path = shots / "results.json"
-    expected_runs = {r["run"] for r in report["runs"]}
-    with serve(logdir, log_path=tmp_path / "tensorboard.log") as tb:
-        tb.wait_for(f"tensorboard to list the runs {sorted(expected_runs)}",
-                    lambda: expected_runs <= {x["run"] for x in tb.json("/data/plugin/neuraldbg/runs")["runs"]},
-                    timeout=120)
-        env = dict(
-            os.environ,
-            ND_TB_URL=tb.url,
-            ND_REPORT=str(report_path),
-            ND_SHOTS=str(shots),
-            ND_RESULTS=str(results_path),
-            ND_UNTRUSTED_RUN=UNTRUSTED_RUN,
-            ND_FOCUS_RUN=focus,
-            CHROMIUM=chromium,
-        )
-        proc = subprocess.run([node, str(BROWSER_DIR / "check_tab.mjs")], env=env, capture_output=True,
-                              text=True, timeout=600, cwd=ROOT)
+    results_path = SHOTS / "results.json"
     print(f"logdir from {source}")
-    print(proc.stdout)
-    print(proc.stderr, file=sys.stderr)
-    assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+    run_check("check_tab.mjs", logdir, {r["run"] for r in report["runs"]}, tmp_path, chromium, node,
+              ND_REPORT=str(report_path), ND_RESULTS=str(results_path), ND_UNTRUSTED_RUN=UNTRUSTED_RUN,
+              ND_FOCUS_RUN=focus)
 
 
 def test_tree_on_a_big_model(tmp_path):
-    chromium, node = _browser_prerequisites()
+    chromium, node = browser_prerequisites()
     logdir = tmp_path / "logdir"
     _write_big_model(logdir)
-    shots = BROWSER_DIR / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
-    with serve(logdir, log_path=tmp_path / "tensorboard.log") as tb:
-        tb.wait_for("tensorboard to list the big runs",
-                    lambda: {BIG_RUN, "big_healthy"} <= {x["run"] for x in tb.json("/data/plugin/neuraldbg/runs")["runs"]},
-                    timeout=120)
-        env = dict(os.environ, ND_TB_URL=tb.url, ND_RUN=BIG_RUN, ND_ROOT=BIG_ROOT, ND_HEALTHY="big_healthy",
-                   ND_SHOTS=str(shots), CHROMIUM=chromium)
-        if os.environ.get("ND_UPDATE_SCREENSHOT", "").strip() not in ("", "0"):
-            env["ND_DOCS_SHOT"] = str(ROOT / "docs" / "screenshot.png")
-        proc = subprocess.run([node, str(BROWSER_DIR / "check_tree.mjs")], env=env, capture_output=True,
-                              text=True, timeout=600, cwd=ROOT)
-    print(proc.stdout)
-    print(proc.stderr, file=sys.stderr)
-    assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+    extra = {}
+    if os.environ.get("ND_UPDATE_SCREENSHOT", "").strip() not in ("", "0"):
+        extra["ND_DOCS_SHOT"] = str(ROOT / "docs" / "screenshot.png")
+    run_check("check_tree.mjs", logdir, {BIG_RUN, "big_healthy"}, tmp_path, chromium, node,
+              ND_RUN=BIG_RUN, ND_ROOT=BIG_ROOT, ND_HEALTHY="big_healthy", **extra)

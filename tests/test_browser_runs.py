@@ -24,14 +24,11 @@ Skips only when chromium is missing and CI is not set; under CI it runs.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.plugin_server import serve
+from tests.browser_checks import ROOT, browser_prerequisites, has_demo, neuraldbg, run_check
 from tests.synthetic import Plant, event, make_layers, write_run
-from tests.test_browser import BROWSER_DIR, ROOT, _browser_prerequisites, _has_demo
 
 pytestmark = pytest.mark.slow  # chromium, node and a real tensorboard
 
@@ -59,41 +56,29 @@ def _write_logdir(logdir) -> None:
     write_run(logdir, LONG_RUN, num_modules=3, num_steps=50, seed=3)
 
 
-def _neuraldbg(*args) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-c", "import sys; from tb_neuraldbg.cli import main; sys.exit(main())", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
+
+
+def _check_runs(tmp_path, logdir, runs: set[str], chromium: str, node: str, **extra: str) -> None:
+    """check_runs.mjs against ``logdir`` once tensorboard lists ``runs``, ``extra`` as ND_ variables."""
+    run_check("check_runs.mjs", logdir, runs, tmp_path, chromium, node,
+              **{f"ND_{k.upper()}": v for k, v in extra.items()})
 
 
 def _update_screenshot() -> bool:
     return os.environ.get("ND_UPDATE_SCREENSHOT", "").strip() not in ("", "0")
 
 
-def _check_runs(tmp_path, logdir, runs: set[str], chromium: str, node: str, **extra: str) -> None:
-    """Serve ``logdir`` with tensorboard, wait for ``runs``, run check_runs.mjs with ``extra`` as ND_ variables."""
-    shots = BROWSER_DIR / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
-    with serve(logdir, log_path=tmp_path / "tensorboard.log") as tb:
-        tb.wait_for(f"tensorboard to list the runs {sorted(runs)}",
-                    lambda: runs <= {x["run"] for x in tb.json("/data/plugin/neuraldbg/runs")["runs"]},
-                    timeout=120)
-        env = dict(os.environ, ND_TB_URL=tb.url, ND_SHOTS=str(shots), CHROMIUM=chromium,
-                   **{f"ND_{k.upper()}": v for k, v in extra.items()})
-        proc = subprocess.run([node, str(BROWSER_DIR / "check_runs.mjs")], env=env, capture_output=True,
-                              text=True, timeout=600, cwd=ROOT, check=False)
-    print(proc.stdout)
-    print(proc.stderr, file=sys.stderr)
-    assert proc.returncode == 0, f"browser checks failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
 
 
 def test_runs_side_by_side_and_the_export(tmp_path):
-    chromium, node = _browser_prerequisites()
+    chromium, node = browser_prerequisites()
     logdir = tmp_path / "logdir"
     _write_logdir(logdir)
     export = tmp_path / "export.html"
-    done = _neuraldbg("export", str(logdir), "-o", str(export))
+    done = neuraldbg("export", str(logdir), "-o", str(export))
     assert export.is_file(), done.stderr
     extra = {}
-    if _update_screenshot() and not _has_demo():
+    if _update_screenshot() and not has_demo():
         extra["docs_shot"] = str(ROOT / "docs" / "screenshot_runs.png")
     _check_runs(tmp_path, logdir, {FAILING, TWIN, LONG_RUN}, chromium, node, run_a=FAILING, run_b=TWIN,
                 long_run=LONG_RUN, only_a=SOFTMAX, only_b=ONLY_TWIN, hover_layer="fc3", shorter_b="1",
@@ -101,11 +86,11 @@ def test_runs_side_by_side_and_the_export(tmp_path):
 
 
 def test_demo_runs_side_by_side(tmp_path):
-    if not _has_demo():
+    if not has_demo():
         pytest.skip("the demo scenarios are not installed (tb_neuraldbg._demo)")
-    chromium, node = _browser_prerequisites()
+    chromium, node = browser_prerequisites()
     logdir = tmp_path / "logdir"
-    demo = _neuraldbg("demo", "--no-serve", "--logdir", str(logdir))
+    demo = neuraldbg("demo", "--no-serve", "--logdir", str(logdir))
     assert demo.returncode == 0, f"neuraldbg demo failed:\n{demo.stdout[-3000:]}\n{demo.stderr[-3000:]}"
     extra = {"docs_shot": str(ROOT / "docs" / "screenshot_runs.png")} if _update_screenshot() else {}
     _check_runs(tmp_path, logdir, {"exploding", "healthy"}, chromium, node, run_a="exploding", run_b="healthy",

@@ -61,11 +61,11 @@ def test_binned_cells_covering_a_span_take_its_state():
 @pytest.mark.slow  # trains the demo scenarios
 def test_demo_first_failing_cell_is_the_event_onset(tmp_path):
     pytest.importorskip("tb_neuraldbg._demo")
-    from tests.test_browser import _neuraldbg
+    from tests.browser_checks import neuraldbg
     from tests.test_plugin_wsgi import App
 
     logdir = tmp_path / "demo"
-    assert _neuraldbg("demo", "--no-serve", "--logdir", str(logdir)).returncode == 0
+    assert neuraldbg("demo", "--no-serve", "--logdir", str(logdir)).returncode == 0
     app = App(str(logdir))
     rank = np.array([metadata.state_rank(c) if c in S.values() else -1 for c in range(256)])
     checked = 0

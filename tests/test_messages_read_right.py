@@ -13,7 +13,7 @@ from tb_neuraldbg.diagnosis import Engine
 from tb_neuraldbg.diagnosis import explain
 from tb_neuraldbg.diagnosis.explain import CAUSES, advice, event_message
 from tb_neuraldbg.offline.text_report import format_report
-from tests.test_diagnosis import Run, failures, feed
+from tests.test_diagnosis import Run, feed
 
 M = metadata.METRIC_INDEX
 

@@ -10,38 +10,23 @@
 //   ND_SHOTS    folder for screenshots (tests/browser/screenshots)
 //   CHROMIUM    optional: chromium binary (default /usr/bin/chromium)
 // Prints one line per check; exits 1 on the first failure.
-import { createRequire } from "node:module";
 import { mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { check, TIMEOUT as READY, withBrowser } from "./harness.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, "..", "..", "frontend", "package.json"));
-const { chromium } = require("playwright-core");
 
 const env = process.env;
 const TB = env.ND_TB_URL;
 const report = JSON.parse(readFileSync(env.ND_REPORT, "utf8"));
 const shots = env.ND_SHOTS ?? path.join(here, "screenshots");
 mkdirSync(shots, { recursive: true });
-const READY = 60000;
 const SKIPPED_TEXT = "skipped by GradScaler (inf/NaN gradients)";
-let checks = 0;
-
-function check(cond, what, detail = "") {
-  if (!cond) throw new Error(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
-  checks++;
-  console.log(`ok - ${what}`);
-}
 
 const runOf = (name) => report.runs.find((r) => r.run === name);
 
-const browser = await chromium.launch({
-  executablePath: env.CHROMIUM ?? "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
-});
-let exitCode = 0;
-try {
+await withBrowser(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1440, height: 960 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
@@ -196,11 +181,4 @@ try {
   await shot("onset_outline");
 
   check(errors.length === 0, "no page errors", errors.join("\n"));
-} catch (e) {
-  console.log(String(e.stack ?? e));
-  exitCode = 1;
-} finally {
-  await browser.close();
-  console.log(`${checks} checks`);
-}
-process.exit(exitCode);
+});

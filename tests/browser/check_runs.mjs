@@ -26,7 +26,7 @@
 import { copyFileSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { check, launchChromium, TIMEOUT } from "./harness.mjs";
+import { check, TIMEOUT, withBrowser } from "./harness.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -45,9 +45,7 @@ mkdirSync(shots, { recursive: true });
 const encodeRuns = (runs) => runs.map((r) => r.replace(/%/g, "%25").replace(/,/g, "%2C")).join(",");
 const decodeRuns = (v) => v.split(",").map(decodeURIComponent);
 
-const browser = await launchChromium();
-let exitCode = 0;
-try {
+await withBrowser(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   const pageErrors = [];
   page.on("pageerror", (e) => pageErrors.push(String(e)));
@@ -252,10 +250,4 @@ try {
     check(wraps.some((w) => w.name === "<optimizer>" && w.breaks.length === 0), "<optimizer> stays whole");
     await doc.screenshot({ path: path.join(shots, "export.png"), fullPage: true });
   }
-} catch (e) {
-  console.log(String(e.stack ?? e));
-  exitCode = 1;
-} finally {
-  await browser.close();
-}
-process.exit(exitCode);
+});

@@ -14,6 +14,7 @@ export const TIMEOUT = 60000;
 /** Print "ok - what", or throw with what failed and why. */
 export function check(cond, what, detail = "") {
   if (!cond) throw new Error(`FAILED: ${what}${detail ? `\n  ${detail}` : ""}`);
+  checks++;
   console.log(`ok - ${what}`);
 }
 
@@ -23,4 +24,24 @@ export function launchChromium() {
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
   });
+}
+
+let checks = 0;
+
+/** Run ``body(browser)`` with a headless chromium, then exit: 0 when every
+ * check held, 1 on the first failure (printed with its stack); the browser
+ * is closed either way and the number of checks that held is printed. */
+export async function withBrowser(body) {
+  const browser = await launchChromium();
+  let exitCode = 0;
+  try {
+    await body(browser);
+  } catch (e) {
+    console.log(String(e.stack ?? e));
+    exitCode = 1;
+  } finally {
+    await browser.close();
+    console.log(`${checks} checks`);
+  }
+  process.exit(exitCode);
 }
