@@ -140,6 +140,25 @@ def test_a_weight_decay_raised_in_one_group_before_a_failure_is_the_optimizers()
     assert "weight decay of param group 1" in ev.message
 
 
+def test_a_rate_raised_under_a_fixed_weight_decay_is_the_rates_change():
+    """AdamW's decay per step is lr x weight_decay: it rises with the rate,
+    but the user changed the rate, and the message says so (the zoo's lr x1000
+    under weight_decay=0.01, tests/test_model_zoo.py)."""
+    run = Run()
+    eng = Engine(run.layers)
+    at = 100
+
+    def plant(s, r):
+        _facts(run, r, lr={n: (1e-3 if s < at else 1.0) for n in run.names}, wd=0.01)
+        if s >= at + 5:
+            r[run.params, M["grad_norm"]] *= 10.0 ** min(6, s - at - 4)
+
+    feed(eng, run, range(130), plant)
+    rc = eng.root_cause
+    assert (rc["layer"], rc["step"]) == ("<optimizer>", at)
+    assert "learning rate" in rc["message"] and "weight decay" not in rc["message"], rc["message"]
+
+
 def test_a_momentum_cycled_at_every_step_is_not_a_change_to_blame():
     """OneCycleLR cycles the momentum every step: a later bad batch is the
     batch's, not the optimizer's."""

@@ -66,6 +66,7 @@ class Optimizer(Aspect):
         # per param group: {(group, name): recent effective values}, and the
         # discontinuities found (step, group, name, before, after, window, rows)
         self.hyper_hist: dict = {}
+        self.hyper_raw: dict = {}  # {group: (lr, weight_decay, momentum)} as set at the step before
         self.hyper_changes = []
         self._facts_prev = None  # the last rows' facts (skip unchanged steps)
         self.lr_peak = 0.0
@@ -107,15 +108,21 @@ class Optimizer(Aspect):
                 self._group_values.append((int(g), effs, (lr, wd, mom), members))
         self._note_lr(step, self._lr_max if self._lr_max == self._lr_max else lr0)
         for g, effs, values, members in self._group_values:
+            raw_before = self.hyper_raw.get(g)
             for name, eff in effs:
-                self._change(step, g, name, eff, values, members)
+                self._change(step, g, name, eff, values, members, raw_before)
+            self.hyper_raw[g] = values
 
-    def _change(self, step, group, name, eff, values, members) -> None:
+    def _change(self, step, group, name, eff, values, members, raw_before=None) -> None:
         """A discontinuity of one effective hyperparameter of one group: a
         rise by lr_jump_factor after a few steps of a slowly varying value
         (lr: the rate; weight_decay: lr x weight_decay, the fraction of the
         weights decayed per step, from at least 1e-3 of them; momentum: its
-        horizon 1 / (1 - momentum))."""
+        horizon 1 / (1 - momentum)). The effective decay rises with the rate
+        too: it is the weight decay's change only when the value the user
+        sets moved (``raw_before``: the group's values at the step before;
+        a rate x1000 under AdamW's weight_decay=0.01 is the rate's change,
+        tests/test_model_zoo.py)."""
         if not math.isfinite(eff):
             return
         t = self.t
@@ -123,9 +130,12 @@ class Optimizer(Aspect):
         steady = len(hist) == hist.maxlen and all(0.5 * b <= a <= 2.0 * b for a, b in zip(list(hist)[1:], hist))
         prev = hist[-1] if hist else math.nan
         floor = 1e-3 if name == "weight_decay" else 0.0
-        if steady and eff > floor and eff >= t.lr_jump_factor * prev and (prev > 0 or name == "weight_decay"):
+        wd_moved = name != "weight_decay" or raw_before is None or not (
+            0.5 * raw_before[1] <= values[1] <= 2.0 * raw_before[1])
+        if (steady and wd_moved and eff > floor and eff >= t.lr_jump_factor * prev
+                and (prev > 0 or name == "weight_decay")):
             lr, wd, mom = values
-            before = {"lr": prev, "weight_decay": prev / lr if lr > 0 else math.nan,
+            before = {"lr": prev, "weight_decay": raw_before[1] if raw_before is not None else math.nan,
                       "momentum": 1.0 - 1.0 / prev if prev > 0 else math.nan}[name]
             after = {"lr": lr, "weight_decay": wd, "momentum": mom}[name]
             # weight decay acts slowly: it matters once it shrank the weights tenfold
