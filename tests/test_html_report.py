@@ -67,6 +67,21 @@ def test_state_map_shows_planted_states_and_root_layer(tmp_path):
     assert "root" in {a.get("class") for t, a in parsed.tags if t == "tr"}
 
 
+def test_state_map_turns_at_the_events_onset(tmp_path):
+    """A layer born vanishing whose rows turn only once the state is
+    confirmed (step 29): the export's map, like the tab's, shows it from the
+    event's step 0 (format/event_states.py)."""
+    write_run(tmp_path, "r", num_modules=3, num_steps=100,
+              plants=[Plant(step=29, layer="fc1", state="vanishing", until=99)],
+              events=[event(0, "fc1", "vanishing_gradient", from_state="healthy", to_state="vanishing")])
+    runs = read_logdir(tmp_path)
+    reports = [run_report(r.name, r.diagnosis, r.events) for r in runs]
+    parsed = _parse(render_html(reports, runs, max_cols=100))
+    vanishing = [a for t, a in parsed.tags if t == "rect" and a["fill"] == STATE_COLORS["vanishing"]]
+    assert vanishing and min(float(a["x"]) for a in vanishing) == min(
+        float(a["x"]) for t, a in parsed.tags if t == "rect")
+
+
 def test_export_command(tmp_path, capsys):
     write_run(tmp_path / "logs", "bad", num_steps=5, events=[event(1, "fc0", "nonfinite")])
     out = tmp_path / "report.html"

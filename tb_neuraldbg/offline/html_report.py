@@ -26,6 +26,7 @@ import numpy as np
 from .._version import __version__
 from ..format import metadata
 from ..format.contract import is_root_event
+from ..format.event_states import apply_spans, event_spans
 from ..format.binning import STATE_METRIC, bin_heatmap
 from .text_report import run_title
 
@@ -239,8 +240,13 @@ def _run_section(report: Mapping, run, max_cols: int, logdir: str | None) -> str
         parts.append(_notes("Notes", report["warnings"]))
     if run is not None:
         root_layer = root["layer"] if root else None
-        parts.append(_state_map(run.layer_names, run.steps, run.states, root_layer, max_cols))
-        parts.append(_legend(np.unique(run.states)))
+        # the map's states come from the events' onsets, as the tab's do
+        # (format/event_states.py; tests/test_html_report.py)
+        steps = np.asarray(run.steps)
+        last = int(steps[-1]) if steps.size else 0
+        states = apply_spans(run.states, steps, steps, event_spans(report["events"], run.layer_names, last))
+        parts.append(_state_map(run.layer_names, run.steps, states, root_layer, max_cols))
+        parts.append(_legend(np.unique(states)))
         parts.append(f"<p class='meta'>{run.num_steps} stored steps, {run.num_layers} layers</p>")
     parts.append(_events_table(report["events"], root))
     parts.append("</section>")
