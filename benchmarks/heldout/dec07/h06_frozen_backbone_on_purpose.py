@@ -41,12 +41,12 @@ def train(fixed=False, writer=None, probe=None):
         param.requires_grad = False
     model.backbone.eval()                           # frozen statistics too
     teacher = torch.randn(32, 3, generator=g)
-    opt = torch.optim.Adam(model.head.parameters(), lr=3e-2)
+    opt = torch.optim.Adam(model.head.parameters(), lr=0.1)
     crit = nn.CrossEntropyLoss()
     if writer:
         writer.watch(model, optimizer=opt, criterion=crit)
     p = probe(model) if probe else None
-    for _ in range(150):
+    for _ in range(300):
         x = torch.randn(32, 3, 8, 8, generator=g) * 3
         with torch.no_grad():
             f = model.backbone(x)
