@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean, ratio, series  # noqa: E402
+from _case import main, mean, ratio  # noqa: E402
 
 CASE = {
     "bug": "GCN on the raw adjacency (degree ~40): feature scale x40 per layer",

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean, ratio, series  # noqa: E402
+from _case import main, mean, ratio  # noqa: E402
 
 CASE = {
     "bug": "ReLU RNN weight_hh initialised 1.2 x I: hidden state and BPTT gradients grow 1.2^t",
