@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-__all__ = ["Probe", "main", "ratio", "mean", "series"]
+__all__ = ["Probe", "main", "ratio", "mean", "series", "loss_fell"]
 
 
 def _norm(tensors):
@@ -95,6 +95,13 @@ def mean(values):
     """Mean of the finite, non-None values (nan when none)."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vals) / len(vals) if vals else float("nan")
+
+
+def loss_fell(rows, factor, first=10, last=20):
+    """A healthy case's check that it trains: mean loss of the last steps < factor x the first's."""
+    a = mean([r["loss"] for r in rows[:first]])
+    b = mean([r["loss"] for r in rows[-last:]])
+    return b < factor * a, f"loss first-{first} {a:.3g} -> last-{last} {b:.3g}"
 
 
 def ratio(a, b):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean  # noqa: E402
+from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "24 residual blocks: per-layer gradient norms span orders of magnitude",
         "source": "Xiong et al. ICML 2020 (pre-LN)", "arch": "deep pre-LN residual MLP"}
@@ -68,8 +68,7 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    a, b = mean([r["loss"] for r in bug[:20]]), mean([r["loss"] for r in bug[-20:]])
-    return b < 0.5 * a, f"loss first-20 {a:.3g} -> last-20 {b:.3g}"
+    return loss_fell(bug, 0.5, first=20)
 
 
 if __name__ == "__main__":

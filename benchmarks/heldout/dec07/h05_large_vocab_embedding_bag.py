@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean  # noqa: E402
+from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "integer token ids as input; 20k-row embedding with ~1% rows updated per step",
         "source": "https://pytorch.org/tutorials/beginner/text_sentiment_ngrams_tutorial.html",
@@ -55,8 +55,7 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    a, b = mean([r["loss"] for r in bug[:10]]), mean([r["loss"] for r in bug[-20:]])
-    return b < 0.5 * a, f"loss first-10 {a:.3g} -> last-20 {b:.3g}"
+    return loss_fell(bug, 0.5)
 
 
 if __name__ == "__main__":

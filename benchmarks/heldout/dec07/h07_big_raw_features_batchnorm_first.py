@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean  # noqa: E402
+from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "raw inputs ~1e3-1e4, normalised inside the model by BatchNorm1d",
         "source": "https://docs.fast.ai/tabular.model.html (bn_cont)", "arch": "BatchNorm1d + MLP regressor"}
@@ -45,8 +45,7 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    a, b = mean([r["loss"] for r in bug[:10]]), mean([r["loss"] for r in bug[-20:]])
-    return b < 0.3 * a, f"loss first-10 {a:.3g} -> last-20 {b:.3g}"
+    return loss_fell(bug, 0.3)
 
 
 if __name__ == "__main__":

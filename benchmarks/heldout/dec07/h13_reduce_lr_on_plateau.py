@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean  # noqa: E402
+from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "lr cut x0.1 in one step, three times (scheduled)",
         "source": "torch.optim.lr_scheduler.ReduceLROnPlateau", "arch": "CNN regressor"}
@@ -47,9 +47,9 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    a, b = mean([r["loss"] for r in bug[:10]]), mean([r["loss"] for r in bug[-20:]])
+    fell, said = loss_fell(bug, 0.3)
     cuts = sum(1 for r0, r1 in zip(bug, bug[1:]) if r1["lr"] < 0.5 * r0["lr"])
-    return b < 0.3 * a and cuts == 3, f"loss first-10 {a:.3g} -> last-20 {b:.3g}; lr cuts {cuts}"
+    return fell and cuts == 3, f"{said}; lr cuts {cuts}"
 
 
 if __name__ == "__main__":

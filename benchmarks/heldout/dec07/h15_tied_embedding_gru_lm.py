@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean  # noqa: E402
+from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "a weight shared by the embedding and the output layer (tied)",
         "source": "https://github.com/pytorch/examples/blob/main/word_language_model/model.py (--tied)",
@@ -57,8 +57,7 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    a, b = mean([r["loss"] for r in bug[:10]]), mean([r["loss"] for r in bug[-20:]])
-    return b < 0.3 * a, f"loss first-10 {a:.3g} -> last-20 {b:.3g}"
+    return loss_fell(bug, 0.3)
 
 
 if __name__ == "__main__":
