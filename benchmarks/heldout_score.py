@@ -218,7 +218,7 @@ def _one(item, timeout, with_truth):
     name, path = item
     try:
         truth = load_truth(path)
-    except Exception as exc:  # a broken case file is a miss like any crash
+    except (Exception, SystemExit) as exc:  # a broken case file is a miss like any crash
         return {"healthy_case": name.startswith("h"), "crashed": True, "reason": f"cannot load: {exc!r}",
                 **({"passed": False, "false_alarm": False, "warned": False} if name.startswith("h") else
                    {"fully_right": False, "kind_right": False, "layer_right": False, "step_right": False,

@@ -65,7 +65,14 @@ def test_no_root_cause_is_silent_and_wrong():
 def test_a_crashed_failing_case_is_a_miss_with_its_reason():
     r = hs.score_case(TRUTH, None, error="training exited 1: RuntimeError: boom")
     assert r["crashed"] is True and r["fully_right"] is False and r["silent"] is False
-    assert "boom" in r["reason"]
+    assert "boom" in r["reason"] and "exited 1" in r["reason"]
+
+
+def test_a_case_file_that_exits_on_import_is_a_miss_not_the_end_of_the_run(tmp_path):
+    case = tmp_path / "h99_exits.py"
+    case.write_text('raise SystemExit("no CASE here")\n')
+    r = hs._one(("h99_exits", str(case)), timeout=60, with_truth=False)
+    assert r["crashed"] is True and r["passed"] is False and "cannot load" in r["reason"]
 
 
 def test_a_report_without_exactly_one_run_is_a_miss():
@@ -115,3 +122,41 @@ def test_discover_lists_case_files_and_refuses_unknown_names(tmp_path):
     assert [n for n, _ in hs.discover(str(tmp_path), ["h01_b"])] == ["h01_b"]
     with pytest.raises(ValueError):
         hs.discover(str(tmp_path), ["nope"])
+
+
+def test_every_truth_record_uses_the_contract_vocabulary():
+    """Each dec07 case's kinds come from report.schema.json; steps are a window; healthy cases say what they fool."""
+    import json
+    root = os.path.dirname(_PATH)
+    with open(os.path.join(os.path.dirname(root), "docs", "report.schema.json")) as f:
+        kinds = set(json.load(f)["$defs"]["kind"]["enum"])
+    cases = hs.discover(os.path.join(root, "heldout", "dec07"))
+    assert sum(n.startswith("f") for n, _ in cases) >= 16 and sum(n.startswith("h") for n, _ in cases) >= 10
+    for name, path in cases:
+        truth = hs.load_truth(path)
+        assert truth.get("source"), name
+        if truth["healthy"]:
+            assert truth.get("fools"), name
+            continue
+        assert truth["kind"] and set(truth["kind"]) <= kinds, name
+        assert truth["layer"] and all(isinstance(x, str) for x in truth["layer"]), name
+        lo, hi = truth["step"]
+        assert 0 <= lo <= hi, name
+
+
+@pytest.mark.slow
+def test_a_case_that_crashes_is_scored_as_a_miss_with_its_reason(tmp_path):
+    case = tmp_path / "f99_crash.py"
+    case.write_text('CASE = {"kind": ["nonfinite"], "layer": ["x"], "step": [0, 1], "source": "s"}\n'
+                    'if __name__ == "__main__":\n'
+                    '    raise RuntimeError("boom: the case failed to train")\n')
+    r = hs._one(("f99_crash", str(case)), timeout=60, with_truth=False)
+    assert r["crashed"] is True and r["fully_right"] is False
+    assert "boom" in r["reason"] and "exited 1" in r["reason"]
+
+
+def test_a_case_file_that_exits_on_import_is_a_miss_not_the_end_of_the_run(tmp_path):
+    case = tmp_path / "h99_exits.py"
+    case.write_text('raise SystemExit("no CASE here")\n')
+    r = hs._one(("h99_exits", str(case)), timeout=60, with_truth=False)
+    assert r["crashed"] is True and r["passed"] is False and "cannot load" in r["reason"]

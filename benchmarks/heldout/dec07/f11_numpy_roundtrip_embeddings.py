@@ -53,7 +53,7 @@ def train(fixed=False, writer=None, probe=None):
     p = probe(model) if probe else None
     corpus = torch.randint(0, 500, (4000,), generator=g)
     corpus[1::2] = (corpus[0::2] * 7 + 3) % 500          # every odd word follows from the one before
-    for step in range(200):
+    for _ in range(200):
         i = torch.randint(2, 3997, (64,), generator=g)
         c = torch.stack([corpus[i - 2], corpus[i - 1], corpus[i + 1], corpus[i + 2]], 1)
         opt.zero_grad()

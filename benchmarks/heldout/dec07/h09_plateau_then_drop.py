@@ -43,10 +43,10 @@ def train(fixed=False, writer=None, probe=None):
 
 
 def truth(bug, twin):
-    l = [r["loss"] for r in bug]
-    flat = l[30] > 0.9 * l[0]
-    drop = min(l[-20:]) < 0.1 * l[0]
-    return flat and drop, f"loss step 0 {l[0]:.3g}, step 30 {l[30]:.3g}, min last-20 {min(l[-20:]):.3g}"
+    losses = [r["loss"] for r in bug]
+    flat = losses[30] > 0.9 * losses[0]
+    low = min(losses[-20:])
+    return flat and low < 0.1 * losses[0], f"loss step 0 {losses[0]:.3g}, step 30 {losses[30]:.3g}, min last-20 {low:.3g}"
 
 
 if __name__ == "__main__":
