@@ -1,7 +1,7 @@
 """A GRU regressor whose epoch scheduler is stepped every batch: the rate is gone after 100 steps.
 
 Bug: ``StepLR(step_size=30, gamma=0.1)`` is meant per epoch but ``scheduler.step()`` sits in the
-batch loop; the rate falls 0.05 -> 5e-7 within 120 steps and the GRU stops learning early.
+batch loop; the rate falls 0.05 -> 5e-6 by step 120 and the GRU stops learning early.
 Source: "Optimizing PyTorch Training with Advanced Learning Rate Schedulers", section on calling an
 epoch scheduler inside the batch loop (https://runebook.dev/en/docs/pytorch/generated/torch.optim.lr_scheduler.lrscheduler/torch.optim.lr_scheduler.LRScheduler.step).
 Fixed twin: ``scheduler.step()`` once per epoch (an epoch is 100 batches here).
