@@ -1,7 +1,7 @@
 """Score the diagnosis on a held-out corpus of training cases (benchmarks/heldout/<set>/).
 
     python benchmarks/heldout_score.py benchmarks/heldout/dec07 [--only NAME,...] [--json OUT]
-                                       [--jobs N] [--truth] [--timeout S]
+                                       [--jobs N] [--truth] [--twins] [--timeout S]
 
 Each case file (``f*.py`` failing, ``h*.py`` healthy; see benchmarks/heldout/dec07/_case.py) is
 trained in a subprocess under a DebugWriter in a temporary logdir, and ``neuraldbg report --json``
@@ -9,7 +9,8 @@ is read back. A failing case is *fully right* when the root cause's kind, layer 
 its truth record; kind-right, layer-right and silent (no root cause) are counted apart. A healthy
 case is a *false alarm* when the run is failing or has an error-level event; warnings are counted
 apart. A case that crashes or times out is a miss, with its reason. ``--truth`` also runs each
-case's own check (bug against its fixed twin, on raw statistics, without the writer).
+case's own check (bug against its fixed twin, on raw statistics, without the writer); ``--twins``
+trains each failing case's fixed twin under the writer too, where any alarm is a false one.
 
 The scoring functions take plain dicts and do no training (tests/test_heldout_scorer.py).
 """
@@ -125,6 +126,8 @@ def totals(results):
         "false_alarms": sum(r["false_alarm"] for r in ok),
         "warned": sum(r["warned"] for r in ok),
         "healthy_crashed": sum(r["crashed"] for r in ok),
+        "twins_scored": sum("twin" in r for r in fail),
+        "twins_passed": sum(r["twin"]["passed"] for r in fail if "twin" in r),
     }
 
 
@@ -137,15 +140,21 @@ def format_table(names, results, total):
     """A plain-text table of per-case results and the totals."""
     lines = []
     yn = {True: "yes", False: "no"}
-    lines.append(f"{'failing case':44} {'full':5} {'kind':5} {'layer':5} {'step':5}  found")
+    twins = any("twin" in r for r in results)
+    lines.append(f"{'failing case':44} {'full':5} {'kind':5} {'layer':5} {'step':5}  found"
+                 + ("  | fixed twin" if twins else ""))
     for n, r in zip(names, results):
         if r["healthy_case"]:
             continue
         if r["crashed"]:
             lines.append(f"{n:44} CRASH  {r['reason']}")
             continue
-        lines.append(f"{n:44} {yn[r['fully_right']]:5} {yn[r['kind_right']]:5} {yn[r['layer_right']]:5} "
-                     f"{yn[r['step_right']]:5}  {'silent' if r['silent'] else _found(r)}")
+        row = (f"{n:44} {yn[r['fully_right']]:5} {yn[r['kind_right']]:5} {yn[r['layer_right']]:5} "
+               f"{yn[r['step_right']]:5}  {'silent' if r['silent'] else _found(r)}")
+        if "twin" in r:
+            tw = r["twin"]
+            row += "  | " + ("crash" if tw["crashed"] else "healthy" if tw["passed"] else "ALARM " + _found(tw))
+        lines.append(row)
     lines.append("")
     lines.append(f"{'healthy case':44} {'pass':5} {'warn':5}  found")
     for n, r in zip(names, results):
@@ -162,6 +171,8 @@ def format_table(names, results, total):
                  f"crashed {t['failing_crashed']}")
     lines.append(f"healthy: passed {t['healthy_passed']}/{t['healthy_cases']}, false alarms {t['false_alarms']}, "
                  f"warned {t['warned']}, crashed {t['healthy_crashed']}")
+    if t.get("twins_scored"):
+        lines.append(f"fixed twins of the failing cases: healthy {t['twins_passed']}/{t['twins_scored']}")
     return "\n".join(lines)
 
 
@@ -176,12 +187,15 @@ def _last_line(text):
     return lines[-1][:300] if lines else "no output"
 
 
-def run_case(path, timeout):
-    """Train one case under the writer in a temp logdir; returns (report dict | None, error | None)."""
+def run_case(path, timeout, fixed=False):
+    """Train one case (its fixed twin with ``fixed``) under the writer in a temp logdir.
+
+    Returns (report dict | None, error | None).
+    """
     with tempfile.TemporaryDirectory(prefix="heldout_") as logdir:
+        cmd = [sys.executable, path, "--logdir", logdir] + (["--fixed"] if fixed else [])
         try:
-            proc = subprocess.run([sys.executable, path, "--logdir", logdir], env=_env(), timeout=timeout,
-                                  capture_output=True, text=True)
+            proc = subprocess.run(cmd, env=_env(), timeout=timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             return None, f"training timed out after {timeout}s"
         if proc.returncode != 0:
@@ -214,7 +228,7 @@ def run_truth(path, timeout):
         return {"held": False, "detail": "no JSON verdict: " + _last_line(proc.stdout)}
 
 
-def _one(item, timeout, with_truth):
+def _one(item, timeout, with_truth, with_twins=False):
     name, path = item
     try:
         truth = load_truth(path)
@@ -229,6 +243,9 @@ def _one(item, timeout, with_truth):
                        if truth.get(k) is not None}
     if with_truth:
         result["truth_check"] = run_truth(path, timeout)
+    if with_twins and not truth.get("healthy"):
+        twin_report, twin_error = run_case(path, timeout, fixed=True)
+        result["twin"] = score_case({"healthy": True}, twin_report, twin_error)
     print(f"  {name}: {'crash: ' + result['reason'] if result['crashed'] else _found(result)}",
           file=sys.stderr, flush=True)
     return result
@@ -242,11 +259,13 @@ def main(argv=None):
     ap.add_argument("--json", help="write every per-case result and the totals here")
     ap.add_argument("--jobs", type=int, default=1, help="cases trained at once (1 or 2 on a shared CPU)")
     ap.add_argument("--truth", action="store_true", help="also run each case's bug-vs-twin truth check")
+    ap.add_argument("--twins", action="store_true",
+                    help="also train each failing case's fixed twin under the writer: it should be healthy")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess")
     args = ap.parse_args(argv)
     cases = discover(args.directory, args.only.split(",") if args.only else None)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda c: _one(c, args.timeout, args.truth), cases))
+        results = list(pool.map(lambda c: _one(c, args.timeout, args.truth, args.twins), cases))
     names = [n for n, _ in cases]
     total = totals(results)
     print(format_table(names, results, total))

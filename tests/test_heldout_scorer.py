@@ -115,6 +115,17 @@ def test_totals_count_each_outcome():
     assert "fully right 1/4" in table and "false alarms 1" in table and "CRASH" in table
 
 
+def test_fixed_twins_are_scored_as_healthy_runs_and_counted_apart():
+    bug = hs.score_case(TRUTH, report(root()))
+    bug["twin"] = hs.score_case({"healthy": True}, report(None, "healthy"))
+    other = hs.score_case(TRUTH, report(root()))
+    other["twin"] = hs.score_case({"healthy": True}, report(root(kind="loss_plateau", layer="<loss>"), "failing"))
+    t = hs.totals([bug, other])
+    assert (t["twins_scored"], t["twins_passed"], t["fully_right"]) == (2, 1, 2)
+    table = hs.format_table(["a", "b"], [bug, other], t)
+    assert "ALARM loss_plateau @ <loss>" in table and "fixed twins of the failing cases: healthy 1/2" in table
+
+
 def test_discover_lists_case_files_and_refuses_unknown_names(tmp_path):
     for name in ("f01_a.py", "h01_b.py", "_case.py", "README.md", "scores.json"):
         (tmp_path / name).write_text("")
