@@ -76,8 +76,10 @@ def train(fixed=False, writer=None, probe=None):
         writer.watch(model, optimizer=opt, criterion=crit)
     p = probe(model, acts=("conv1", "conv2")) if probe else None
     for _ in range(150):
-        t = torch.randint(0, 100, (16, 256), generator=g)
-        y = ((t < 10).float().mean(1) > 0.1).long()
+        t = torch.randint(10, 100, (16, 256), generator=g)
+        y = torch.randint(0, 2, (16,), generator=g)
+        spots = torch.randint(0, 256, (16, 32), generator=g)
+        t[torch.arange(16).unsqueeze(1), spots] = torch.where(y.unsqueeze(1) == 1, 7, 3)  # the keyword
         opt.zero_grad()
         loss = crit(model(t), y)
         loss.backward()
@@ -91,8 +93,10 @@ def truth(bug, twin):
     h0 = ratio(bug[0]["grad"]["head"], twin[0]["grad"]["head"])
     mb = mean(series(bug[:30], "act", "conv1", "maxabs"))
     mt = mean(series(twin[:30], "act", "conv1", "maxabs"))
-    held = 200 < r0 < 300 and abs(h0 - 1) < 1e-6 and mb > 10 * mt
-    return held, f"step 0 grad conv2 bug/twin {r0:.1f}, head {h0:.3f}; conv1 max|act| first 30 steps bug {mb:.3g} twin {mt:.3g}"
+    b, t = mean([r["loss"] for r in bug[-30:]]), mean([r["loss"] for r in twin[-30:]])
+    held = 200 < r0 < 300 and abs(h0 - 1) < 1e-6 and mb > 10 * mt and t < 0.3 and (b != b or b > 2 * t)
+    return held, (f"step 0 grad conv2 bug/twin {r0:.1f}, head {h0:.3f}; conv1 max|act| first 30 steps bug {mb:.3g} "
+                  f"twin {mt:.3g}; last-30 loss bug {b:.3g} twin {t:.3g}")
 
 
 if __name__ == "__main__":
