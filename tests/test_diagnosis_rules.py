@@ -487,16 +487,17 @@ def test_severity_does_not_decide_causality():
 def test_large_first_updates_on_gradients_already_extreme_are_not_the_rate():
     """Updates larger than the weights from the first step, then the layers
     explode: the rate when the gradients were ordinary before the first
-    update; the inputs when they were unnormalised and the first layers'
-    gradients already 1e3x their weights (a rate fine on normalised data)."""
-    for raw_inputs in (False, True):
+    update; the inputs when they were unnormalised, with the first layers'
+    gradients already 1e3x their weights or not (a rate fine on normalised
+    data: the inputs are upstream of the gradients that made the updates)."""
+    for raw_inputs in (False, True, "gradients ordinary"):
         run = Run()
         eng = Engine(run.layers)
 
         def plant(s, r):
             if raw_inputs:
                 r[0, [M["act_std"], M["act_absmax"]]] = [1000.0, 3500.0]
-                if s == 0:
+                if s == 0 and raw_inputs is True:
                     r[run.i("fc0"), M["grad_norm"]] = 5e3
             if s < 8 and run.full(s):
                 r[run.params, M["update_ratio"]] = 5.0
@@ -506,8 +507,10 @@ def test_large_first_updates_on_gradients_already_extreme_are_not_the_rate():
         feed(eng, run, range(20), plant)
         rc = eng.root_cause
         assert rc["layer"] == ("<input>" if raw_inputs else "<optimizer>"), rc
-        if raw_inputs:
+        if raw_inputs is True:
             assert "before any update" in rc["message"] and "RMS 1e+03" in rc["message"]
+        elif raw_inputs:  # the inputs are upstream of whatever the first updates did
+            assert "from the first ones on" in rc["message"] and "RMS 1e+03" in rc["message"]
 
 
 def test_updates_that_collapse_while_gradients_flow_are_the_optimizers():

@@ -60,12 +60,16 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
     return None
 
 
-def input_scale_message(rms0: float, symptom) -> str:
-    """The root cause's message for updates too large because unnormalised
-    inputs made the gradients extreme before the first update."""
-    return (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch): the first layers' "
-            "gradients were already orders of magnitude above their weights at the first step, before any "
-            f"update, so even a moderate learning rate moves them by more than their size; then {symptom.layer}: "
+def input_scale_message(rms0: float, symptom, extreme: bool = True) -> str:
+    """The root cause's message for updates too large from the first ones
+    because the inputs are unnormalised; ``extreme``: the first layers'
+    gradients were already extreme before the first update."""
+    why = ("the first layers' gradients were already orders of magnitude above their weights at the first step, "
+           "before any update, so even a moderate learning rate moves them by more than their size"
+           if extreme else
+           "the layers' gradients scale with them, so the updates are too large from the first ones on, at a "
+           "learning rate that would suit normalised inputs")
+    return (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch): {why}; then {symptom.layer}: "
             f"{symptom.kind.replace('_', ' ')} from step {symptom.step}. Try: normalising the inputs (and "
             "regression targets) to mean 0 and std 1, rather than lowering the learning rate.")
 

@@ -17,7 +17,8 @@ from .events import Event
 from .explain import KIND_MEANING, fmt, fmt_change, with_clipping
 from .thresholds import Thresholds
 
-__all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution", "extreme_before_updates"]
+__all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution", "extreme_before_updates",
+           "inputs_explain_first_updates"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def _optimizer_cause(picked, failures, ctx: RunFacts, t: Thresholds):
             rise = _lr_rise(ctx, picked.onset, t)
             if rise is not None:
                 jumps = [rise]
-    high = [] if picked.born or ev.kind not in LR_KINDS or extreme_before_updates(ctx, t) else [
+    high = [] if picked.born or ev.kind not in LR_KINDS or extreme_before_updates(ctx, t) \
+        or inputs_explain_first_updates(ctx, t) else [
         h for h in ctx.high_update_steps if 0 <= picked.onset - h[0] <= t.lr_window]
     if not (changes or jumps or high):
         return None
@@ -302,6 +304,16 @@ def extreme_before_updates(ctx: RunFacts, t: Thresholds) -> bool:
     ``lr_window`` steps after it: the updates are large because of what the
     layers (or the inputs) gave them, not because of the rate."""
     return bool(ctx.extreme_first) and any(h[0] <= ctx.first_step + t.lr_window for h in ctx.high_update_steps)
+
+
+def inputs_explain_first_updates(ctx: RunFacts, t: Thresholds) -> bool:
+    """The inputs were unnormalised (RMS above ``input_unnormalised``) before
+    any update, and most layers moved more than ``update_ratio_high`` within
+    the ``lr_window`` steps after the first: the inputs are upstream of the
+    gradients that made those updates (DESIGN.md: a rate too high and a bad
+    input differ by what was extreme before the first update)."""
+    return ctx.input_rms0 > t.input_unnormalised and any(
+        h[0] <= ctx.first_step + t.lr_window for h in ctx.high_update_steps)
 
 
 def _group_label(group, members) -> str:

@@ -57,7 +57,7 @@
 from __future__ import annotations
 
 from ..format.metadata import PSEUDO_INPUT
-from .causes import LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates
+from .causes import LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates, inputs_explain_first_updates
 from .chain import ACTIVATION_KINDS, Failure, explained_by_blockers, explained_by_frozen, pick
 from .events import Event
 from .explain import advice_first, fmt, input_scale_message, integer_input_note
@@ -123,10 +123,13 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     unnorm_symptom = (first_link.born and ev.kind in _INPUT_KINDS and not ev.layer.startswith("<")
                       and _near_input(first_link.index, ctx)) or \
         (ev.kind == "initial_loss" and ev.step == 0 and ctx.input_rms0 > t.input_unnormalised)
-    # ... or updates too large from the first step on gradients already
-    # extreme before them (a rate that would be fine on normalised inputs)
-    large_first = (ev.kind in LR_KINDS and extreme_before_updates(ctx, t)
-                   and ctx.input_rms0 > t.input_unnormalised)
+    # ... or updates too large from the first updates on, on inputs that
+    # were unnormalised before any update: the inputs are upstream of the
+    # gradients that made the updates (a rate that would be fine on
+    # normalised inputs; DESIGN.md separates it from a rate too high)
+    large_first = ev.kind in LR_KINDS and (
+        (extreme_before_updates(ctx, t) and ctx.input_rms0 > t.input_unnormalised)
+        or inputs_explain_first_updates(ctx, t))
     unnorm_symptom = unnorm_symptom or large_first
     if ev.layer.startswith("<") and not unnorm_symptom:
         return root, None
@@ -137,7 +140,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
                    f"{ev.layer}: {ev.kind.replace('_', ' ')} from the first step. Try: normalising "
                    "the inputs to mean 0 and std 1.")
             if large_first:
-                msg = input_scale_message(rms0, ev)
+                msg = input_scale_message(rms0, ev, extreme_before_updates(ctx, t))
             msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
