@@ -15,9 +15,19 @@ import numpy as np
 from ..format import metadata
 from .align import align, column
 
-__all__ = ["PARAM_METRICS", "FULL_STEP_METRICS", "UPDATE_STEP_METRICS", "block_every", "column_counts",
-           "empty_reasons", "heatmap_notes", "run_config", "sampling_every", "scaler_skipped",
-           "skipped_steps"]
+__all__ = [
+    "FULL_STEP_METRICS",
+    "PARAM_METRICS",
+    "UPDATE_STEP_METRICS",
+    "block_every",
+    "column_counts",
+    "empty_reasons",
+    "heatmap_notes",
+    "run_config",
+    "sampling_every",
+    "scaler_skipped",
+    "skipped_steps",
+]
 
 #: metrics measured only on rows with parameters (docs/FORMAT.md, *Metrics*:
 #: "modules with parameters"): on any other row their absence is expected
