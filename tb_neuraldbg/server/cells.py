@@ -2,7 +2,8 @@
 notes*): the steps a GradScaler skipped, how often each row samples the
 metric, and in one word why a row has none of it.
 
-Pure numpy over the rows the heatmap bins; the plugin adds the answers to
+Numpy over the rows or the block summaries the heatmap bins (a long run's
+skipped steps are read once, ``run_skips``); the plugin adds the answers to
 the ``heatmap`` route. A blank cell must not read as a healthy one: a step
 the scaler skipped, a metric measured every 10th step, and a ReLU that has
 no gradient norm are three different blanks (tests/test_cell_notes.py).
@@ -40,6 +41,8 @@ FULL_STEP_METRICS = frozenset(("weight_norm", "act_mean", "act_std", "act_absmax
                                "act_dead_frac", "act_sat_frac", "in_zero_frac", "in_dead_frac", "fwd_gain",
                                "bwd_gain", "unit_spread", "gout_norm", "target_var", "input_integers"))
 UPDATE_STEP_METRICS = frozenset(("update_ratio",))
+#: what a GradScaler's skipped steps are told by (``scaler_skipped``)
+SKIP_TAGS = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
 #: the batch's statistics, measured on the ``<input>`` row at every step
 _INPUT_EVERY_STEP = frozenset(("act_mean", "act_std", "act_absmax"))
 
@@ -65,19 +68,31 @@ def scaler_skipped(scale: np.ndarray, steps: np.ndarray, nonfinite: np.ndarray |
     return out
 
 
-def skipped_steps(scale, nonfinite, row: int, width: int) -> np.ndarray:
+def skipped_steps(series: dict, names) -> np.ndarray:
     """int64: the logged steps of a whole run that a GradScaler skipped
-    (``scaler_skipped``), from the Series (or None) of its ``scale`` rows,
-    of which only row ``row`` (``<optimizer>``) is read, and of its
-    ``grad_nonfinite`` rows (``width`` of them, summed up per step)."""
+    (``scaler_skipped``), from its Series by tag (``SKIP_TAGS``): of the
+    ``scale`` rows only ``<optimizer>``'s is read, the ``grad_nonfinite``
+    rows (one per name) are taken together per step."""
+    scale, nonfinite = (series.get(t) for t in SKIP_TAGS)
     steps = next((s.steps for s in (scale, nonfinite) if s is not None), np.zeros(0, np.int64))
-    if steps.shape[0] == 0:
+    if steps.shape[0] == 0 or metadata.PSEUDO_OPTIMIZER not in names:
         return np.zeros(0, np.int64)
-    counts = align(nonfinite, steps, width, np.nan, np.float32)
+    counts = align(nonfinite, steps, len(names), np.nan, np.float32)
     with np.errstate(invalid="ignore"):
-        any_nonfinite = np.fmax.reduce(counts, axis=1) if width else None
-    mask = scaler_skipped(column(scale, row, steps, np.nan, np.float32), steps, any_nonfinite)
-    return np.asarray(steps, dtype=np.int64)[mask]
+        any_nonfinite = np.fmax.reduce(counts, axis=1)
+    row = column(scale, names.index(metadata.PSEUDO_OPTIMIZER), steps, np.nan, np.float32)
+    return np.asarray(steps, dtype=np.int64)[scaler_skipped(row, steps, any_nonfinite)]
+
+
+def run_skips(data, ctx, eid: str, run: str, listing: dict, names, version) -> np.ndarray:
+    """``skipped_steps`` of a run through the plugin's ``data``
+    (plugin_data.PluginData). The provider cannot select a row: the
+    ``SKIP_TAGS`` matrices are read whole, once per ``version`` of them and
+    not kept (they would evict the heatmap's); the few steps they give are
+    what is cached."""
+    return data.memo(eid, run, f"skips{len(names)}", version,
+                     lambda: skipped_steps(data.read(ctx, eid, run, SKIP_TAGS, listing, keep=False), names),
+                     lambda steps: 4096 + steps.nbytes)
 
 
 def column_counts(mask: np.ndarray | None, steps: np.ndarray, col_start, col_end) -> np.ndarray:
@@ -195,6 +210,23 @@ def run_config(series: dict) -> dict:
     return next((c for _, c in reversed(configs) if isinstance(c, dict)), {})
 
 
+def block_notes(config: dict, names, metric: str, values, whole, hm, blocks, window: slice, skips) -> dict:
+    """The notes of a heatmap ``hm`` binned from ``blocks[window]``
+    (server/heatmap.py's Blocks), in the shapes of ``heatmap_notes``:
+    ``skipped`` counts the run's skipped steps, ``skips(names)``, in each
+    column; ``every`` is ``block_every``; ``empty`` as from rows. ``values``
+    are the blocks' values in the window (None for the state map), ``whole``
+    over the whole run; ``config`` the writer's (``run_config``)."""
+    out = {}
+    if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
+        out["skipped"] = column_counts(None, skips(names), hm.col_start, hm.col_end)
+    if values is not None:
+        out["every"] = block_every((~np.isnan(values)).any(axis=0), names, metric, config,
+                                   blocks.first[window], blocks.last[window], blocks.rows[window])
+        out["empty"] = empty_reasons(values, names, metric, (~np.isnan(whole)).any(axis=0))
+    return out
+
+
 def heatmap_notes(read, names, metric: str, steps, values, whole, hm) -> dict:
     """The notes of a heatmap binned from rows: ``skipped`` (per column, for a
     run with a GradScaler), ``every`` and ``empty`` (per row, for a metric).
@@ -205,9 +237,8 @@ def heatmap_notes(read, names, metric: str, steps, values, whole, hm) -> dict:
     out = {}
     skipped = np.zeros(steps.shape[0], dtype=bool)
     if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-        tags = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
-        got = read(tags)
-        scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in tags)
+        got = read(SKIP_TAGS)
+        scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in SKIP_TAGS)
         skipped = scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps,
                                  np.nan_to_num(nonfinite, nan=0.0).max(axis=1))
         out["skipped"] = column_counts(skipped, steps, hm.col_start, hm.col_end)

@@ -15,6 +15,7 @@ and what a run's report depends on is cached until its tags change.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import os
@@ -338,7 +339,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "blocks", Heatmap) from the run's block summaries, or None
         where they do not give the cells its rows give (``heatmap``); ``notes``
-        receives the cell notes of docs/API.md (``_block_notes``)."""
+        receives the cell notes of docs/API.md (``cells.block_notes``)."""
         blocks = heatmap.block_series(self._data, ctx, eid, run, listing, metric)
         if blocks is None:
             return None
@@ -361,44 +362,11 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
                                  last_steps=blocks.last[window])
         if notes is not None:
-            notes.update(self._block_notes(ctx, eid, run, listing, blocks, window, layers, metric,
-                                           values, whole, hm))
+            skips = functools.partial(cells.run_skips, self._data, ctx, eid, run, listing,
+                                      version=self._version(listing, cells.SKIP_TAGS))
+            notes.update(cells.block_notes(cells.run_config(series), [l["name"] for l in layers], metric,
+                                           values, whole, hm, blocks, window, skips))
         return layers, "blocks", hm
-
-    def _block_notes(self, ctx, eid, run, listing, blocks, window, layers, metric, values, whole,
-                     hm) -> dict:
-        """The cell notes of a heatmap binned from ``blocks[window]``, in the
-        shapes of ``_cell_notes``: ``skipped`` counted from the run's skipped
-        steps (``_scaler_skips``), ``every`` from the writer's schedule
-        (``cells.block_every``), ``empty`` from the block values."""
-        names = [l["name"] for l in layers]
-        config = cells.run_config(blocks.series)
-        out = {}
-        if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-            skips = self._scaler_skips(ctx, eid, run, listing, names)
-            out["skipped"] = cells.column_counts(None, skips, hm.col_start, hm.col_end)
-        if values is not None:
-            out["every"] = cells.block_every((~np.isnan(values)).any(axis=0), names, metric, config,
-                                             blocks.first[window], blocks.last[window],
-                                             blocks.rows[window])
-            out["empty"] = cells.empty_reasons(values, names, metric, (~np.isnan(whole)).any(axis=0))
-        return out
-
-    def _scaler_skips(self, ctx, eid, run, listing, names) -> np.ndarray:
-        """The steps of the run whose optimizer step a GradScaler skipped
-        (``cells.skipped_steps``). The provider cannot select a row, so the
-        scale and non-finite gradient matrices are read whole, once per
-        version of them and not kept (they would evict the heatmap's); the
-        few steps they give are what is cached."""
-        tags = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
-
-        def build() -> np.ndarray:
-            got = self._data.read(ctx, eid, run, tags, listing, keep=False)
-            return cells.skipped_steps(got.get(tags[0]), got.get(tags[1]),
-                                       names.index(metadata.PSEUDO_OPTIMIZER), len(names))
-
-        return self._data.memo(eid, run, f"skips{len(names)}", self._version(listing, tags), build,
-                               lambda a: 4096 + a.nbytes)
 
     def _spans(self, ctx, eid, run, listing, layers) -> list:
         """The (row, state, first, last) spans the run's events give its cells
@@ -428,7 +396,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
-        receives the cell notes of docs/API.md (``_cell_notes``)."""
+        receives the cell notes of docs/API.md (``cells.heatmap_notes``)."""
         tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
         stats = None
         if metric != binning.STATE_METRIC:
@@ -447,13 +415,9 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             values = whole[window]
         hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
         if notes is not None:
-            notes.update(self._cell_notes(ctx, eid, run, listing, layers, metric, steps, values, whole, hm))
+            notes.update(cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
+                                             [l["name"] for l in layers], metric, steps, values, whole, hm))
         return layers, "steps", hm
-
-    def _cell_notes(self, ctx, eid, run, listing, layers, metric, steps, values, whole, hm) -> dict:
-        """The heatmap's cell notes (server/cells.py), reading what they need."""
-        return cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
-                                   [l["name"] for l in layers], metric, steps, values, whole, hm)
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
