@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tb_neuraldbg import metadata
+from tb_neuraldbg.format import summary
 from tb_neuraldbg.server import cells
 from tests.synthetic import SyntheticWriter, healthy_row, make_layers, write_run
 from tests.test_plugin_wsgi import App
@@ -180,3 +181,20 @@ def test_a_strided_range_from_blocks_has_every_full_step(amp_app):
         fc1 = blocks["layers"].index("fc1")
         assert blocks["every"][fc1] == rows["every"][fc1] == want
         assert blocks["skipped"] == _columns_of(blocks, [s for s in _SKIP_BY_NONFINITE if s >= start])
+
+
+def test_the_blocks_path_reads_the_skips_once_and_keeps_only_the_steps(amp_app, monkeypatch):
+    app = App(amp_app.logdir)
+    data, rows_read = app.plugin._data, []
+    read = data.read
+
+    def counted(ctx, eid, run, tags, listing=None, *, keep=True):
+        rows_read.extend((t, keep) for t in tags if t in summary.ROW_TAGS)
+        return read(ctx, eid, run, tags, listing, keep=keep)
+
+    monkeypatch.setattr(data, "read", counted)
+    url = "/data/plugin/neuraldbg/heatmap?run=amp&metric={}&max_cols=7"
+    for metric in ("weight_norm", "update_ratio", "state", "weight_norm"):
+        assert sum(app.json(url.format(metric))["skipped"]) == len(_SKIP_BY_SCALE + _SKIP_BY_NONFINITE)
+    # the scale and non-finite gradient rows once, not cached; no other rows
+    assert sorted(rows_read) == sorted((t, False) for t in cells.SKIP_TAGS)
