@@ -15,6 +15,7 @@ and what a run's report depends on is cached until its tags change.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import os
@@ -338,7 +339,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
     def _binned_blocks(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "blocks", Heatmap) from the run's block summaries, or None
         where they do not give the cells its rows give (``heatmap``); ``notes``
-        receives ``empty`` (the rows' steps are not at hand: no other note)."""
+        receives the cell notes of docs/API.md (``cells.block_notes``)."""
         blocks = heatmap.block_series(self._data, ctx, eid, run, listing, metric)
         if blocks is None:
             return None
@@ -354,15 +355,17 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
                         np.uint8)[window]
         states = apply_spans(states, blocks.first[window], blocks.last[window],
                              self._spans(ctx, eid, run, listing, layers))
-        values = None
+        values = whole = None
         if metric != binning.STATE_METRIC:
             whole = align(series[metadata.block_stats_tag(metric)], keys, width, np.nan, np.float32)
             values = whole[window]
-            if notes is not None:
-                notes["empty"] = cells.empty_reasons(values, [l["name"] for l in layers], metric,
-                                                     (~np.isnan(whole)).any(axis=0))
         hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
                                  last_steps=blocks.last[window])
+        if notes is not None:
+            skips = functools.partial(cells.run_skips, self._data, ctx, eid, run, listing,
+                                      version=self._version(listing, cells.SKIP_TAGS))
+            notes.update(cells.block_notes(cells.run_config(series), [l["name"] for l in layers], metric,
+                                           values, whole, hm, blocks, window, skips))
         return layers, "blocks", hm
 
     def _spans(self, ctx, eid, run, listing, layers) -> list:
@@ -393,7 +396,7 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
 
     def _binned_steps(self, ctx, eid, run, listing, metric, start, end, max_cols, notes=None):
         """(layers, "steps", Heatmap) from the run's rows; ``notes`` (a dict)
-        receives the cell notes of docs/API.md (``_cell_notes``)."""
+        receives the cell notes of docs/API.md (``cells.heatmap_notes``)."""
         tags = [metadata.TAG_STATES, metadata.TAG_LAYERS]
         stats = None
         if metric != binning.STATE_METRIC:
@@ -412,13 +415,9 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             values = whole[window]
         hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
         if notes is not None:
-            notes.update(self._cell_notes(ctx, eid, run, listing, layers, metric, steps, values, whole, hm))
+            notes.update(cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
+                                             [l["name"] for l in layers], metric, steps, values, whole, hm))
         return layers, "steps", hm
-
-    def _cell_notes(self, ctx, eid, run, listing, layers, metric, steps, values, whole, hm) -> dict:
-        """The heatmap's cell notes (server/cells.py), reading what they need."""
-        return cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
-                                   [l["name"] for l in layers], metric, steps, values, whole, hm)
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),
                     start: int = 0, end: int = query.MAX_STEP,
