@@ -6,18 +6,9 @@
  * from its last sample, and a row without the metric says why in a word.
  */
 import { STATE_HEALTHY, STATE_UNKNOWN } from "./states";
-import type { Heatmap } from "./types";
+import type { CellNotes, Heatmap } from "./types";
 
-export interface CellNotes {
-  /** Per column: steps of the bin a GradScaler skipped (null: the run has no scaler). */
-  skipped: Int32Array | null;
-  /** Per row: 1 = the metric at every step, N > 1 = sampled every N steps, 0 = never. */
-  every: Int32Array | null;
-  /** Per row: why it has none of the metric ("no parameters", "pseudo-layer", ...), else null. */
-  empty: (string | null)[] | null;
-  /** Per cell: 1 where the value is held from an earlier sample. */
-  held: Uint8Array | null;
-}
+export type { CellNotes };
 
 export const NO_NOTES: CellNotes = { skipped: null, every: null, empty: null, held: null };
 

@@ -5,7 +5,6 @@
  * float is expected; api.ts turns them into numbers before anything else
  * sees them, so every float below is a plain (possibly non-finite) number.
  */
-import type { CellNotes } from "./cells";
 
 export type Severity = "info" | "warning" | "error";
 
@@ -130,4 +129,16 @@ export interface LayerSeries {
 export interface StepRange {
   start: number;
   end: number;
+}
+
+/** What a heatmap's cells mean beyond the binned matrix (docs/API.md, *Cell notes*; cells.ts). */
+export interface CellNotes {
+  /** Per column: steps of the bin a GradScaler skipped (null: the run has no scaler). */
+  skipped: Int32Array | null;
+  /** Per row: 1 = the metric at every step, N > 1 = sampled every N steps, 0 = never. */
+  every: Int32Array | null;
+  /** Per row: why it has none of the metric ("no parameters", "pseudo-layer", ...), else null. */
+  empty: (string | null)[] | null;
+  /** Per cell: 1 where the value is held from an earlier sample. */
+  held: Uint8Array | null;
 }
