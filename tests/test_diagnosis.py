@@ -799,6 +799,20 @@ def _loss_curve(curve, k=None, n=None):
     return [e for e in failures(eng) if e.kind == "loss_plateau"], eng
 
 
+def test_a_loss_that_fell_within_its_first_window_to_a_floor_is_no_plateau():
+    """Label smoothing 0.3 over 8 classes: the loss falls from ln 8 to its
+    floor near 1.1 within the first ten steps, then stays there. Its first
+    level (a median of plateau_window losses) is already the floor, but the
+    loss fell: a converged run. The same floor from the first step on, with
+    K unknown, is a loss that never fell."""
+    import math
+
+    fell, _ = _loss_curve(lambda s, rng: 1.1 + (math.log(8) - 1.1) * math.exp(-s / 3) + 0.02 * rng.normal())
+    assert fell == []
+    never, _ = _loss_curve(lambda s, rng: 1.1 + 0.02 * rng.normal())
+    assert [(e.layer, e.step) for e in never] == [("<loss>", 0)]
+
+
 def test_falling_then_diverged_loss_is_not_a_plateau():
     """The loss fell 10x, then diverged above where it started: the diverged
     tail is not a plateau, and nothing is back-dated to step 0."""

@@ -198,6 +198,7 @@ class Plateau:
         self.climb_best = math.nan  # the best level (a block median) before the climb
         self.climb_level = math.nan  # the level now
         self.trivial = math.nan  # the trivial predictor's loss, when known (a regression's target variance)
+        self.first_losses = []  # the run's first block of losses: did it fall before its first level?
 
     def add(self, step: int, v: float, in_plateau: bool, first_step, num_classes) -> None:
         """Add a loss of a step with a learning rate > 0; decide again once a block is complete."""
@@ -205,6 +206,8 @@ class Plateau:
             self.block_step = step
             self.block_losses.append([])
         self.block.append(v)
+        if len(self.first_losses) < _PLATEAU_BLOCK:
+            self.first_losses.append(v)
         self.block_losses[-1].append((step, v))
         self.recent.append(v)
         self.steps += 1
@@ -221,6 +224,17 @@ class Plateau:
             # judged once a block: a plateau is a matter of hundreds of steps
             self.state = self.decide(in_plateau, False, first_step, num_classes)
             self.climb_onset = self.climb()
+
+    def _fell_first(self, level: float, t) -> bool:
+        """Whether the run's first losses (the median of its first three) were
+        above ``level`` by more than three times ``plateau_min_drop`` plus the
+        batches' own noise (from the differences of the first block's
+        consecutive losses): a loss that fell before its first level."""
+        first = self.first_losses
+        if len(first) < 3:
+            return False
+        noise = 1.4826 * float(np.median(np.abs(np.diff(first)))) / math.sqrt(2.0)
+        return float(np.median(first[:3])) > level + 3.0 * t.plateau_min_drop * abs(level) + 3.0 * noise
 
     def climb(self):
         """The step a climbing loss started, or None: the last two block
@@ -304,8 +318,12 @@ class Plateau:
         self.onset = int(self.level_steps[j])
         if span < need:
             return HEALTHY
-        # never fell: the flat span is the whole run (from step 0)
-        flat = j == 0 and first_step == 0
+        # never fell: the flat span is the whole run (from step 0), and the
+        # run's first losses were no higher than its first level (a median of
+        # plateau_window losses: a loss that fell within them, to a floor
+        # such as label smoothing's, fell; tests/test_diagnosis.py)
+        fell_first = self._fell_first(float(lev[j]), t)
+        flat = j == 0 and first_step == 0 and not fell_first
         k = num_classes
         # K known: stuck at (or above) the chance level ln K
         chance = k is not None and k >= 2 and recent > (1.0 - drop) * math.log(k)
