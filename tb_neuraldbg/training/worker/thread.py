@@ -513,7 +513,18 @@ class Worker:
         if events:
             self._on_events(step, events)
         else:
+            if self.diagnosis is not None and self.diagnosis["status"] == "failing":
+                self._safe("diagnosis", self._follow_status, step)
             self._drain_ring(step)
+
+    def _follow_status(self, step: int) -> None:
+        """A standing warning can be resolved without an event of its own (a
+        loss that started far from ln K has fallen since): the stored status
+        follows at this step, so that what is on disk after any step (a
+        drain, a run killed before close) is the diagnosis of the steps
+        analysed, not of the last event (tests/test_status_timing.py)."""
+        if self.engine is not None and not self.engine_broken and self.engine.status != self.diagnosis["status"]:
+            self._write_diagnosis(step)
 
     def _on_events(self, step: int, events: list) -> None:
         # The ring first (steps stay in order), but a failure there must not
