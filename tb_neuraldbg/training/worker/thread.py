@@ -225,6 +225,7 @@ class Worker:
         self.last_written = -1
         self.last_event_step: int | None = None
         self.diagnosis: dict | None = None
+        self.diagnosis_step = -1  # of the last diagnosis written
         self.last_events_step = -1
         self.steps_analysed = 0
         self.rows_written = 0
@@ -566,6 +567,8 @@ class Worker:
         diag = {"status": self.engine.status, "root_cause": rc}
         if diag != self.diagnosis:
             self.diagnosis = diag
+            # (a step that went backwards: the tag's steps still do not)
+            self.diagnosis_step = step = max(step, self.diagnosis_step)
             self.file.add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
 
     def _finish(self) -> None:
