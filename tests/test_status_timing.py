@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 STEPS = 60
 
 
-def _train(logdir: str, drain_only: bool = False) -> dict:
+def _train(logdir: str, drain_only: bool = False, analysis: str = "thread") -> dict:
     """A 4-class classifier whose loss starts far above ln 4 (its last layer
     scaled up) and then falls: an initial_loss warning resolved without an
     event of its own. ``drain_only``: the report is read after a drain (what
@@ -32,7 +32,7 @@ def _train(logdir: str, drain_only: bool = False) -> dict:
     proto = torch.randn(4, 8, generator=g)
     writer = DebugWriter(logdir)
     try:
-        writer.watch(model, optimizer=opt, criterion=crit)
+        writer.watch(model, optimizer=opt, criterion=crit, analysis=analysis)
         for _ in range(STEPS):
             y = torch.randint(0, 4, (32,), generator=g)
             x = proto[y] + 0.3 * torch.randn(32, 8, generator=g)
@@ -55,9 +55,10 @@ def _stored(logdir: str) -> dict:
                                                    for e in run.events]}
 
 
-def test_a_warning_resolved_without_an_event_is_stored_as_resolved_before_close(tmp_path):
-    closed = _train(str(tmp_path / "closed"))
-    drained = _train(str(tmp_path / "drained"), drain_only=True)
+@pytest.mark.parametrize("analysis", ["thread", "process"])
+def test_a_warning_resolved_without_an_event_is_stored_as_resolved_before_close(tmp_path, analysis):
+    closed = _train(str(tmp_path / "closed"), analysis=analysis)
+    drained = _train(str(tmp_path / "drained"), drain_only=True, analysis=analysis)
     assert [e[0] for e in closed["events"]] == ["initial_loss"]  # the warning, and nothing after it
     assert closed["diagnosis"]["status"] == "healthy" and closed["diagnosis"]["root_cause"]["kind"] == "initial_loss"
     # before: the status stored at the warning's step ("failing") until close
