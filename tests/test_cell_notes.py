@@ -107,8 +107,8 @@ def test_block_every_is_the_schedule_unless_every_logged_step_is_on_it():
 # step 200, then every 20th step, as a DebugWriter with full_steps=200 writes
 # it. Skips: by the scale falling at the next step, by non-finite gradients.
 _AMP_CONFIG = {"stats_every": 10, "update_every": 100, "full_steps": 200, "scaler": True}
-_SKIP_BY_SCALE = (37, 38, 121)
-# (none on a full or update step: the rows path would count a skipped sample as a gap)
+# (40 and 100: a skipped full step, and update step, is no gap in the sampling)
+_SKIP_BY_SCALE = (37, 38, 40, 100, 121)
 _SKIP_BY_NONFINITE = (151, 420, 660, 980)
 _INPUT_FULL = sorted(cells.FULL_STEP_METRICS - {"act_mean", "act_std", "act_absmax"})
 _AMP_STEPS = list(range(200)) + list(range(200, 1001, 20))
@@ -198,3 +198,30 @@ def test_the_blocks_path_reads_the_skips_once_and_keeps_only_the_steps(amp_app, 
         assert sum(app.json(url.format(metric))["skipped"]) == len(_SKIP_BY_SCALE + _SKIP_BY_NONFINITE)
     # the scale and non-finite gradient rows once, not cached; no other rows
     assert sorted(rows_read) == sorted((t, False) for t in cells.SKIP_TAGS)
+
+
+def test_a_skip_on_a_windows_last_step_is_told_by_the_step_after_it(amp_app):
+    # 38's skip shows in the scale at 39, outside the window: the rows path
+    # reads the run's skips (cells.run_skips), not the window's rows alone
+    url = "/data/plugin/neuraldbg/heatmap?run=amp&metric={}&start=30&end={}&max_cols=5000"
+    for metric in ("weight_norm", "state"):
+        hm = amp_app.json(url.format(metric, 38))
+        assert hm["binned"] == "steps"
+        assert hm["skipped"] == _columns_of(hm, (37, 38)) and sum(hm["skipped"]) == 2
+    # a skipped full step at a window's edge is sampled still
+    hm = amp_app.json(url.format("weight_norm", 40))
+    assert sum(hm["skipped"]) == 3 and hm["every"][hm["layers"].index("fc1")] == 10
+
+
+def test_a_skipped_full_step_is_a_sample_not_a_gap():
+    steps = np.arange(60)
+    v = np.full((60, 1), NAN, np.float32)
+    v[::10] = 1.0
+    v[20] = NAN  # (as the writer may store a skipped step's statistics)
+    skipped = np.isin(steps, [20, 35])
+    config = {"stats_every": 10}
+    assert cells.sampling_every(v, steps, None).tolist() == [20]  # unskipped, a gap
+    assert cells.sampling_every(v, steps, None, skipped).tolist() == [10]
+    assert cells.sampling_every(v, steps, config, skipped).tolist() == [10]
+    # a metric of every step stays every step when a skipped step lacks it
+    assert cells.sampling_every(np.where(skipped[:, None], NAN, 1.0), steps, config, skipped).tolist() == [1]

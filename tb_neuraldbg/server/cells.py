@@ -104,17 +104,26 @@ def column_counts(mask: np.ndarray | None, steps: np.ndarray, col_start, col_end
     return (hi - lo).astype(np.int32)
 
 
-def sampling_every(values: np.ndarray, steps: np.ndarray, config: dict | None = None) -> np.ndarray:
+def sampling_every(values: np.ndarray, steps: np.ndarray, config: dict | None = None,
+                   skipped: np.ndarray | None = None) -> np.ndarray:
     """int32 [L], per row of ``values`` float [S, L] at logged ``steps``: 1 when the row
     has the metric at every step, 0 when at none, else the stride N of
     "sampled every N steps": the longest gap between its samples that holds
     a logged step without it (tests/test_cell_notes.py), rounded up
     to the writer's ``stats_every`` or ``update_every`` (from ``config``)
-    when one of them is at least that gap."""
+    when one of them is at least that gap. ``skipped`` (bool [S]): steps a
+    GradScaler skipped, whose statistics are non-finite, not unsampled:
+    they hold a sample where the schedule put one (a skipped full step is
+    no gap) and no step without one."""
     values = np.asarray(values)
-    S = values.shape[0]
     measured = ~np.isnan(values)
-    counts = measured.sum(axis=0)
+    if skipped is not None and np.any(skipped):
+        skipped = np.asarray(skipped, dtype=bool)
+        counts = measured[~skipped].sum(axis=0)
+        S = int((~skipped).sum())
+        measured |= skipped[:, None]
+    else:
+        counts, S = measured.sum(axis=0), values.shape[0]
     strides = sorted(int(config[k]) for k in ("stats_every", "update_every")
                      if config and isinstance(config.get(k), int) and config[k] > 1)
     out = np.where(counts > 0, 1, 0).astype(np.int32)
@@ -210,6 +219,16 @@ def run_config(series: dict) -> dict:
     return next((c for _, c in reversed(configs) if isinstance(c, dict)), {})
 
 
+def _skipped_counts(config: dict, names, hm, skips) -> dict:
+    """``{"skipped": per column}`` for a run with a GradScaler, else {}: the
+    run's skipped steps, ``skips(names)`` (``run_skips``: found once over
+    the whole run, so a skip on a window's last step is told by the step
+    after it), counted in each of ``hm``'s columns."""
+    if not (config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names):
+        return {}
+    return {"skipped": column_counts(None, skips(names), hm.col_start, hm.col_end)}
+
+
 def block_notes(config: dict, names, metric: str, values, whole, hm, blocks, window: slice, skips) -> dict:
     """The notes of a heatmap ``hm`` binned from ``blocks[window]``
     (server/heatmap.py's Blocks), in the shapes of ``heatmap_notes``:
@@ -217,9 +236,7 @@ def block_notes(config: dict, names, metric: str, values, whole, hm, blocks, win
     column; ``every`` is ``block_every``; ``empty`` as from rows. ``values``
     are the blocks' values in the window (None for the state map), ``whole``
     over the whole run; ``config`` the writer's (``run_config``)."""
-    out = {}
-    if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-        out["skipped"] = column_counts(None, skips(names), hm.col_start, hm.col_end)
+    out = _skipped_counts(config, names, hm, skips)
     if values is not None:
         out["every"] = block_every((~np.isnan(values)).any(axis=0), names, metric, config,
                                    blocks.first[window], blocks.last[window], blocks.rows[window])
@@ -227,24 +244,17 @@ def block_notes(config: dict, names, metric: str, values, whole, hm, blocks, win
     return out
 
 
-def heatmap_notes(read, names, metric: str, steps, values, whole, hm) -> dict:
+def heatmap_notes(config: dict, names, metric: str, steps, values, whole, hm, skips) -> dict:
     """The notes of a heatmap binned from rows: ``skipped`` (per column, for a
     run with a GradScaler), ``every`` and ``empty`` (per row, for a metric).
-    ``read(tags)`` gives the run's Series by tag; ``values`` are the rows'
+    ``config`` is the writer's (``run_config``); ``values`` are the rows'
     values at ``steps`` (None for the state map), ``whole`` the same over the
-    whole run, ``hm`` the binned heatmap."""
-    config = run_config(read((metadata.TAG_CONFIG,)))
-    out = {}
-    skipped = np.zeros(steps.shape[0], dtype=bool)
-    if config.get("scaler") and metadata.PSEUDO_OPTIMIZER in names:
-        got = read(SKIP_TAGS)
-        scale, nonfinite = (align(got.get(t), steps, len(names), np.nan, np.float32) for t in SKIP_TAGS)
-        skipped = scaler_skipped(scale[:, names.index(metadata.PSEUDO_OPTIMIZER)], steps,
-                                 np.nan_to_num(nonfinite, nan=0.0).max(axis=1))
-        out["skipped"] = column_counts(skipped, steps, hm.col_start, hm.col_end)
+    whole run, ``hm`` the binned heatmap; ``skips(names)`` the run's skipped
+    steps, as for ``block_notes``."""
+    out = _skipped_counts(config, names, hm, skips)
     if values is not None:
+        skipped = np.isin(steps, skips(names)) if "skipped" in out else None
         elsewhere = None if whole is None else (~np.isnan(whole)).any(axis=0)
-        # (a skipped step's statistics are non-finite, not unsampled)
-        out["every"] = sampling_every(values[~skipped], steps[~skipped], config)
+        out["every"] = sampling_every(values, steps, config, skipped)
         out["empty"] = empty_reasons(values, names, metric, elsewhere)
     return out

@@ -362,11 +362,14 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
         hm = binning.bin_heatmap(blocks.first[window], values, states, cols, metric,
                                  last_steps=blocks.last[window])
         if notes is not None:
-            skips = functools.partial(cells.run_skips, self._data, ctx, eid, run, listing,
-                                      version=self._version(listing, cells.SKIP_TAGS))
             notes.update(cells.block_notes(cells.run_config(series), [l["name"] for l in layers], metric,
-                                           values, whole, hm, blocks, window, skips))
+                                           values, whole, hm, blocks, window, self._skips(ctx, eid, run, listing)))
         return layers, "blocks", hm
+
+    def _skips(self, ctx, eid, run, listing):
+        """``skips(names)``: the run's skipped steps, cached (``cells.run_skips``)."""
+        return functools.partial(cells.run_skips, self._data, ctx, eid, run, listing,
+                                 version=self._version(listing, cells.SKIP_TAGS))
 
     def _spans(self, ctx, eid, run, listing, layers) -> list:
         """The (row, state, first, last) spans the run's events give its cells
@@ -415,8 +418,9 @@ class NeuralDbgPlugin(base_plugin.TBPlugin):
             values = whole[window]
         hm = binning.bin_heatmap(steps, values, states, self._cols(max_cols, width), metric)
         if notes is not None:
-            notes.update(cells.heatmap_notes(lambda tags: self._data.read(ctx, eid, run, tags, listing),
-                                             [l["name"] for l in layers], metric, steps, values, whole, hm))
+            config = cells.run_config(self._data.read(ctx, eid, run, (metadata.TAG_CONFIG,), listing))
+            notes.update(cells.heatmap_notes(config, [l["name"] for l in layers], metric, steps, values, whole, hm,
+                                             self._skips(ctx, eid, run, listing)))
         return layers, "steps", hm
 
     def events_impl(self, ctx, eid: str, run: str, *, kinds=(), layers=(), severities=(),

@@ -225,6 +225,7 @@ class Worker:
         self.last_written = -1
         self.last_event_step: int | None = None
         self.diagnosis: dict | None = None
+        self.diagnosis_step = -1  # of the last diagnosis written
         self.last_events_step = -1
         self.steps_analysed = 0
         self.rows_written = 0
@@ -513,7 +514,18 @@ class Worker:
         if events:
             self._on_events(step, events)
         else:
+            if self.diagnosis is not None and self.diagnosis["status"] == "failing":
+                self._safe("diagnosis", self._follow_status, step)
             self._drain_ring(step)
+
+    def _follow_status(self, step: int) -> None:
+        """A standing warning can be resolved without an event of its own (a
+        loss that started far from ln K has fallen since): the stored status
+        follows at this step, so that what is on disk after any step (a
+        drain, a run killed before close) is the diagnosis of the steps
+        analysed, not of the last event (tests/test_status_timing.py)."""
+        if self.engine is not None and not self.engine_broken and self.engine.status != self.diagnosis["status"]:
+            self._write_diagnosis(step)
 
     def _on_events(self, step: int, events: list) -> None:
         # The ring first (steps stay in order), but a failure there must not
@@ -555,6 +567,8 @@ class Worker:
         diag = {"status": self.engine.status, "root_cause": rc}
         if diag != self.diagnosis:
             self.diagnosis = diag
+            # (a step that went backwards: the tag's steps still do not)
+            self.diagnosis_step = step = max(step, self.diagnosis_step)
             self.file.add(summary.diagnosis_summary(diag["status"], diag["root_cause"]), step)
 
     def _finish(self) -> None:
