@@ -78,3 +78,34 @@ def test_the_report_does_not_depend_on_how_fast_the_diagnosis_runs(tmp_path, mon
     slow = _train(str(tmp_path / "slow"))
     slow_drained = _train(str(tmp_path / "slow_drained"), drain_only=True)
     assert fast == slow == slow_drained
+
+
+
+def test_each_packet_carries_the_class_count_as_of_its_step(tmp_path):
+    """K of the watched cross-entropy goes with each step's packet, so a
+    worker that lags behind training judges step 0's loss with step 0's K
+    (unknown here: the criterion is first called at step 10), not with the
+    K the instrument learnt since."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    crit = nn.CrossEntropyLoss()
+    writer = DebugWriter(str(tmp_path))
+    seen = []
+    try:
+        handle = writer.watch(model, optimizer=opt, criterion=crit)
+        put = handle.instrument.sink
+        handle.instrument.sink = lambda p: (seen.append((p.step, p.num_classes)), put(p))
+        for step in range(14):
+            x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+            opt.zero_grad()
+            if step < 10:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                writer.record(loss=loss)
+            else:
+                loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+    finally:
+        writer.close()
+    assert seen == [(s, None if s < 10 else 4) for s in range(14)]

@@ -570,7 +570,8 @@ class Instrument:
         # gradient (conditional computation, a bug) could not be told apart.
         fwd.followable = fwd.root_input and missing is not None and not len(missing)
         packet = StepPacket(
-            step=step, rows=rows, keys=keys, layers=list(self.rows.layers), stats=full, host=host, ran=ran
+            step=step, rows=rows, keys=keys, layers=list(self.rows.layers), stats=full, host=host, ran=ran,
+            num_classes=self.num_classes,
         )
         self.step = step + 1
         now = perf_counter_ns()

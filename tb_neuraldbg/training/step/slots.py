@@ -108,6 +108,11 @@ class StepPacket:
     # step of nonfinite="replay" that needed no replay: as its hooks noted
     # them, or as the last hooked step did); None otherwise.
     ran: np.ndarray | None = None
+    # K of the cross-entropy loss as of this step (None while unknown): the
+    # diagnosis reads it from the packet, not from the instrument when the
+    # worker gets there, so a lagging worker judges the same K
+    # (tests/test_status_timing.py).
+    num_classes: int | None = None
 
     def host_values(self) -> np.ndarray:
         """The step vector, float64, once its device copies are done (this

@@ -273,7 +273,7 @@ class ProcessWorker:
         if len(p.layers) != self._layers:
             self._layers = len(p.layers)
             layers = json.dumps(p.layers).encode()
-        k = self.sink.num_classes
+        k = p.num_classes
         ran = None if p.ran is None else np.asarray(p.ran, np.int64)
         header = _PACKET.pack(int(p.step), -1 if k is None else int(k), int(p.stats), len(values), len(layers),
                               -1 if ran is None else len(ran), self.sink.batches_held())
@@ -441,7 +441,7 @@ class _Input:
         self.sink.num_classes = None if k < 0 else k
         self.sink.held = held
         return StepPacket(step=step, rows=rows, keys=keys, layers=list(self._layers), stats=bool(stats),
-                          host=[values], ran=ran)
+                          host=[values], ran=ran, num_classes=self.sink.num_classes)
 
 
 def _config(fields: dict) -> WatchConfig:

@@ -493,7 +493,7 @@ class Worker:
         states = np.full(L, metadata.STATE_UNKNOWN, dtype=np.uint8)
         if self.engine is not None and not self.engine_broken:
             try:
-                k = self.sink.num_classes
+                k = packet.num_classes
                 if k is not None and getattr(self.engine, "num_classes", k) is None:
                     self.engine.num_classes = k
                 events = list(self.engine.update(step, seen))
