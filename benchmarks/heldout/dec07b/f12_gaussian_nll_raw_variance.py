@@ -53,7 +53,7 @@ def train(fixed=False, writer=None, probe=None):
     model = Net(fixed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     if writer:
-        writer.watch(model, optimizer=opt, criterion=gaussian_nll)
+        writer.watch(model, optimizer=opt)  # a function loss: recorded below
     p = probe(model, acts=("var_head",)) if probe else None
     for _ in range(150):
         x = torch.randn(64, 4, generator=g)
@@ -61,6 +61,8 @@ def train(fixed=False, writer=None, probe=None):
         opt.zero_grad()
         loss = gaussian_nll(model(x), y)
         loss.backward()
+        if writer:
+            writer.record(loss=loss)
         if p:
             p.step(loss)
         opt.step()

@@ -57,7 +57,7 @@ def train(fixed=False, writer=None, probe=None):
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     crit = make_loss(fixed)
     if writer:
-        writer.watch(model, optimizer=opt, criterion=crit)
+        writer.watch(model, optimizer=opt)  # a function loss: recorded below
     p = probe(model, acts=("encoder",)) if probe else None
     for _ in range(200):
         i = torch.randint(0, 12, (64,), generator=g)
@@ -69,6 +69,8 @@ def train(fixed=False, writer=None, probe=None):
         out = model(a, b)
         loss = crit(out, same)
         loss.backward()
+        if writer:
+            writer.record(loss=loss)
         if p:
             p.step(loss, spread=float(out[0].detach().std(0).mean()))
         opt.step()

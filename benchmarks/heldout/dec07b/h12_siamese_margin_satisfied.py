@@ -41,7 +41,7 @@ def train(fixed=False, writer=None, probe=None):
     model = Pair()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     if writer:
-        writer.watch(model, optimizer=opt, criterion=contrastive)
+        writer.watch(model, optimizer=opt)  # a function loss: recorded below
     p = probe(model) if probe else None
     for _ in range(200):
         i = torch.randint(0, 6, (64,), generator=g)
@@ -52,6 +52,8 @@ def train(fixed=False, writer=None, probe=None):
         opt.zero_grad()
         loss = contrastive(model(a, b), same)
         loss.backward()
+        if writer:
+            writer.record(loss=loss)
         if p:
             p.step(loss)
         opt.step()
