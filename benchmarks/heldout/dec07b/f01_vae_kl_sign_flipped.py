@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _case import main, series  # noqa: E402
 
 CASE = {
-    "bug": "VAE KL term added with the wrong sign: logvar and mu driven to overflow",
+    "bug": "VAE KL term added with the wrong sign: logvar and mu driven without bound, loss to -1e21",
     "source": "https://github.com/masa-su/Tars/pull/7; https://github.com/FluxML/model-zoo/pull/147",
     "arch": "MLP variational autoencoder (16-d data, 4-d latent)",
     "kind": ["nonfinite", "activation_explosion", "exploding_gradient", "loss_spike"],
