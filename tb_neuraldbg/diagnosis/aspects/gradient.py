@@ -167,7 +167,8 @@ class Gradient(Aspect):
             if li >= 0 and self.measured:
                 # born in the loss's backward (a finite loss whose gradient is
                 # not: sqrt of a zero distance): <loss> is where it is born
-                if nonfinite.any() and np.isfinite(row[li, _M["value"]]) and self.born_in_loss():
+                if nonfinite.any() and self.born_in_loss() and (
+                        np.isfinite(row[li, _M["value"]]) or self.loss_unseen_forward_finite(row)):
                     raw[li] = STATE["nonfinite"]
                 elif conf[li] == STATE["nonfinite"] and not nonfinite.any():
                     raw[li] = HEALTHY
@@ -244,6 +245,18 @@ class Gradient(Aspect):
         seen = np.flatnonzero(self.kinds.is_mod & (self.received | self.seen_gout))
         return bool(len(seen) and self.received[seen[-1]] and not self.origin.any())
 
+    def loss_unseen_forward_finite(self, row) -> bool:
+        """The loss's value is not recorded (a plain function, not a watched
+        criterion) while every module's forward output was measured finite:
+        the first non-finite value is then the gradient entering the model's
+        output, born in the loss (its forward or its backward), not in the
+        layers it reaches (tests/test_diagnosis_loss_origin.py)."""
+        li = self.kinds.loss_index
+        if not (np.isnan(row[li, _M["value"]]) and np.isnan(row[li, _M["act_nonfinite"]])):
+            return False
+        nf = row[self.kinds.is_mod, _M["act_nonfinite"]]
+        return bool(len(nf) and (nf == 0).all())
+
     def event_fields(self, name, kind, tr, row):
         if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
             return tr.value, tr.value_before, {"ran_without_grad": True}
@@ -258,6 +271,8 @@ class Gradient(Aspect):
                  "forward_nonfinite": bool(((k.is_mod | k.is_loss | k.is_input) & (nf > 0)).any())}
         if i == k.loss_index:
             extra.update(bwd_origin=True, in_loss=True)
+            if np.isnan(row[i, _M["value"]]):
+                extra["loss_unseen"] = True
         elif self.measured:
             extra["bwd_origin"] = bool(self.origin[i])
             if self.received[i]:
