@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from . import models as M
@@ -64,9 +66,46 @@ def bag_function_bce_log_zero():
                 measure_onset=onset)
 
 
+class _CachedEmbeddingBag(M.BagClassifier):
+    """``cache``: the embeddings are treated as a fixed feature cache
+    (``.detach()``), an optimisation meant for evaluation."""
+
+    cache = False
+
+    def forward(self, x):
+        e = self.emb(x)
+        return self.out(self.act(self.fc(e.detach() if self.cache else e)))
+
+
+def bag_embedding_detached_mid_run(at=40):
+    """An EmbeddingBag classifier whose loop turns on an embedding cache
+    (``.detach()`` of the embeddings) at step ``at``, meant for evaluation
+    only: the embeddings, still in the optimizer, get no gradient from then
+    on. A cut that starts mid-run is ``no_gradient`` from its first step.
+    Reports: pytorch/pytorch#3000-style "loss.backward() does not update the
+    embedding" threads; Humbatova et al. ICSE 2020 (missing gradient flow)."""
+    def spec(bug):
+        def build():
+            model = _CachedEmbeddingBag()
+            return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.CrossEntropyLoss(), None
+
+        def plant(step, model, opt):
+            model.cache = bug and step >= at
+
+        return Spec(f"bag_embedding_detached_mid_run{'' if bug else '_fixed'}", build, M.bags(), steps=90,
+                    plant=plant)
+
+    def truth(bug, fixed):
+        steps, missing = bug.series("emb", "grad_missing")
+        assert int(steps[np.flatnonzero(missing > 0)[0]]) == at and (missing[steps >= at] > 0).all()
+        assert not (fixed.series("emb", "grad_missing")[1] > 0).any()
+
+    return Case(spec(True), ("no_gradient",), "emb", at, fixed=spec(False), truth=truth)
+
+
 def all_cases():
     """Every failing scenario of this module."""
-    return [bag_function_bce_log_zero()]
+    return [bag_function_bce_log_zero(), bag_embedding_detached_mid_run()]
 
 
 def bag_function_loss_confident():
@@ -76,6 +115,46 @@ def bag_function_loss_confident():
     return _bag_spec("bag_function_loss_confident", _logits_multilabel_bce, 150)
 
 
+class _MixerWithAux(M.Mixer):
+    """A Mixer with an auxiliary head that predicts the image's mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.aux = nn.Linear(16, 1)
+
+    def forward(self, x):
+        h = self.norm(self.blocks(self.patch(x).flatten(2).transpose(1, 2))).mean(1)
+        return self.head(h), self.aux(h)
+
+
+def _aux_every(period, first):
+    """CrossEntropy on the main head, plus the auxiliary regression only on
+    every ``period``-th step from ``first`` on (the loop counts its calls)."""
+    calls = [0]
+
+    def loss(out, y):
+        logits, aux = out
+        main = F.cross_entropy(logits, y)
+        k, calls[0] = calls[0], calls[0] + 1
+        if k >= first and (k - first) % period == 0:
+            main = main + 0.3 * F.mse_loss(aux.squeeze(1), logits.detach().mean(1))
+        return main
+
+    return loss
+
+
+def mixer_aux_head_every_fifth_step():
+    """Healthy: a Mixer whose auxiliary head is trained on every 5th step,
+    from the third: its parameters have no ``.grad`` on four steps out of
+    five, and on the first two (GoogLeNet's optional auxiliary
+    classifiers)."""
+    def build():
+        model = _MixerWithAux()
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), _aux_every(5, 2), None
+
+    return Spec("mixer_aux_head_every_fifth_step", build, M.quadrants(), steps=150)
+
+
 def all_specs():
     """Every healthy run of this module."""
-    return [bag_function_loss_confident()]
+    return [bag_function_loss_confident(), mixer_aux_head_every_fifth_step()]
