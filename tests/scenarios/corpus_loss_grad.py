@@ -1,8 +1,9 @@
 """Scenarios of where a failure starts between the loss and the gradients:
 a loss written as a plain function (the writer does not see its value) whose
-NaN is the first non-finite value of the run. Each bug has its fixed twin
-and a truth check on the raw statistics; the healthy runs try to fool the
-same rules (test_scenarios.py runs both)."""
+NaN is the first non-finite value of the run, a cut in the gradient's path
+that starts mid-run, a custom backward that multiplies the gradient. Each
+bug has its fixed twin and a truth check on the raw statistics; the healthy
+runs try to fool the same rules (test_scenarios.py runs both)."""
 
 from __future__ import annotations
 
@@ -103,9 +104,86 @@ def bag_embedding_detached_mid_run(at=40):
     return Case(spec(True), ("no_gradient",), "emb", at, fixed=spec(False), truth=truth)
 
 
+def _stripes(batch=16, size=16):
+    """Stripes of one of four orientations (the class) at a random phase, plus
+    noise: a task a global average pool keeps (unlike a blob's position)."""
+    i = torch.arange(size, dtype=torch.float32)
+    yy, xx = torch.meshgrid(i, i, indexing="ij")
+    coords = torch.stack([yy, xx, yy + xx, yy - xx])
+
+    def batch_fn(step):
+        gs = torch.Generator().manual_seed(7000 + step)
+        y = torch.randint(0, 4, (batch,), generator=gs)
+        phase = torch.rand(batch, 1, 1, generator=gs) * 2 * math.pi
+        x = torch.sin(coords[y] * 1.2 + phase) + 0.5 * torch.randn(batch, size, size, generator=gs)
+        return x.unsqueeze(1), y
+
+    return batch_fn
+
+
+class _GlobalAvgPoolFn(torch.autograd.Function):
+    """A hand-written global average pool; ``fixed`` False: its backward
+    forgets to divide by H*W (the bug)."""
+
+    @staticmethod
+    def forward(ctx, x, fixed):
+        ctx.shape, ctx.fixed = x.shape, fixed
+        return x.mean((-2, -1))
+
+    @staticmethod
+    def backward(ctx, g):
+        h, w = ctx.shape[-2:]
+        g = g[..., None, None].expand(ctx.shape)
+        return (g / (h * w) if ctx.fixed else g), None
+
+
+class _GlobalAvgPool(nn.Module):
+    def __init__(self, fixed):
+        super().__init__()
+        self.fixed = fixed
+
+    def forward(self, x):
+        return _GlobalAvgPoolFn.apply(x, self.fixed)
+
+
+class _GapCNN(nn.Module):
+    def __init__(self, fixed):
+        super().__init__()
+        self.conv1, self.act1 = nn.Conv2d(1, 16, 3, padding=1), nn.ReLU()
+        self.conv2, self.act2 = nn.Conv2d(16, 32, 3, padding=1), nn.ReLU()
+        self.gap, self.fc = _GlobalAvgPool(fixed), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc(self.gap(self.act2(self.conv2(self.act1(self.conv1(x))))))
+
+
+def cnn_custom_gap_backward_forgets_mean():
+    """A CNN image classifier with a hand-written global average pool
+    (``autograd.Function``) whose backward forgets 1/(H*W) (x256 on 16x16
+    maps): every gradient below it is 256 times too large, and SGD blows
+    the convolutions up after a few tens of steps. The pool's backward gain
+    is 256 times a mean's from the first step, before any update: the root
+    is the pool. Reports: pytorch/pytorch#4714 (a custom backward),
+    "Extending torch.autograd" (check it with gradcheck)."""
+    def spec(fixed):
+        def build():
+            model = _GapCNN(fixed)
+            return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+        return Spec(f"cnn_custom_gap_backward{'_fixed' if fixed else ''}", build, _stripes(), steps=80)
+
+    def truth(bug, fixed):
+        g = {name: (bug.series(name, "grad_norm")[1][0], fixed.series(name, "grad_norm")[1][0])
+             for name in ("conv2", "fc")}
+        assert 200 < g["conv2"][0] / g["conv2"][1] < 300 and abs(g["fc"][0] / g["fc"][1] - 1) < 1e-5
+        assert max(bug.losses) > 100 * max(fixed.losses[20:]) and _loss_fell(fixed)
+
+    return Case(spec(False), ("exploding_gradient",), "gap", 0, fixed=spec(True), truth=truth)
+
+
 def all_cases():
     """Every failing scenario of this module."""
-    return [bag_function_bce_log_zero(), bag_embedding_detached_mid_run()]
+    return [bag_function_bce_log_zero(), bag_embedding_detached_mid_run(), cnn_custom_gap_backward_forgets_mean()]
 
 
 def bag_function_loss_confident():
@@ -155,6 +233,18 @@ def mixer_aux_head_every_fifth_step():
     return Spec("mixer_aux_head_every_fifth_step", build, M.quadrants(), steps=150)
 
 
+def cnn_gap_gains_rise_while_learning():
+    """Healthy: the same CNN with a correct hand-written global average pool
+    (its backward gain a mean's, 1/16), trained by SGD with momentum until
+    its convolutions' gains grow: the network's gains move away from their
+    first median as it learns, and none departs from the others."""
+    def build():
+        model = _GapCNN(True)
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.CrossEntropyLoss(), None
+
+    return Spec("cnn_gap_gains_rise_while_learning", build, _stripes(), steps=150)
+
+
 def all_specs():
     """Every healthy run of this module."""
-    return [bag_function_loss_confident(), mixer_aux_head_every_fifth_step()]
+    return [bag_function_loss_confident(), mixer_aux_head_every_fifth_step(), cnn_gap_gains_rise_while_learning()]

@@ -119,6 +119,10 @@ class Gain(Aspect):
         self.container = np.zeros(0, dtype=bool)
         self.feeds_bounded = np.zeros(0, dtype=bool)
         self.median = {name: math.nan for name in self.EVIDENCE}  # the network's median gain at the step
+        # ... at its first measurement, before any update: an explosion that
+        # follows raises the other modules' gains, and must not raise the
+        # reference the module where it starts is judged against
+        self.first_median = {name: math.nan for name in self.EVIDENCE}
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -183,7 +187,9 @@ class Gain(Aspect):
         raw[judged] = HEALTHY
         d = GAIN_DEPARTURE
         med = self.median[name] = float(np.median(g[judged]))
-        high = judged & (g >= d * hi) & (g >= d * med)
+        if math.isnan(self.first_median[name]):
+            self.first_median[name] = med
+        high = judged & (g >= d * hi) & (g >= d * min(med, self.first_median[name]))
         low = judged & (g <= lo / d) & (g <= med / d)  # (NaN low bound: never)
         if gout is not None:
             # What the module passes on must itself be far from every
@@ -191,7 +197,12 @@ class Gain(Aspect):
             # docstring): above the largest, or below the smallest.
             above, below = _after(gout, np.fmax), _after(gout, np.fmin)
             passed = g * gout
-            high &= passed >= d * np.where(np.isnan(above), gout, above)
+            # ... or what it receives is not far below them: then the gain is
+            # not a tiny denominator (the zero-initialised branch) but the
+            # module's own jump (a custom backward that forgets a 1/L:
+            # tests/test_diagnosis_missing_gradient.py's neighbour)
+            ref = np.where(np.isnan(above), gout, above)
+            high &= (passed >= d * ref) | (gout >= ref / d)
             low &= passed <= np.where(np.isnan(below), gout, below) / d
         for mask, code in zip((high, low), codes):
             rows = np.flatnonzero(mask)
