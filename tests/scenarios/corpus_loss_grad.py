@@ -181,9 +181,59 @@ def cnn_custom_gap_backward_forgets_mean():
     return Case(spec(False), ("exploding_gradient",), "gap", 0, fixed=spec(True), truth=truth)
 
 
+class _GRUTagger(nn.Module):
+    """Embedding -> GRU -> last hidden state -> Linear (K logits).
+    ``softmax_out``: an nn.Softmax after the head whose output is returned
+    (the bug before CrossEntropyLoss); ``keep_probs``: the same Softmax, its
+    output kept for the metrics while the logits are returned (healthy)."""
+
+    def __init__(self, softmax_out=False, keep_probs=False, vocab=200, k=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 16)
+        self.gru = nn.GRU(16, 32, batch_first=True)
+        self.head = nn.Linear(32, k)
+        self.softmax = nn.Softmax(dim=1) if softmax_out or keep_probs else None
+        self.softmax_out, self.probs = softmax_out, None
+
+    def forward(self, x):
+        _, h = self.gru(self.emb(x))
+        logits = self.head(h[-1])
+        if self.softmax is None:
+            return logits
+        probs = self.softmax(logits)
+        if self.softmax_out:
+            return probs
+        self.probs = probs.detach()
+        return logits
+
+
+def gru_softmax_before_cross_entropy():
+    """A GRU tagger whose model ends in nn.Softmax, trained with
+    CrossEntropyLoss (log-softmax again): the loss cannot fall below
+    ln(1 + 3/e) = 0.74 for 4 classes, far above its twin's. What the loss is
+    fed is a probability distribution from the first step: the root is
+    ``<loss>``. Reports: Humbatova et al. ICSE 2020 (redundant softmax),
+    ariecattan/SciCo#2."""
+    def spec(bug):
+        def build():
+            model = _GRUTagger(softmax_out=bug)
+            return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), None
+
+        return Spec(f"gru_softmax_before_cross_entropy{'' if bug else '_fixed'}", build, M.bags(vocab=200), steps=200)
+
+    def truth(bug, fixed):
+        floor = math.log1p(3 / math.e)
+        assert min(bug.losses) > floor and np.mean(fixed.losses[-20:]) < 0.5 * floor
+        _, mean = bug.series("softmax", "act_mean")
+        assert np.allclose(mean[np.isfinite(mean)], 0.25, rtol=1e-4)
+
+    return Case(spec(True), ("loss_plateau",), "<loss>", 0, fixed=spec(False), truth=truth)
+
+
 def all_cases():
     """Every failing scenario of this module."""
-    return [bag_function_bce_log_zero(), bag_embedding_detached_mid_run(), cnn_custom_gap_backward_forgets_mean()]
+    return [bag_function_bce_log_zero(), bag_embedding_detached_mid_run(), cnn_custom_gap_backward_forgets_mean(),
+            gru_softmax_before_cross_entropy()]
 
 
 def bag_function_loss_confident():
@@ -245,6 +295,18 @@ def cnn_gap_gains_rise_while_learning():
     return Spec("cnn_gap_gains_rise_while_learning", build, _stripes(), steps=150)
 
 
+def gru_keeps_softmax_probs_for_metrics():
+    """Healthy: the same GRU tagger computes its softmax probabilities (its
+    last module, for the metrics) but returns the logits to the loss: the
+    probabilities are off the loss's gradient path."""
+    def build():
+        model = _GRUTagger(keep_probs=True)
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), None
+
+    return Spec("gru_keeps_softmax_probs_for_metrics", build, M.bags(vocab=200), steps=150, num_classes=4)
+
+
 def all_specs():
     """Every healthy run of this module."""
-    return [bag_function_loss_confident(), mixer_aux_head_every_fifth_step(), cnn_gap_gains_rise_while_learning()]
+    return [bag_function_loss_confident(), mixer_aux_head_every_fifth_step(), cnn_gap_gains_rise_while_learning(),
+            gru_keeps_softmax_probs_for_metrics()]
