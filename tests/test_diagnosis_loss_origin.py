@@ -21,14 +21,14 @@ def _unseen_loss(run, r):
     r[run.i("<loss>"), [M["value"], M["act_nonfinite"]]] = np.nan
 
 
-def _nan_from_the_loss(run, r, s, at=41):
+def _nan_from_the_loss(run, r, s, at=41, received=MODS, params=("fc0", "fc1", "fc2")):
     r[1:run.i("<loss>"), M["gout_nonfinite"]] = 0
-    if s == at:  # every module received a non-finite output gradient
-        r[[run.i(n) for n in MODS], M["gout_nonfinite"]] = 1
-        idx = [run.i(n) for n in ("fc0", "fc1", "fc2")]
+    if s == at:  # the ``received`` modules got a non-finite output gradient
+        r[[run.i(n) for n in received], M["gout_nonfinite"]] = 1
+        idx = [run.i(n) for n in params]
         r[idx, M["grad_norm"]] = np.nan
         r[idx, M["grad_nonfinite"]] = 3
-    if s > at:  # the update made every weight NaN: the forward is NaN from then on
+    if s > at and received == MODS:  # the update made every weight NaN: the forward is NaN from then on
         r[1:run.i("<loss>"), M["act_nonfinite"]] = 1
         r[[run.i(n) for n in MODS], M["gout_nonfinite"]] = 1
 
@@ -75,11 +75,7 @@ def test_a_module_backward_with_an_unseen_loss_stays_the_module():
 
     def plant(s, r):
         _unseen_loss(run, r)
-        r[1:run.i("<loss>"), M["gout_nonfinite"]] = 0
-        if s == 41:
-            r[[run.i(n) for n in ("fc0", "relu0", "fc1", "relu1")], M["gout_nonfinite"]] = 1
-            r[[run.i("fc0"), run.i("fc1")], M["grad_norm"]] = np.nan
-            r[[run.i("fc0"), run.i("fc1")], M["grad_nonfinite"]] = 3
+        _nan_from_the_loss(run, r, s, received=("fc0", "relu0", "fc1", "relu1"), params=("fc0", "fc1"))
 
     feed(eng, run, range(50), plant)
     assert eng.root_cause["layer"] == "fc2"
