@@ -33,6 +33,11 @@ CAUSE_ADVICE = {
         "unrelated to the inputs (misaligned or shuffled pairs, the wrong column), inputs that carry no "
         "signal (constant, all zero, normalised away), or a learning rate far too low. Try: overfitting a "
         "single batch; checking that each input is paired with its own target."),
+    ("loss_plateau", "probabilities"): (
+        "Likely cause: a Softmax (or sigmoid outputs that sum to 1) as the model's last layer before "
+        "CrossEntropyLoss, which applies log-softmax itself: softmax twice, gradients that shrink as it "
+        "saturates. Try: removing the final Softmax and passing the logits to the loss (apply softmax "
+        "only for predictions), or log_softmax with NLLLoss."),
 }
 
 
@@ -54,6 +59,12 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
         return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "
                 f"{fmt(value)}; the targets' variance, that trivial predictor's loss, is "
                 f"{fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}).")
+    if kind == "loss_plateau" and cause == "probabilities":
+        k = extra.get("num_classes")
+        return (f"<loss>: the model's output fed to the {k}-class loss is a probability distribution from step "
+                f"{step} (every value in [0, 1], rows that sum to 1): the loss applies log-softmax to it again "
+                f"and cannot fall below ln(1 + ({k}-1)/e) = {fmt(extra.get('floor'))} (loss {fmt(value)}; "
+                f"it started at {fmt(before)}).")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")

@@ -451,6 +451,13 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 return (f"{where}: non-finite gradient from step {step}; the forward pass was "
                         "already non-finite at that step, so the gradient follows from it: look "
                         "for where the forward values first turned non-finite.")
+            if extra.get("in_loss") and extra.get("loss_unseen"):
+                return (f"{where}: non-finite gradient from step {step}, born in the loss: every "
+                        "module's forward output was finite, but the gradient entering the model's "
+                        "output was not (the loss's value is not recorded: a plain function, not a "
+                        "watched criterion). Check the loss's ops at their singular points (log of a "
+                        "softmax that underflows to 0, 0 * log(0), sqrt of 0, division by ~0): use "
+                        "log_softmax / F.cross_entropy on the logits, or add an eps.")
             if extra.get("in_loss"):
                 return (f"{where}: non-finite gradient born in the loss's backward from step {step}: "
                         "the loss was finite, but the gradient it passed back to the model's output "

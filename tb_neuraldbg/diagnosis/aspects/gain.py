@@ -119,6 +119,13 @@ class Gain(Aspect):
         self.container = np.zeros(0, dtype=bool)
         self.feeds_bounded = np.zeros(0, dtype=bool)
         self.median = {name: math.nan for name in self.EVIDENCE}  # the network's median gain at the step
+        # ... of the backward gains at their first measurement, before any
+        # update, and the rows it judged: an explosion of the gradient raises
+        # the backward gains of the modules it reaches, and must not raise the
+        # reference of the module where it starts (a module only judged later,
+        # e.g. behind a ReZero gate of 0 at first, makes the first median
+        # another network's: tests/scenarios/healthy.py's rezero_branches)
+        self.first_bwd = (math.nan, None)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -183,7 +190,14 @@ class Gain(Aspect):
         raw[judged] = HEALTHY
         d = GAIN_DEPARTURE
         med = self.median[name] = float(np.median(g[judged]))
-        high = judged & (g >= d * hi) & (g >= d * med)
+        ref = med
+        if gout is not None:
+            first, rows = self.first_bwd
+            if rows is None:
+                self.first_bwd = (med, judged.copy())
+            elif len(rows) == len(judged) and not (judged & ~rows).any():
+                ref = min(med, first)
+        high = judged & (g >= d * hi) & (g >= d * ref)
         low = judged & (g <= lo / d) & (g <= med / d)  # (NaN low bound: never)
         if gout is not None:
             # What the module passes on must itself be far from every
@@ -191,6 +205,14 @@ class Gain(Aspect):
             # docstring): above the largest, or below the smallest.
             above, below = _after(gout, np.fmax), _after(gout, np.fmin)
             passed = g * gout
+            # Above: like with like, against what the modules after it pass
+            # on where they measured it (the gradient into their inputs), not
+            # the loss's own gradient at the output layer: a pool whose
+            # backward forgets its 1/L passes on L/sqrt(L) times the norm it
+            # receives, while the head before the loss passes on less than it
+            # receives (tests/test_diagnosis_backward_jump.py).
+            flow = _after(passed, np.fmax)
+            above = np.where(np.isnan(flow), above, flow)
             high &= passed >= d * np.where(np.isnan(above), gout, above)
             low &= passed <= np.where(np.isnan(below), gout, below) / d
         for mask, code in zip((high, low), codes):

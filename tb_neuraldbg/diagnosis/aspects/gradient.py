@@ -49,6 +49,13 @@ class Gradient(Aspect):
         self.ever_nonzero = np.zeros(0, bool)
         self.zero_from = np.zeros(0, np.int64)
         self.zero_count = np.zeros(0, np.int64)
+        # gradients missing (None): the first step of the current streak of
+        # steps without one, its length, and the longest streak that ended
+        # with a gradient (an auxiliary loss added every Nth step leaves its
+        # head without one N-1 steps in a row: it does pass gradient)
+        self.miss_from = np.zeros(0, np.int64)
+        self.miss_count = np.zeros(0, np.int64)
+        self.max_gap = np.zeros(0, np.int64)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -64,6 +71,9 @@ class Gradient(Aspect):
         self.ever_nonzero = grow(self.ever_nonzero, n, False)
         self.zero_from = grow(self.zero_from, n, -1)
         self.zero_count = grow(self.zero_count, n, 0)
+        self.miss_from = grow(self.miss_from, n, -1)
+        self.miss_count = grow(self.miss_count, n, 0)
+        self.max_gap = grow(self.max_gap, n, 0)
 
     def classify(self, step: int, row, conf, scaler_active: bool, blocked=None) -> dict:
         """{"grad": (raw, onset | None)}; ``conf``: the confirmed gradient
@@ -155,8 +165,10 @@ class Gradient(Aspect):
         for i in np.flatnonzero(burst):
             self.bursts.append((self.step, int(i), float(g[i]), float(self.track.max[i])))
         raw[exploding & fin] = STATE["exploding"]
-        raw[no_grad] = STATE["no_gradient"]
+        missing_onset = self._missing(step, no_grad, fin | nonfinite, raw)
         onset = self._always_zero(step, row, g, fin, raw, blocked)
+        if missing_onset is not None:
+            onset = missing_onset if onset is None else np.where(missing_onset >= 0, missing_onset, onset)
         if scaler_active:
             # with a GradScaler, inf/NaN gradients are how the scaler finds its
             # scale: a skipped step, judged by the scaler aspect, not here
@@ -167,13 +179,37 @@ class Gradient(Aspect):
             if li >= 0 and self.measured:
                 # born in the loss's backward (a finite loss whose gradient is
                 # not: sqrt of a zero distance): <loss> is where it is born
-                if nonfinite.any() and np.isfinite(row[li, _M["value"]]) and self.born_in_loss():
+                if nonfinite.any() and self.born_in_loss() and (
+                        np.isfinite(row[li, _M["value"]]) or self.loss_unseen_forward_finite(row)):
                     raw[li] = STATE["nonfinite"]
                 elif conf[li] == STATE["nonfinite"] and not nonfinite.any():
                     raw[li] = HEALTHY
         # (a burst does not raise the reference it is judged against)
         self.track.feed((raw == HEALTHY) & (g > 0) & ~burst, g)
         return {"grad": (raw, onset)}
+
+    def _missing(self, step, no_grad, got, raw):
+        """Rows without a gradient at every step of a streak long enough to
+        say "never": ``persist_vanishing`` steps (as long as a gradient that
+        is merely small must stay so), and more than twice the longest gap
+        the row had before between two gradients (a head trained every Nth
+        step gets one every N steps: tests/test_diagnosis_loss_origin.py).
+        ``no_gradient`` from the streak's first step; rows still within it
+        are left unmeasured. In place on ``raw``; returns the onsets (-1:
+        none), or None."""
+        ended = got & (self.miss_count > 0)
+        if ended.any():
+            self.max_gap = np.where(ended, np.maximum(self.max_gap, self.miss_count), self.max_gap)
+        self.miss_count = np.where(no_grad, self.miss_count + 1, 0)
+        self.miss_from = np.where(no_grad, np.where(self.miss_from < 0, step, self.miss_from), -1)
+        if not no_grad.any():
+            return None
+        need = np.maximum(self.t.persist_vanishing, 2 * self.max_gap + 1)
+        # (the state's own persistence adds persist_steps to this count)
+        judged = no_grad & (self.miss_count > np.maximum(0, need - self.t.persist_steps))
+        raw[judged] = STATE["no_gradient"]
+        raw[no_grad & ~judged] = UNMEASURED
+        return np.where(judged, self.miss_from, -1)
 
     def _always_zero(self, step, row, g, fin, raw, blocked):
         """Rows whose gradient has been exactly 0 at every step so far, on
@@ -244,6 +280,18 @@ class Gradient(Aspect):
         seen = np.flatnonzero(self.kinds.is_mod & (self.received | self.seen_gout))
         return bool(len(seen) and self.received[seen[-1]] and not self.origin.any())
 
+    def loss_unseen_forward_finite(self, row) -> bool:
+        """The loss's value is not recorded (a plain function, not a watched
+        criterion) while every module's forward output was measured finite:
+        the first non-finite value is then the gradient entering the model's
+        output, born in the loss (its forward or its backward), not in the
+        layers it reaches (tests/test_diagnosis_loss_origin.py)."""
+        li = self.kinds.loss_index
+        if not (np.isnan(row[li, _M["value"]]) and np.isnan(row[li, _M["act_nonfinite"]])):
+            return False
+        nf = row[self.kinds.is_mod, _M["act_nonfinite"]]
+        return bool(len(nf) and (nf == 0).all())
+
     def event_fields(self, name, kind, tr, row):
         if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
             return tr.value, tr.value_before, {"ran_without_grad": True}
@@ -258,6 +306,8 @@ class Gradient(Aspect):
                  "forward_nonfinite": bool(((k.is_mod | k.is_loss | k.is_input) & (nf > 0)).any())}
         if i == k.loss_index:
             extra.update(bwd_origin=True, in_loss=True)
+            if np.isnan(row[i, _M["value"]]):
+                extra["loss_unseen"] = True
         elif self.measured:
             extra["bwd_origin"] = bool(self.origin[i])
             if self.received[i]:

@@ -16,6 +16,12 @@ __all__ = ["Loss", "Plateau"]
 _M = METRIC
 #: losses per block of the plateau rule (a block median tames batch noise)
 _PLATEAU_BLOCK = 10
+#: full measurements in a row of a probability distribution fed to the loss
+#: before it is a finding (a softmax's mean is 1/K at every one of them; a
+#: layer of logits cannot keep it by chance)
+_PROBS_MEASURED = 3
+#: relative tolerance of "the mean is 1/K" (float32/bfloat16 sums of the rows)
+_PROBS_TOL = 1e-3
 
 
 class Loss(Aspect):
@@ -46,6 +52,13 @@ class Loss(Aspect):
         # Recent steps whose batch was empty (the <input> row's batch size 0;
         # a mean over it is NaN): the message of a non-finite loss says so.
         self.empty_steps = deque(maxlen=64)
+        # The model's output fed to a K-class cross-entropy is a probability
+        # distribution (every value in [0, 1], rows that sum to 1: a mean of
+        # exactly 1/K, on the loss's gradient path): the loss applies
+        # log-softmax again and cannot fall below ln(1 + (K-1)/e). The first
+        # step of that fingerprint, and how many full measurements in a row.
+        self.probs_from = -1
+        self.probs_count = 0
 
     def below_first(self) -> bool:
         """The recent losses' median is below the (finite) first loss."""
@@ -68,7 +81,39 @@ class Loss(Aspect):
         i = self.kinds.loss_index
         if i >= 0:
             self._loss(step, row[i], lr, plateau_conf[i] == STATE["loss_plateau"], out)
+            self._probabilities(step, row, out)
         return out
+
+    def probs_floor(self) -> float:
+        """The lowest cross-entropy of K classes on probabilities (the target's
+        at 1, the others at 0): ln(1 + (K-1)/e); NaN without K."""
+        k = self.num_classes
+        return math.log1p((k - 1) / math.e) if k is not None and k >= 2 else math.nan
+
+    def _probabilities(self, step, row, out):
+        """The plateau of a loss fed probabilities (see ``probs_from``): a
+        finding from the fingerprint's first step once it held at
+        ``_PROBS_MEASURED`` full measurements in a row while no loss went
+        below the floor it implies (tests/test_diagnosis_loss_origin.py)."""
+        i, k = self.kinds.loss_index, self.num_classes
+        f = i - 1
+        if k is None or k < 2 or f < 0 or not self.kinds.is_mod[f]:
+            return
+        mean, top, gout = row[f, _M["act_mean"]], row[f, _M["act_absmax"]], row[f, _M["gout_norm"]]
+        if math.isfinite(mean) and math.isfinite(top):
+            fp = abs(mean * k - 1.0) <= _PROBS_TOL and top <= 1.0 + _PROBS_TOL and gout > 0
+            self.probs_count = self.probs_count + 1 if fp else 0
+            self.probs_from = (self.probs_from if self.probs_from >= 0 else step) if fp else -1
+        if self.probs_count < _PROBS_MEASURED:
+            return
+        raw = out["plateau"][0]
+        if self.loss_min < self.probs_floor():  # the loss went below it: not probabilities
+            raw[i] = HEALTHY
+            return
+        raw[i] = STATE["loss_plateau"]
+        onset = np.full(self.kinds.n, -1, np.int64)
+        onset[i] = self.probs_from
+        out["plateau"] = (raw, onset)
 
     def _loss(self, step, r, lr, in_plateau, out):
         t, i = self.t, self.kinds.loss_index
@@ -158,6 +203,9 @@ class Loss(Aspect):
             prev = nonfinite_before(row, tr.index)
             if prev >= 0:
                 extra["from_layer"] = self.kinds.names[prev]
+        elif name == "plateau" and failing and self.probs_count >= _PROBS_MEASURED:
+            extra.update(cause="probabilities", num_classes=self.num_classes, floor=self.probs_floor())
+            before, value = self.first_loss[1] if self.first_loss else math.nan, self.hist.median()
         elif name == "plateau":
             if failing:
                 extra["reason"] = self.plateau.reason
