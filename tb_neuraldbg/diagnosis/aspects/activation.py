@@ -217,9 +217,9 @@ class Activation(Aspect):
         alive are the sparse code of a network that learns (a ReLU
         autoencoder's decoder, a ReLU RNN's last step:
         tests/test_diagnosis_sparse_relu.py). A layer with every unit dead
-        (nothing passes), one born dead (no loss history yet) or already
-        dead is judged by its fraction as before."""
-        now = float(np.median(self.losses)) if len(self.losses) == self.losses.maxlen else np.nan
+        (nothing passes), one born dead (its loss is the first one) or
+        already dead is judged by its fraction as before."""
+        now = float(np.median(self.losses)) if self.losses else np.nan
         with np.errstate(invalid="ignore"):
             alive = measured & (eff < dead_thr)
             sparse = (now < self.loss_first) & (now <= self.loss_alive) & (eff < 1.0) & ~zero & (
