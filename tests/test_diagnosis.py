@@ -87,6 +87,16 @@ class Run:
         return r
 
 
+def dying(run, r, factor=1.3):
+    """What dying units cost: the loss of row ``r`` raised by ``factor``
+    (a layer that loses most of its units loses what they did for the loss;
+    units that go quiet at no cost are a sparse code, not dead:
+    docs/diagnosis.md, "Dead is what cannot learn"). The rise is judged on
+    a block of ten losses: tests planting a death at a measured step let
+    the units die, and the loss rise, over the unmeasured steps before it."""
+    r[run.i("<loss>"), M["value"]] *= factor
+
+
 def feed(engine, run, steps, plant=None):
     """Feed rows; ``plant(step, row)`` edits each row before it is fed."""
     out = []
@@ -416,6 +426,8 @@ def test_vanishing_root_is_deepest_dead_layer_below_the_vanishing_ones():
     at = 100
 
     def plant(s, r):
+        if s > at - 10:
+            dying(run, r)
         if s >= at:
             for n in ("fc0", "fc1", "fc2"):
                 r[run.i(n), M["grad_norm"]] *= 1e-6
@@ -462,6 +474,8 @@ def test_dead_measured_every_tenth_step_confirms_on_measurements():
     at = 53  # planted between two measurements (50 and 60)
 
     def plant(s, r):
+        if s >= at:
+            dying(run, r)
         if s >= at and run.full(s):
             r[run.i("relu1"), M["act_dead_frac"]] = 0.9
 
@@ -483,6 +497,8 @@ def test_functional_relu_dead_units_belong_to_the_module_before():
     fc1 = [l["name"] for l in layers].index("fc1")
     for s in range(60):
         r = run.row(s)[keep]
+        if s > 10:
+            r[[l["name"] for l in layers].index("<loss>"), M["value"]] *= 1.3  # (dying(): relu0 is not a row here)
         if run.full(s):
             r[fc1, M["in_dead_frac"]] = 0.95 if s >= 20 else 0.1
         eng.update(s, r)
@@ -522,6 +538,8 @@ def test_single_step_blip_is_not_an_event_and_recovery_is_info():
     eng = Engine(run.layers)
 
     def episode(s, r):
+        if 90 < s < 130:
+            dying(run, r)
         if 100 <= s < 130 and run.full(s):
             r[run.i("relu0"), M["act_dead_frac"]] = 0.95
 
@@ -1109,6 +1127,8 @@ def test_activation_shortcut_on_unmeasured_steps_moves_the_state_as_the_full_rul
         eng = Engine(run.layers)
 
         def plant(s, r):
+            if s >= 120:
+                dying(run, r)
             if s >= 120 and run.full(s):
                 r[run.i("relu0"), M["act_dead_frac"]] = 0.97
                 r[run.i("fc1"), M["in_dead_frac"]] = 0.97

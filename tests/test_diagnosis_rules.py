@@ -9,7 +9,7 @@ import numpy as np
 
 from tb_neuraldbg import metadata
 from tb_neuraldbg.diagnosis import Engine
-from tests.test_diagnosis import Run, failures, feed
+from tests.test_diagnosis import Run, dying, failures, feed
 
 M = metadata.METRIC_INDEX
 
@@ -455,6 +455,8 @@ def test_warnings_that_were_resolved_leave_the_run_healthy_with_warnings():
     eng = Engine(run.layers)
 
     def dead(s, r):
+        if s >= 20:
+            dying(run, r)
         if run.full(s) and s >= 20:
             r[run.i("relu1"), M["act_dead_frac"]] = 0.97
 

@@ -18,7 +18,7 @@ from .explain import KIND_MEANING, fmt, fmt_change, with_clipping
 from .thresholds import Thresholds
 
 __all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution", "extreme_before_updates",
-           "inputs_explain_first_updates"]
+           "inputs_explain_first_updates", "fault_before_updates"]
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,7 @@ def _optimizer_cause(picked, failures, ctx: RunFacts, t: Thresholds):
             rise = _lr_rise(ctx, picked.onset, t)
             if rise is not None:
                 jumps = [rise]
-    high = [] if picked.born or ev.kind not in LR_KINDS or extreme_before_updates(ctx, t) \
-        or inputs_explain_first_updates(ctx, t) else [
+    high = [] if picked.born or ev.kind not in LR_KINDS or fault_before_updates(ctx, t) else [
         h for h in ctx.high_update_steps if 0 <= picked.onset - h[0] <= t.lr_window]
     if not (changes or jumps or high):
         return None
@@ -172,7 +171,7 @@ def _born_diverging(picked, failures, ctx: RunFacts, t: Thresholds):
     ev = picked.event
     if ev.kind not in _DIVERGENCE | {"loss_spike"} or picked.born or ctx.first_loss is None:
         return None
-    if ev.layer == PSEUDO_OPTIMIZER or ctx.loss_doubled is None or extreme_before_updates(ctx, t):
+    if ev.layer == PSEUDO_OPTIMIZER or ctx.loss_doubled is None or fault_before_updates(ctx, t):
         return None
     first, doubled, improved = int(ctx.first_loss[0]), ctx.loss_doubled, ctx.loss_improved
     if not (first < picked.onset <= first + t.loss_window and doubled <= picked.onset):
@@ -314,6 +313,13 @@ def inputs_explain_first_updates(ctx: RunFacts, t: Thresholds) -> bool:
     input differ by what was extreme before the first update)."""
     return ctx.input_rms0 > t.input_unnormalised and any(
         h[0] <= ctx.first_step + t.lr_window for h in ctx.high_update_steps)
+
+
+def fault_before_updates(ctx: RunFacts, t: Thresholds) -> bool:
+    """A fault visible before any update (extreme gradients or activations,
+    unnormalised inputs) that explains the large first updates: they are not
+    the optimizer's (docs/diagnosis.md, "Before any update")."""
+    return extreme_before_updates(ctx, t) or inputs_explain_first_updates(ctx, t)
 
 
 def _group_label(group, members) -> str:

@@ -834,6 +834,96 @@ def head_group_rate_1e9():
     return Case(Spec("head_group_rate_1e9", build, _teacher(), steps=40), ("frozen_weights",), "4", 0)
 
 
+
+# --- a fault before any update (docs/diagnosis.md, "Before any update") -------
+
+
+class _FrameRegressor(nn.Module):
+    """A GRU and a per-frame Linear whose frame predictions are pooled over
+    200 frames: summed (the bug) or averaged (the fix)."""
+
+    def __init__(self, pool):
+        super().__init__()
+        self.pool = pool
+        self.gru = nn.GRU(8, 32, batch_first=True)
+        self.fc = nn.Linear(32, 1)
+
+    def forward(self, x):
+        frames = self.fc(self.gru(x)[0])
+        return frames.sum(1) if self.pool == "sum" else frames.mean(1)
+
+
+def frame_predictions_summed():
+    """A sequence regressor's frame predictions summed over 200 frames
+    instead of averaged: a parameter-free x200 after the last watched
+    module. Nothing is past a threshold in the forward at step 0, but fc's
+    gradient is far beyond the weights it was taken on, so its first update
+    is many times its weights: the rate (0.05, fine for the averaged twin)
+    is not to blame, fc is where it shows (its outputs explode next)."""
+    w = torch.randn(8, generator=torch.Generator().manual_seed(4))
+
+    def batch_fn(step):
+        g = torch.Generator().manual_seed(800 + step)
+        level = torch.randn(32, 1, 8, generator=g)
+        x = level + 0.5 * torch.randn(32, 200, 8, generator=g)
+        return x, (level[:, 0] @ w).unsqueeze(1) / 3
+
+    def spec(pool):
+        def build():
+            torch.manual_seed(0)
+            model = _FrameRegressor(pool)
+            return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), nn.MSELoss(), None
+
+        return Spec(f"frame_predictions_summed{'' if pool == 'sum' else '_fixed'}", build, batch_fn, steps=40)
+
+    def truth(bug, fixed):
+        # step 0: fc's gradient ~100x the twin's, its first update several
+        # times its weights, its output below the explosion floor; the
+        # twin's loss falls, the bug's does not
+        g_bug, g_fix = bug.series("fc", "grad_norm")[1][0], fixed.series("fc", "grad_norm")[1][0]
+        assert g_bug > 30 * g_fix and bug.series("fc", "update_ratio")[1][0] > 2
+        assert bug.series("fc", "act_std")[1][0] < 100
+        assert sum(fixed.losses[-10:]) < 0.1 * sum(fixed.losses[:10]) and not bug.losses[-1] < bug.losses[0]
+
+    return Case(spec("sum"), ("activation_explosion", "exploding_gradient"), "fc", 0, tolerance=1,
+                fixed=spec("mean"), truth=truth)
+
+
+def heart_rate_not_scaled():
+    """A forecaster of the next heart-rate reading fed raw beats per minute
+    (RMS ~75) and trained on raw targets: no layer is past a threshold at
+    step 0, but the first update is far larger than the weights and the loss
+    climbs from it on. The inputs were unnormalised before any update: they
+    are the root, not the rate (fine for the standardised twin)."""
+    def spec(raw):
+        def batch_fn(step):
+            g = torch.Generator().manual_seed(600 + step)
+            t = torch.arange(17.0)
+            base = 60 + 30 * torch.rand(32, 1, generator=g)
+            s = base + 8 * torch.sin(0.4 * t + 6.28 * torch.rand(32, 1, generator=g)) + 2 * torch.randn(
+                32, 17, generator=g)
+            if not raw:
+                s = (s - 75) / 10
+            return s[:, :16], s[:, 16:]
+
+        def build():
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+            return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), nn.MSELoss(), None
+
+        return Spec(f"heart_rate_not_scaled{'' if raw else '_fixed'}", build, batch_fn, steps=60)
+
+    def truth(bug, fixed):
+        # step 0: the first layer's output below the explosion floor, its
+        # first update larger than its weights; the bug's loss climbs, the
+        # twin's falls
+        assert bug.series("0", "act_std")[1][0] < 100 and bug.series("0", "update_ratio")[1][0] > 1
+        assert not bug.losses[1] < 2 * bug.losses[0] and sum(fixed.losses[-10:]) < 0.5 * sum(fixed.losses[:10])
+
+    return Case(spec(True), ("activation_explosion", "exploding_gradient", "nonfinite"), "<input>", 1,
+                tolerance=1, fixed=spec(False), truth=truth)
+
+
 def all_cases():
     return [
         saturating_layer(), deep_sigmoid(), large_init_layer(), lr_jump_explosion(), forward_nan(),
@@ -847,4 +937,5 @@ def all_cases():
         detached_branch(), nan_regression_target(), grad_hook_amplifies(), adam_lr_one(),
         zero_gradient_adapter(), unnormalised_regression_features(), scheduler_stepped_per_batch(),
         learning_rate_1e9(), regression_stuck_at_the_mean(), token_ids_with_a_bad_head(), head_group_rate_1e9(),
+        frame_predictions_summed(), heart_rate_not_scaled(),
     ]

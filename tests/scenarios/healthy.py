@@ -723,6 +723,76 @@ def big_embedding_sgd(steps=250):
     return Spec("big_embedding_sgd", build, batch_fn, steps=steps, num_classes=4)
 
 
+
+# --- units that go quiet while the loss falls (a sparse code, not death) -------
+
+
+class _IRNN(nn.Module):
+    """A ReLU RNN initialised to the identity (Le et al. 2015), read at its
+    last step."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(1, 32, nonlinearity="relu", batch_first=True)
+        self.out = nn.Linear(32, 1)
+        with torch.no_grad():
+            self.rnn.weight_hh_l0.copy_(torch.eye(32))
+            self.rnn.bias_hh_l0.zero_()
+            self.rnn.bias_ih_l0.zero_()
+
+    def forward(self, x):
+        return self.out(self.rnn(x)[0][:, -1])
+
+
+def irnn_running_sum():
+    """Fools the dead-unit rule: most of the IRNN's units are zero at its
+    last step for every sample within the first steps, while the loss falls
+    from 12 to 0.03: the units that carry the sum fire, the rest are quiet."""
+    def batch_fn(step):
+        x = torch.rand(32, 40, 1, generator=torch.Generator().manual_seed(900 + step))
+        return x, x[:, :, 0].sum(1, keepdim=True) / 10
+
+    def build():
+        torch.manual_seed(0)
+        model = _IRNN()
+        return model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), nn.MSELoss(), None
+
+    return Spec("irnn_running_sum", build, batch_fn, steps=150)
+
+
+class _BlobAutoencoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv2d(1, 8, 3, stride=2, padding=1)
+        self.act1 = nn.ReLU()
+        self.dec = nn.ConvTranspose2d(8, 8, 4, stride=2, padding=1)
+        self.act2 = nn.ReLU()
+        self.out = nn.Conv2d(8, 1, 3, padding=1)
+
+    def forward(self, x):
+        return self.out(self.act2(self.dec(self.act1(self.enc(x)))))
+
+
+def relu_conv_autoencoder_blobs():
+    """Fools the dead-unit rule: a ReLU conv autoencoder of small discs on a
+    black background; most of the decoder's (channel, pixel) units are zero
+    for every image of a batch from the first steps (the background), while
+    the loss falls fortyfold."""
+    def batch_fn(step):
+        g = torch.Generator().manual_seed(300 + step)
+        yy, xx = torch.meshgrid(torch.arange(12.0), torch.arange(12.0), indexing="ij")
+        c = torch.randint(3, 9, (2, 32, 1, 1), generator=g).float()
+        img = (((xx - c[0]) ** 2 + (yy - c[1]) ** 2) < 4).float().unsqueeze(1)
+        return img, img
+
+    def build():
+        torch.manual_seed(0)
+        model = _BlobAutoencoder()
+        return model, torch.optim.Adam(model.parameters(), lr=3e-3), nn.MSELoss(), None
+
+    return Spec("relu_conv_autoencoder_blobs", build, batch_fn, steps=200)
+
+
 def all_specs():
     """Every healthy control, SGD and Adam."""
     return [
@@ -738,4 +808,5 @@ def all_specs():
         multilabel_bce_dropout(), large_target_regression(), rezero_branches(),
         raw_features_adam(), step_schedule_sgd(), large_mean_regression(), float_token_ids(),
         big_embedding_sgd(),
+        irnn_running_sum(), relu_conv_autoencoder_blobs(),
     ]

@@ -3,6 +3,8 @@ and exploding activations."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from ..thresholds import Thresholds
@@ -13,6 +15,9 @@ __all__ = ["Activation"]
 _M = METRIC
 # the statistics whose presence says a module's activations were measured
 _MEASURED = [_M[m] for m in ("act_std", "act_absmax", "act_dead_frac", "act_sat_frac", "in_dead_frac")]
+#: losses whose median says where the run's loss is now (a block, as the
+#: plateau rule's, tames the batches' noise)
+_LOSS_BLOCK = 10
 
 
 class Activation(Aspect):
@@ -39,6 +44,12 @@ class Activation(Aspect):
         # alone (kept from the last measurement: an explosion may be confirmed
         # once the output is NaN)
         self.cumulative = np.zeros(0, bool)
+        # the run's losses (its first, its last few) and, per row, their
+        # median when the row was last measured alive: whether units that go
+        # quiet cost the run anything (see _sparse)
+        self.loss_first = np.nan
+        self.losses = deque(maxlen=_LOSS_BLOCK)
+        self.loss_alive = np.zeros(0)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -51,11 +62,13 @@ class Activation(Aspect):
         self.dead_via = np.zeros(n, dtype=bool)
         self.all_zero = np.zeros(n, dtype=bool)
         self.cumulative = np.zeros(n, dtype=bool)
+        self.loss_alive = grow(self.loss_alive, n, np.nan)
 
     def classify(self, row, conf, has_param, loss_below_first: bool) -> dict:
         """{"fwd": (raw, None), "act": (raw, None)}. ``conf``: the confirmed
         ``act`` states; ``has_param``: bool [L], rows with parameters;
         ``loss_below_first``: the recent losses are below the first one."""
+        self._note_loss(row)
         return {"fwd": (self._forward(row), None),
                 "act": (self._act(row, conf, has_param, loss_below_first), None)}
 
@@ -140,6 +153,7 @@ class Activation(Aspect):
             batch = row[k.input_index, _M["value"]] if k.input_index >= 0 else np.nan
             by_fraction = not batch < t.dead_min_batch  # (NaN: unknown, judged)
             dead = measured & (((eff >= dead_thr) & by_fraction) | zero)
+            dead &= ~self._sparse(eff, zero, conf, dead_thr, measured)
             # the output activation (no layer with parameters after it) of a
             # model that learns becomes confident: sigmoid outputs near 0/1 for
             # BCE are success, not failure. There only a layer born saturated
@@ -184,6 +198,34 @@ class Activation(Aspect):
         self.track.feed(ok & (rms > 0), rms)
         self.std_track.feed(ok & (std > 0), std)
         return raw
+
+    def _note_loss(self, row) -> None:
+        """Keep the run's first finite loss and its last ``_LOSS_BLOCK`` ones."""
+        i = self.kinds.loss_index
+        v = row[i, _M["value"]] if i >= 0 else np.nan
+        if np.isfinite(v):
+            self.loss_first = v if np.isnan(self.loss_first) else self.loss_first
+            self.losses.append(float(v))
+
+    def _sparse(self, eff, zero, conf, dead_thr, measured):
+        """bool [L]: rows whose units went quiet at no cost to the run, not dead.
+
+        Death is judged by what it means: a unit that fires on no input passes
+        no gradient and cannot recover, so the units a layer loses take what
+        they did for the loss with them. Units that go quiet while the loss is
+        below its first value and no higher than when the layer was last
+        alive are the sparse code of a network that learns (a ReLU
+        autoencoder's decoder, a ReLU RNN's last step:
+        tests/test_diagnosis_sparse_relu.py). A layer with every unit dead
+        (nothing passes), one born dead (its loss is the first one) or
+        already dead is judged by its fraction as before."""
+        now = float(np.median(self.losses)) if self.losses else np.nan
+        with np.errstate(invalid="ignore"):
+            alive = measured & (eff < dead_thr)
+            sparse = (now < self.loss_first) & (now <= self.loss_alive) & (eff < 1.0) & ~zero & (
+                conf != STATE["dead"])
+        self.loss_alive = np.where(alive, now, self.loss_alive)
+        return sparse
 
     def blocked_rows(self):
         """bool [L]: the rows before a module whose output was 0 for every

@@ -123,6 +123,12 @@ class Weight(Aspect):
             return
         t = self.t
         std = row[:, _M["act_std"]]
+        # The weight norm is measured after this step's update: an update
+        # larger than the weights (update ratio ur > 2) dominates it, and the
+        # weights the gradient was taken on had a norm of at most w/(ur-1)
+        # (the triangle inequality; tests/test_diagnosis_before_updates.py)
+        ur = row[:, _M["update_ratio"]]
+        w = np.where(np.isfinite(ur) & (ur > 2.0), w / np.maximum(ur - 1.0, 1.0), w)
         with np.errstate(invalid="ignore", divide="ignore"):
             extreme = seen & (g > t.grad_weight_extreme * w)
             extreme |= mod & np.isfinite(std) & (std > t.act_explode_floor)
