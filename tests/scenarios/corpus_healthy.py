@@ -419,7 +419,7 @@ def mixer_finetune_tiny_lr(steps=120):
     return Spec("mixer_finetune_tiny_lr", build, M.quadrants(), steps=steps, num_classes=4)
 
 
-def lstm_probe_on_frozen_lm(steps=60):
+def lstm_probe_on_frozen_lm(steps=150):
     """A linear probe (one trainable layer, in the optimizer) on an LSTM
     language model frozen on purpose: the one trainable layer is the one the
     optimizer moves."""
