@@ -224,6 +224,14 @@ def _burst(picked, failures, ctx: RunFacts, t: Thresholds):
                          "symptom_kind": ev.kind})
 
 
+def _still(ev) -> str:
+    """What a loss plateau or a layer's frozen weights show, for a message
+    that names the rate as their cause."""
+    if ev.kind == "loss_plateau":
+        return f"the loss has not fallen since step {ev.step} ({fmt_change(ev.extra.get('value_before'), ev.value)})"
+    return f"{ev.layer}: its weights stop changing from step {ev.step}"
+
+
 def _lr_collapse(picked, failures, ctx: RunFacts, t: Thresholds):
     """A loss that stopped falling, or weights that stopped moving, because a
     schedule took the rate to a thousandth of its peak (a per-epoch schedule
@@ -236,10 +244,7 @@ def _lr_collapse(picked, failures, ctx: RunFacts, t: Thresholds):
     step, peak, lr = ctx.lr_collapse
     if not step <= picked.onset + t.lr_window:
         return None
-    if ev.kind == "loss_plateau":
-        then = f"the loss has not fallen since step {ev.step} ({fmt_change(ev.extra.get('value_before'), ev.value)})"
-    else:
-        then = f"{ev.layer}: its weights stop changing from step {ev.step}"
+    then = _still(ev)
     msg = (f"<optimizer>: the learning rate fell from {fmt(peak)} to {fmt(lr)} by step {step}; {then}. Likely "
            "cause: a schedule stepped too often (a per-epoch scheduler.step() called every batch) or decaying "
            "too fast. Try: checking where scheduler.step() is called and its step_size/gamma.")
@@ -296,10 +301,7 @@ def _model_barely_moves(picked, failures, ctx: RunFacts, t: Thresholds):
     step, peak, lr = ctx.update_peak
     if not peak <= t.update_small:
         return None
-    if ev.kind == "loss_plateau":
-        then = f"the loss does not fall from step {ev.step} ({fmt_change(ev.extra.get('value_before'), ev.value)})"
-    else:
-        then = f"{ev.layer} moves by {fmt(ev.value)} of its weights per step from step {ev.step}"
+    then = _still(ev)
     msg = (f"<optimizer>: the whole model barely moves: its median update ||dw||/||w|| was at most {fmt(peak)} "
            f"per step in the whole run (healthy ~1e-3; highest learning rate {fmt(lr)}), and {then}. Likely cause: "
            "a learning rate orders of magnitude too small (a LambdaLR lambda that returns a rate instead of a "
