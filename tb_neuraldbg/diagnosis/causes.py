@@ -50,6 +50,9 @@ class RunFacts:
     #: (1, and then input_rms0 is NaN), with its max |x|; NaN: unknown
     input_integers: float = math.nan
     input_absmax0: float = math.nan
+    #: (step, median update ratio, highest rate of the run) at the largest
+    #: median update ratio of the model in the run (None: never measured)
+    update_peak: tuple | None = None
 
 
 # failures a learning rate too high produces in the layers
@@ -220,6 +223,14 @@ def _burst(picked, failures, ctx: RunFacts, t: Thresholds):
                          "symptom_kind": ev.kind})
 
 
+def _still(ev) -> str:
+    """What a loss plateau or a layer's frozen weights show, for a message
+    that names the rate as their cause."""
+    if ev.kind == "loss_plateau":
+        return f"the loss has not fallen since step {ev.step} ({fmt_change(ev.extra.get('value_before'), ev.value)})"
+    return f"{ev.layer}: its weights stop changing from step {ev.step}"
+
+
 def _lr_collapse(picked, failures, ctx: RunFacts, t: Thresholds):
     """A loss that stopped falling, or weights that stopped moving, because a
     schedule took the rate to a thousandth of its peak (a per-epoch schedule
@@ -232,10 +243,7 @@ def _lr_collapse(picked, failures, ctx: RunFacts, t: Thresholds):
     step, peak, lr = ctx.lr_collapse
     if not step <= picked.onset + t.lr_window:
         return None
-    if ev.kind == "loss_plateau":
-        then = f"the loss has not fallen since step {ev.step} ({fmt_change(ev.extra.get('value_before'), ev.value)})"
-    else:
-        then = f"{ev.layer}: its weights stop changing from step {ev.step}"
+    then = _still(ev)
     msg = (f"<optimizer>: the learning rate fell from {fmt(peak)} to {fmt(lr)} by step {step}; {then}. Likely "
            "cause: a schedule stepped too often (a per-epoch scheduler.step() called every batch) or decaying "
            "too fast. Try: checking where scheduler.step() is called and its step_size/gamma.")
@@ -258,6 +266,12 @@ def _nothing_moves(picked, failures, ctx: RunFacts, t: Thresholds):
         return None
     causes = {f.event.extra.get("cause") for f in frozen}
     cause = causes.pop() if len(causes) == 1 else "no_update"
+    if cause == "not_in_optimizer" and len(rows) == 1:
+        # one trainable layer that the optimizer lacks (a head attached after
+        # the optimizer was built, the rest frozen on purpose): the fix goes
+        # to that layer's parameters, and one layer is no whole model
+        # (tests/scenarios: gru_head_replaced_after_optimizer)
+        return None
     why = {
         "not_in_optimizer": "the optimizer holds none of the model's parameters (it was built for another "
                             "instance of the model, or before the model was re-created)",
@@ -270,6 +284,30 @@ def _nothing_moves(picked, failures, ctx: RunFacts, t: Thresholds):
            "backward() (or after step()), never between them; a schedule that does not set the rate to 0.")
     return attribution(ev, PSEUDO_OPTIMIZER, "frozen_weights", "frozen", step, 0.0, msg,
                         {"cause": cause, "layer_count": len(rows)})
+
+
+def _model_barely_moves(picked, failures, ctx: RunFacts, t: Thresholds):
+    """A loss that does not fall, or a layer whose updates are negligible,
+    while the whole model's median update stayed under ``update_small`` at
+    every step of the run: the optimizer never let the model learn (a rate
+    orders of magnitude too small), not the labels nor that one layer."""
+    ev = picked.event
+    if ctx.update_peak is None or ev.layer == PSEUDO_OPTIMIZER:
+        return None
+    if not (ev.kind == "loss_plateau" or (ev.kind == "frozen_weights"
+                                          and ev.extra.get("cause") == "update_negligible")):
+        return None
+    step, peak, lr = ctx.update_peak
+    if not peak <= t.update_small:
+        return None
+    then = _still(ev)
+    msg = (f"<optimizer>: the whole model barely moves: its median update ||dw||/||w|| was at most {fmt(peak)} "
+           f"per step in the whole run (healthy ~1e-3; highest learning rate {fmt(lr)}), and {then}. Likely cause: "
+           "a learning rate orders of magnitude too small (a LambdaLR lambda that returns a rate instead of a "
+           "factor, a rate divided twice, a typo such as 1e-6 for 1e-3). Try: printing "
+           "optimizer.param_groups[0]['lr'] over the first steps; the rate you meant.")
+    return attribution(ev, PSEUDO_OPTIMIZER, ev.kind, ev.to_state, ev.step, peak, msg,
+                        {"cause": "update_small", "lr": float(lr)})
 
 
 def _zero_gradient_cut(picked, failures, ctx: RunFacts, t: Thresholds):
@@ -361,4 +399,4 @@ def attribution(symptom: Event, layer, kind, to_state, step, value, message, ext
 
 #: the rules, in the order the root cause tries them
 RULES = (_scaler_origin, _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
-         _zero_gradient_cut)
+         _zero_gradient_cut, _model_barely_moves)

@@ -124,6 +124,12 @@ class Thresholds:
     #: gradients' doing (their own rules), and none at all the optimizer
     #: doing nothing (gradients cleared before ``step()``).
     lr_negligible: float = 1e-6
+    #: the whole model barely moves: its median update ratio stayed at most
+    #: this (a hundredth of the healthy ~1e-3) at every step of the run. A
+    #: loss that does not fall then is the rate's, not the labels' (the
+    #: model was never let to learn); fine-tuning at a tiny rate on purpose
+    #: sits there too, with a loss that falls or starts low (no plateau).
+    update_small: float = 1e-5
 
     # --- <input> ---------------------------------------------------------------
     #: a batch whose std or max|x| differs from the running median of recent

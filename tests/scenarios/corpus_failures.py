@@ -889,6 +889,93 @@ def conv_ae_pruned_layer(at=43):
     return Case(spec(1.0), ("vanishing_gradient",), "enc2", at, fixed=spec(0.1), truth=truth)
 
 
+class _EveryEpoch:
+    """A scheduler stepped once per epoch of ``batches`` (the loop calls
+    ``step()`` after every batch)."""
+
+    def __init__(self, sched, batches):
+        self.sched, self.batches, self.calls = sched, batches, 0
+
+    def step(self):
+        self.calls += 1
+        if self.calls % self.batches == 0:
+            self.sched.step()
+
+
+def mixer_warmup_in_epochs_of_batches():
+    """An MLP-Mixer whose LinearLR warmup (start_factor=1e-3, over 50
+    iterations) is stepped once per epoch: the first epoch (longer than the
+    run) trains at 1e-3 of the rate, the whole model barely moves and the
+    loss stays at chance. Source: LinearLR's contract (the factor rises from
+    start_factor over total_iters calls of step(), whatever they count: the
+    torch.optim.lr_scheduler docs step per epoch); Humbatova et al. ICSE
+    2020, Training > Hyperparameters > "Suboptimal learning rate". Fixed:
+    the scheduler stepped every batch, as its total_iters meant."""
+    def spec(per_epoch):
+        def build():
+            model = M.Mixer()
+            opt = torch.optim.Adam(model.parameters(), lr=5e-4)
+            sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1e-3, total_iters=50)
+            return model, opt, nn.CrossEntropyLoss(), _EveryEpoch(sched, 200 if per_epoch else 1)
+
+        return Spec(f"mixer_warmup_in_epochs_of_batches{'' if per_epoch else '_fixed'}", build, M.quadrants(),
+                    steps=150, num_classes=4)
+
+    def truth(bug, fixed):
+        _, lr = bug.series("head", "lr")
+        assert np.nanmax(lr) <= 1.01e-3 * 5e-4  # the rate never left start_factor x its base
+        # every layer moves by under a hundredth of the healthy 1e-3 per step
+        for layer in _param_rows(bug):
+            assert np.nanmax(bug.series(layer, "update_ratio")[1], initial=0) < 1e-5, layer
+        assert np.mean(bug.losses[-20:]) > 0.97 * math.log(4) and _loss_fell(fixed, 0.8)
+
+    return Case(spec(True), ("loss_plateau", "frozen_weights"), "<optimizer>", 0, tolerance=10,
+                fixed=spec(False), truth=truth)
+
+
+class _ProbeLM(nn.Module):
+    """A frozen LSTM language model's features, a new head (``fc``)."""
+
+    def __init__(self, vocab=32):
+        super().__init__()
+        self.lm = M.LSTMLM(vocab=vocab)
+        self.fc = nn.Linear(64, vocab)
+
+    def forward(self, x):
+        return self.fc(self.lm.lstm(self.lm.emb(x))[0]).transpose(1, 2)
+
+
+def lstm_probe_head_after_optimizer():
+    """A linear probe on a frozen (on purpose) LSTM language model whose new
+    head is attached after the optimizer was built: the optimizer holds the
+    old head, the new one gets gradients and never moves. Source: the
+    torch.optim note that parameters must stay the same objects over the
+    optimizer's life (https://pytorch.org/docs/stable/optim.html). Fixed:
+    the head replaced before the optimizer is built."""
+    def spec(bug):
+        def build():
+            model = _ProbeLM()
+            for p in model.lm.parameters():
+                p.requires_grad_(False)  # the backbone is frozen on purpose
+            if not bug:
+                model.fc = nn.Linear(64, 32)
+            opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+            if bug:
+                model.fc = nn.Linear(64, 32)
+            return model, opt, nn.CrossEntropyLoss(), None
+
+        return Spec(f"lstm_probe_head_after_optimizer{'' if bug else '_fixed'}", build, M.tokens_lm(),
+                    steps=60, num_classes=32)
+
+    def truth(bug, fixed):
+        assert _param_rows(bug) == ["fc"]  # the only trainable layer
+        assert not _moved(bug, "fc") and _moved(fixed, "fc")
+        assert (bug.series("fc", "opt_group")[1] == -1).all()
+        assert np.nanmin(bug.series("fc", "grad_norm")[1]) > 0
+
+    return Case(spec(True), ("frozen_weights",), "fc", 0, fixed=spec(False), truth=truth)
+
+
 def all_cases():
     """Every corpus scenario."""
     return [
@@ -900,6 +987,7 @@ def all_cases():
         conv_ae_partial_zero_grad(), rnn_unclipped_gradient_burst(),
         contrastive_sqrt_under_gradscaler(), decoder_lm_padding_batch(), bag_labels_shuffled(),
         conv_ae_pruned_layer(), contrastive_sqrt_of_a_zero_distance(), mlp_every_linear_zero_initialised(),
+        mixer_warmup_in_epochs_of_batches(), lstm_probe_head_after_optimizer(),
     ]
 
 

@@ -395,6 +395,44 @@ def adaln_zero_denoiser(steps=150):
     return Spec("adaln_zero_denoiser", build, batch_fn, steps=steps)
 
 
+def mixer_finetune_tiny_lr(steps=120):
+    """A Mixer trained first (unwatched), then fine-tuned with a new head:
+    the backbone at Adam lr=1e-6 on purpose, the head at 1e-2. Most layers,
+    hence the model's median, move by ~1e-6..1e-5 of their weights per step
+    (what ``update_small`` calls barely moving), but the loss falls: nothing
+    to blame on the rate."""
+    def build():
+        torch.manual_seed(0)
+        model = M.Mixer()
+        pre = torch.optim.Adam(model.parameters(), lr=3e-3)
+        data = M.quadrants()
+        for step in range(300):
+            x, y = data(10_000 + step)
+            pre.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            pre.step()
+        model.head = nn.Linear(16, 4)  # the new task's head
+        body = [p for n, p in model.named_parameters() if not n.startswith("head.")]
+        opt = torch.optim.Adam([{"params": body, "lr": 1e-6}, {"params": model.head.parameters()}], lr=1e-2)
+        return model, opt, nn.CrossEntropyLoss(), None
+
+    return Spec("mixer_finetune_tiny_lr", build, M.quadrants(), steps=steps, num_classes=4)
+
+
+def lstm_probe_on_frozen_lm(steps=150):
+    """A linear probe (one trainable layer, in the optimizer) on an LSTM
+    language model frozen on purpose: the one trainable layer is the one the
+    optimizer moves."""
+    def build():
+        torch.manual_seed(0)
+        model = M.LSTMLM()
+        for p in list(model.emb.parameters()) + list(model.lstm.parameters()):
+            p.requires_grad_(False)
+        return model, torch.optim.Adam(model.head.parameters(), lr=1e-2), nn.CrossEntropyLoss(), None
+
+    return Spec("lstm_probe_on_frozen_lm", build, M.tokens_lm(), steps=steps, num_classes=32)
+
+
 def all_specs():
     """Every healthy run of the corpus."""
     return [
@@ -404,5 +442,6 @@ def all_specs():
         resnet_onecycle_groups(), resnet_differential_lr(), mixer_gradient_accumulation(),
         lstm_lm_zero_grad_keep_tensors(), conv_ae_zero_grad_after_forward(), mean_teacher_no_grad(),
         resnet_gradual_unfreeze(), mixer_lr_changed_by_hand(), lstm_lm_cyclic_lr(), mixer_warm_restarts(),
-        regression_output_bias_at_target_mean(), adaln_zero_denoiser(),
+        regression_output_bias_at_target_mean(), adaln_zero_denoiser(), mixer_finetune_tiny_lr(),
+        lstm_probe_on_frozen_lm(),
     ]

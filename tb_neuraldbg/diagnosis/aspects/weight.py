@@ -256,6 +256,14 @@ class Moves:
         if self.lr_peak is None or hi > self.lr_peak[1]:
             self.lr_peak = (int(step), hi)
 
+    def update_peak(self):
+        """(step, median update ratio, highest rate) at the model's largest
+        median update in the run, for the root cause; None: never measured."""
+        if self.peak is None:
+            return None
+        lr = self.lr_peak[1] if self.lr_peak is not None else math.nan
+        return (self.peak[0], self.peak[1], lr)
+
     def evidence(self, code, value, before):
         """The median update ratio now and at its peak, on every row (only
         the <optimizer> row has the state)."""
