@@ -71,3 +71,21 @@ def test_without_k_nothing_is_judged():
     eng = Engine(run.layers, num_classes=None)
     feed(eng, run, range(60), _probs(run))
     assert all(e.extra.get("cause") != "probabilities" for e in eng.events)
+
+
+def test_a_plateau_the_loss_fell_from_does_not_explain_a_later_failure():
+    # the finding from step 0, resolved by a loss that fell; then a NaN born
+    # in fc1: the NaN is its own root (demo amp_scaler: NLLLoss(log(softmax)))
+    run = Run()
+    eng = Engine(run.layers, num_classes=K)
+    probs = _probs(run, loss=lambda s: 2.3 * math.exp(-s / 20) + 0.05)
+
+    def plant(step, r):
+        probs(step, r)
+        if step >= 100:
+            r[run.i("fc1"), M["act_nonfinite"]] = 1.0
+
+    feed(eng, run, range(120), plant)
+    assert any(e.extra.get("cause") == "probabilities" for e in eng.events)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"]) == ("nonfinite", "fc1"), rc

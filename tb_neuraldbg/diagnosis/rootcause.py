@@ -27,8 +27,9 @@
      exploding gradient or activations are that layer's consequence, however
      severe, and the dead or constant layer is the root (chain.py);
    - then the loss's own failures (initial loss, spike, plateau). An
-     initial loss far from ln K that then fell does not compete with a
-     failure that comes after the fall (it did not prevent learning).
+     initial loss far from ln K, or a plateau from before, that the loss
+     then fell from does not compete with a failure that comes after the
+     fall (it did not prevent learning).
 2. Causes around the first failing layer (causes.py, tried in order; each
    is an Event of its own, an *attribution*, so that the root cause's
    (kind, layer, step) is always an event of the timeline):
@@ -92,12 +93,13 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     """
     if not failures:
         return None, None
-    # a loss that started far from ln K but then fell does not explain a
-    # failure that comes after it fell (ArcFace's margin, CLIP's temperature
-    # start high on purpose; a NaN later is its own): the others compete
+    # a loss that started far from ln K, or stood still from the start, but
+    # then fell does not explain a failure that comes after it fell (ArcFace's
+    # margin, CLIP's temperature start high on purpose; a NaN later is its
+    # own): the others compete (tests/test_demo.py: amp_scaler)
     fell = ctx.loss_improved
-    if fell is not None and any(f.event.kind != "initial_loss" and f.onset >= fell for f in failures):
-        failures = [f for f in failures if f.event.kind != "initial_loss"]
+    if fell is not None and any(not _fell_since(f, fell) and f.onset >= fell for f in failures):
+        failures = [f for f in failures if not _fell_since(f, fell)]
     first = min(f.onset for f in failures)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)
     group = explained_by_blockers(group)
@@ -145,6 +147,12 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
     return root, None
+
+
+def _fell_since(f: Failure, fell: int) -> bool:
+    """The loss's own finding from before the step it clearly fell (its
+    initial value, a plateau from before): the loss recovered from it."""
+    return f.event.kind == "initial_loss" or (f.event.kind == "loss_plateau" and f.onset < fell)
 
 
 def _near_input(index: int, ctx: RunFacts) -> bool:
