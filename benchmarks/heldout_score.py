@@ -3,7 +3,7 @@
     python benchmarks/heldout_score.py benchmarks/heldout/dec07 [--only NAME,...] [--json OUT]
                                        [--jobs N] [--truth] [--twins] [--timeout S]
 
-Each case file (``f*.py`` failing, ``h*.py`` healthy; see benchmarks/heldout/dec07/_case.py) is
+Each case file (``f*.py`` failing, ``h*.py`` healthy; see benchmarks/heldout/case_plumbing.py) is
 trained in a subprocess under a DebugWriter in a temporary logdir, and ``neuraldbg report --json``
 is read back. A failing case is *fully right* when the root cause's kind, layer and step all match
 its truth record; kind-right, layer-right and silent (no root cause) are counted apart. A healthy
