@@ -144,7 +144,25 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
             msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
+    if ev.kind == "activation_explosion" and ev.extra.get("growth_from"):
+        return _growth_origin(ev)
     return root, None
+
+
+def _growth_origin(ev) -> tuple[dict, Event]:
+    """An explosion that crossed its threshold at a later module was born
+    where the growth began (aspects/growth.py): that module, at that step."""
+    layer, step = ev.extra["growth_from"], int(ev.extra["growth_step"])
+    how = ("its output grew tenfold over its first measurement first"
+           if step < ev.step else "its output is the first one ten times the batch's scale")
+    msg = (f"{layer}: the activations' growth begins here ({how}, step {step}); it compounds "
+           f"through the modules after it and explodes at {ev.layer} from step {int(ev.step)}. "
+           "Likely cause: this module's initialisation or what drives its output up (a skip "
+           "added twice, all-positive weights, a loss term rewarding a large output). Try: a "
+           "standard initialisation (Kaiming/Xavier), normalisation layers, checking the forward "
+           "pass and the loss at this module.")
+    return attribution(ev, layer, ev.kind, ev.to_state, step, ev.value, msg, {"cause": "growth_onset",
+                                                                               "symptom_layer": ev.layer})
 
 
 def _near_input(index: int, ctx: RunFacts) -> bool:
