@@ -157,8 +157,9 @@ def _growth_origin(ev) -> tuple[dict, Event]:
            if step < ev.step else "its output is the first one ten times the batch's scale")
     msg = (f"{layer}: the activations' growth begins here ({how}, step {step}); it compounds "
            f"through the modules after it and explodes at {ev.layer} from step {int(ev.step)}. "
-           "Likely cause: this module's initialisation or what drives its output up (a skip "
-           "added twice, all-positive weights, a loss term rewarding a large output). Try: a "
+           "Likely cause: this module's initialisation or what drives its output up (a gain "
+           "above 1 at every module, a skip path added more than once, an objective that rewards a "
+           "large output). Try: a "
            "standard initialisation (Kaiming/Xavier), normalisation layers, checking the forward "
            "pass and the loss at this module.")
     return attribution(ev, layer, ev.kind, ev.to_state, step, ev.value, msg, {"cause": "growth_onset",

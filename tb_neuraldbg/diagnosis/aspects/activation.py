@@ -206,6 +206,9 @@ class Activation(Aspect):
         raw[saturated] = STATE["saturated"]
         raw[dead] = STATE["dead"]
         raw[amp | growth] = STATE["act_exploding"]
+        if measured.any():
+            self.origin.note_onset(measured & (amp | growth), conf == STATE["act_exploding"], measured,
+                                   self.cumulative)
         ok = (raw == HEALTHY) & np.isfinite(rms)
         self.track.feed(ok & (rms > 0), rms)
         self.std_track.feed(ok & (std > 0), std)

@@ -38,7 +38,14 @@ class GrowthOrigin:
         self.vs_max = vs_max
         self.first = np.zeros(0)  # first positive finite spread (NaN: none yet)
         self.grew_at = np.zeros(0, dtype=np.int64)  # step it grew vs_max-fold (-1: never)
+        self._fresh = np.zeros(0, dtype=bool)  # rows whose onset picture is not taken
         self.depth_from = np.zeros(0, dtype=np.int64)  # per row: first row above the batch's scale (-1: none)
+        # ... as of the first step of the row's explosion not yet confirmed
+        # (the hysteresis confirms it steps later, when the growth has
+        # compounded on: the onset's picture is the one that says where it
+        # began), and whether it was the network's amplification then
+        self.onset_from = np.zeros(0, dtype=np.int64)
+        self.onset_cum = np.zeros(0, dtype=bool)
 
     def grow(self, n: int) -> None:
         """Make room for ``n`` rows (new rows start unmeasured)."""
@@ -47,6 +54,9 @@ class GrowthOrigin:
             self.first = np.concatenate([self.first, np.full(n - m, np.nan)])
             self.grew_at = np.concatenate([self.grew_at, np.full(n - m, -1, dtype=np.int64)])
             self.depth_from = np.concatenate([self.depth_from, np.full(n - m, -1, dtype=np.int64)])
+            self.onset_from = np.concatenate([self.onset_from, np.full(n - m, -1, dtype=np.int64)])
+            self.onset_cum = np.concatenate([self.onset_cum, np.zeros(n - m, dtype=bool)])
+            self._fresh = np.concatenate([self._fresh, np.ones(n - m, dtype=bool)])
 
     def feed(self, step: int, std: np.ndarray, measured: np.ndarray, batch_rms: float) -> None:
         """One measured step: ``std`` [L] of the module rows ``measured``."""
@@ -62,6 +72,16 @@ class GrowthOrigin:
         d = int(above[0]) if len(above) else -1
         self.depth_from = np.where(measured & np.isfinite(std), np.where((d >= 0) & (rows >= d), d, -1), self.depth_from)
 
+    def note_onset(self, exploding: np.ndarray, confirmed: np.ndarray, measured: np.ndarray,
+                   cumulative: np.ndarray) -> None:
+        """Keep the picture of the first step of each row's pending explosion
+        (``exploding``: raw state of this step; ``confirmed``: already
+        confirmed exploding); forget it where the row measured healthy."""
+        take = exploding & ~confirmed & self._fresh
+        self.onset_from = np.where(take, self.depth_from, self.onset_from)
+        self.onset_cum = np.where(take, cumulative, self.onset_cum)
+        self._fresh = np.where(take, False, np.where(measured & ~exploding, True, self._fresh))
+
     def origin(self, i: int, onset: int, cumulative: bool) -> tuple[int, int] | None:
         """(row, step) where the growth that explodes at row ``i`` from step
         ``onset`` began, when that is another (earlier) row; else None.
@@ -72,7 +92,7 @@ class GrowthOrigin:
             first_step = int(self.grew_at[before].min())
             row = int(before[self.grew_at[before] == first_step][0])
             return (row, first_step) if row < i else None
-        d = int(self.depth_from[i]) if i < len(self.depth_from) else -1
-        if cumulative and 0 <= d < i:
+        d = int(self.onset_from[i]) if i < len(self.onset_from) else -1
+        if (cumulative or bool(self.onset_cum[i])) and 0 <= d < i:
             return d, onset
         return None
