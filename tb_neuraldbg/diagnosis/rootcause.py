@@ -52,6 +52,10 @@
      the first batch is far from unit scale (unnormalised inputs); extreme
      gradients or activations at the first step also keep the large updates
      that follow from being blamed on the rate.
+3. An activation explosion none of those explains was born where its growth
+   began (aspects/growth.py): the first module an order of magnitude above
+   the batch at the explosion's first step, or the first whose output grew
+   tenfold over its own first measurement before it.
 """
 
 from __future__ import annotations
