@@ -70,7 +70,8 @@ class GrowthOrigin:
         # (a row before the first one above: none of its own)
         rows = np.arange(len(std))
         d = int(above[0]) if len(above) else -1
-        self.depth_from = np.where(measured & np.isfinite(std), np.where((d >= 0) & (rows >= d), d, -1), self.depth_from)
+        mine = np.where((d >= 0) & (rows >= d), d, -1)
+        self.depth_from = np.where(measured & np.isfinite(std), mine, self.depth_from)
 
     def note_onset(self, exploding: np.ndarray, confirmed: np.ndarray, measured: np.ndarray,
                    cumulative: np.ndarray) -> None:
