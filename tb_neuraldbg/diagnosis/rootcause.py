@@ -53,6 +53,10 @@
      the first batch is far from unit scale (unnormalised inputs); extreme
      gradients or activations at the first step also keep the large updates
      that follow from being blamed on the rate.
+3. An activation explosion none of those explains was born where its growth
+   began (aspects/growth.py): the first module an order of magnitude above
+   the batch at the explosion's first step, or the first whose output grew
+   tenfold over its own first measurement before it.
 """
 
 from __future__ import annotations
@@ -146,6 +150,8 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
             msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
             return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
                                 {"cause": "unnormalised_input"})
+    if ev.kind == "activation_explosion" and ev.extra.get("growth_from"):
+        return _growth_origin(ev)
     return root, None
 
 
@@ -153,6 +159,23 @@ def _fell_since(f: Failure, fell: int) -> bool:
     """The loss's own finding from before the step it clearly fell (its
     initial value, a plateau from before): the loss recovered from it."""
     return f.event.kind == "initial_loss" or (f.event.kind == "loss_plateau" and f.onset < fell)
+
+
+def _growth_origin(ev) -> tuple[dict, Event]:
+    """An explosion that crossed its threshold at a later module was born
+    where the growth began (aspects/growth.py): that module, at that step."""
+    layer, step = ev.extra["growth_from"], int(ev.extra["growth_step"])
+    how = ("its output grew tenfold over its first measurement first"
+           if step < ev.step else "its output is the first one ten times the batch's scale")
+    msg = (f"{layer}: the activations' growth begins here ({how}, step {step}); it compounds "
+           f"through the modules after it and explodes at {ev.layer} from step {int(ev.step)}. "
+           "Likely cause: this module's initialisation or what drives its output up (a gain "
+           "above 1 at every module, a skip path added more than once, an objective that rewards a "
+           "large output). Try: a "
+           "standard initialisation (Kaiming/Xavier), normalisation layers, checking the forward "
+           "pass and the loss at this module.")
+    return attribution(ev, layer, ev.kind, ev.to_state, step, ev.value, msg, {"cause": "growth_onset",
+                                                                               "symptom_layer": ev.layer})
 
 
 def _near_input(index: int, ctx: RunFacts) -> bool:

@@ -95,7 +95,7 @@ class Classifier:
                                          self.activation.blocked_rows)
             # (the loss as of the previous step: this step's is judged below)
             out.update(self.activation.classify(row, confirmed["act"], self.gradient.has_param,
-                                                self.loss.below_first()))
+                                                self.loss.below_first(), step=step))
             out.update(self.weight.classify(step, row, out["grad"][0], rate.lr, rate.skipped))
             out.update(self.input.classify(row))
             out.update(self.loss.classify(step, row, rate.lr, confirmed["plateau"]))

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..thresholds import Thresholds
 from ._base import HEALTHY, METRIC, STATE, Aspect, LogTrack, RowKinds, blank, grow, nonfinite_before
+from .growth import GrowthOrigin
 
 __all__ = ["Activation"]
 
@@ -44,6 +45,10 @@ class Activation(Aspect):
         # alone (kept from the last measurement: an explosion may be confirmed
         # once the output is NaN)
         self.cumulative = np.zeros(0, bool)
+        # where a growth began, over depth or over time (growth.py), and the
+        # step being classified (the events' origin step)
+        self.origin = GrowthOrigin(thresholds.act_explode_vs_max)
+        self.step = 0
         # the run's losses (its first, its last few) and, per row, their
         # median when the row was last measured alive: whether units that go
         # quiet cost the run anything (see _sparse)
@@ -62,12 +67,15 @@ class Activation(Aspect):
         self.dead_via = np.zeros(n, dtype=bool)
         self.all_zero = np.zeros(n, dtype=bool)
         self.cumulative = np.zeros(n, dtype=bool)
+        self.origin.grow(n)
         self.loss_alive = grow(self.loss_alive, n, np.nan)
 
-    def classify(self, row, conf, has_param, loss_below_first: bool) -> dict:
+    def classify(self, row, conf, has_param, loss_below_first: bool, step: int | None = None) -> dict:
         """{"fwd": (raw, None), "act": (raw, None)}. ``conf``: the confirmed
         ``act`` states; ``has_param``: bool [L], rows with parameters;
-        ``loss_below_first``: the recent losses are below the first one."""
+        ``loss_below_first``: the recent losses are below the first one;
+        ``step``: the step classified (None: one past the last)."""
+        self.step = self.step + 1 if step is None else int(step)
         self._note_loss(row)
         return {"fwd": (self._forward(row), None),
                 "act": (self._act(row, conf, has_param, loss_below_first), None)}
@@ -178,7 +186,11 @@ class Activation(Aspect):
             if k.input_index >= 0:
                 rms_in = rms[k.input_index]
                 cum = big & (rms_in > 0) & (std > t.act_explode_ratio * t.act_explode_vs_max * rms_in)
-            self.cumulative = np.where(measured, cum & ~amp, self.cumulative)
+            # (a non-finite output keeps what the last finite one said: the
+            # explosion is confirmed at the step its values overflow,
+            # tests/test_diagnosis_growth.py)
+            self.cumulative = np.where(measured & np.isfinite(std), cum & ~amp, self.cumulative)
+            self.origin.feed(self.step, std, measured, rms[k.input_index] if k.input_index >= 0 else np.nan)
             amp |= cum
             growth = big & self.track.grew(rms, t.history_min, t.act_explode_ratio, t.act_explode_vs_max)
             # the model's output layer (the last one with parameters) grows to
@@ -194,6 +206,9 @@ class Activation(Aspect):
         raw[saturated] = STATE["saturated"]
         raw[dead] = STATE["dead"]
         raw[amp | growth] = STATE["act_exploding"]
+        if measured.any():
+            self.origin.note_onset(measured & (amp | growth), conf == STATE["act_exploding"], measured,
+                                   self.cumulative)
         ok = (raw == HEALTHY) & np.isfinite(rms)
         self.track.feed(ok & (rms > 0), rms)
         self.std_track.feed(ok & (std > 0), std)
@@ -261,6 +276,10 @@ class Activation(Aspect):
                 extra["has_params"] = True
         if kind == "activation_explosion" and failing and bool(self.cumulative[i]):
             extra["amplified"] = "cumulative"
+        if kind == "activation_explosion" and failing:
+            found = self.origin.origin(i, int(tr.onset), bool(self.cumulative[i]))
+            if found is not None:
+                extra["growth_from"], extra["growth_step"] = self.kinds.names[found[0]], found[1]
         if kind == "dead_activation" and failing and bool(self.dead_via[i]):
             extra["via"] = "functional_activation"
         if kind == "dead_activation" and failing and bool(self.all_zero[i]):
