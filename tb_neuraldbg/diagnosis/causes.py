@@ -450,6 +450,35 @@ def _saturated_not_cut(picked, failures, ctx: RunFacts, t: Thresholds):
                         {"cause": "saturated_output", "symptom_kind": ev.kind})
 
 
+def _born_in_closing_parent(picked, failures, ctx: RunFacts, t: Thresholds):
+    """A module whose input is non-finite while the module before it in
+    forward order gave a finite output: the value is born in the code that
+    ran between them. When that module's parent does not also hold this one,
+    the first code to run after it is the rest of its parent's forward (which
+    must return before this module is called): the parent is where the value
+    is born, first in execution order (a softmax over an all ``-inf`` row in a
+    hand-written attention layer; docs/diagnosis.md, "Born between modules")."""
+    ev = picked.event
+    if ev.kind != "nonfinite" or ev.extra.get("side") != "forward" or not ev.extra.get("input_nonfinite"):
+        return None
+    if ev.extra.get("from_layer"):
+        return None
+    before = [r for r in ctx.module_rows if r < picked.index]
+    if not before or before[-1] >= len(ctx.names):
+        return None
+    prev = ctx.names[before[-1]]
+    parent = prev.rpartition(".")[0]
+    if not parent or ev.layer == parent or ev.layer.startswith(parent + "."):
+        return None
+    msg = (f"{parent}: non-finite output from step {ev.step}: the output of {prev} (its last watched submodule) "
+           f"is finite, the input of {ev.layer} is not, and {parent}'s forward runs in between (a functional op "
+           "there: a softmax over a row that is all -inf, a log/sqrt of a non-positive value, a division by ~0). "
+           "Try: guarding that op (a mask that leaves at least one entry per row, a clamp or an eps), and "
+           "torch.autograd.detect_anomaly() on one step for the op's traceback.")
+    return attribution(ev, parent, "nonfinite", "nonfinite", ev.step, ev.value, msg,
+                        {"cause": "born_in_parent", "symptom_layer": ev.layer, "after": prev})
+
+
 #: the rules, in the order the root cause tries them
-RULES = (_scaler_origin, _unscaled_targets, _saturated_not_cut, _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
+RULES = (_scaler_origin, _born_in_closing_parent, _unscaled_targets, _saturated_not_cut, _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
          _zero_gradient_cut, _model_barely_moves)
