@@ -480,5 +480,6 @@ def _born_in_closing_parent(picked, failures, ctx: RunFacts, t: Thresholds):
 
 
 #: the rules, in the order the root cause tries them
-RULES = (_scaler_origin, _born_in_closing_parent, _unscaled_targets, _saturated_not_cut, _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
+RULES = (_scaler_origin, _born_in_closing_parent, _unscaled_targets, _saturated_not_cut,
+         _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
          _zero_gradient_cut, _model_barely_moves)
