@@ -151,8 +151,8 @@ class _BiTagger(nn.Module):
 
 def _audio(batch=16, t=24, scale=1.0, offset=0.0):
     """Two channels of amplitudes (raw 24-bit ADC counts around their DC
-    bias: ``offset`` 2e6, ``scale`` 1e4), tagged per frame by which channel is louder (3 classes
-    with a tie band)."""
+    bias: ``offset`` 2e6, ``scale`` 1e4), tagged per frame by which channel
+    is louder (3 classes with a tie band)."""
     def batch_fn(step):
         gs = torch.Generator().manual_seed(9000 + step)
         x = torch.randn(batch, t, 2, generator=gs)
@@ -165,11 +165,10 @@ def _audio(batch=16, t=24, scale=1.0, offset=0.0):
 
 def birnn_tagger_raw_amplitudes():
     """A bidirectional tanh RNN tagging frames of raw 24-bit ADC counts of
-    two microphones (~2e6 +- 1e4, DC bias not removed): every hidden unit is at +-1 exactly in float32 from
-    the first step, its parameters' gradients exactly 0. Source: LeCun et al.
-    'Efficient BackProp' 1998 sec. 4.3 (normalise the inputs); the same
-    missing normalisation as dec07b's sensor RNN, on audio. Fixed: the
-    amplitudes divided by their std."""
+    two microphones (~2e6 +- 1e4, DC bias not removed): every hidden unit
+    is at +-1 exactly in float32 from the first step, its parameters'
+    gradients exactly 0. Source: LeCun et al. 'Efficient BackProp' 1998
+    sec. 4.3 (normalise the inputs). Fixed: the amplitudes standardised."""
     def spec(bug):
         def build():
             model = _BiTagger()
