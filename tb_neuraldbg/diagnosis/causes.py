@@ -53,6 +53,9 @@ class RunFacts:
     #: (step, median update ratio, highest rate of the run) at the largest
     #: median update ratio of the model in the run (None: never measured)
     update_peak: tuple | None = None
+    #: the variance of the regression targets (median over recent batches;
+    #: recorded under MSE-like criteria), NaN when not recorded
+    target_var: float = math.nan
 
 
 # failures a learning rate too high produces in the layers
@@ -397,6 +400,86 @@ def attribution(symptom: Event, layer, kind, to_state, step, value, message, ext
     return {"kind": kind, "layer": layer, "step": int(step), "message": message}, ev
 
 
+def _unscaled_targets(picked, failures, ctx: RunFacts, t: Thresholds):
+    """A divergence whose gradients were already extreme before any update,
+    on regression targets far from unit scale (their std above
+    ``input_unnormalised``, the bound unnormalised inputs are judged by) and
+    inputs that are not: under MSE the loss and its gradient at the output
+    scale with the targets from step 0, so the root is the targets
+    (``<loss>``), as unnormalised inputs are ``<input>`` (docs/diagnosis.md,
+    "Targets off unit scale")."""
+    ev = picked.event
+    tv = ctx.target_var
+    if ev.kind not in _DIVERGENCE | {"loss_spike"} or not tv == tv or ev.layer == PSEUDO_LOSS:
+        return None
+    if not (math.sqrt(tv) > t.input_unnormalised and ctx.extreme_first):
+        return None
+    if ctx.input_rms0 > t.input_unnormalised or picked.onset > ctx.first_step + t.lr_window:
+        return None
+    msg = (f"<loss>: {KIND_MEANING['exploding_gradient']}. The regression targets are far from unit scale "
+           f"(std {fmt(math.sqrt(tv))}): the loss and its gradient at the output were extreme at the first step, "
+           f"before any update; then {ev.layer}: {ev.kind.replace('_', ' ')} from step {ev.step}. Try: "
+           "standardising the targets (subtract their mean, divide by their std; undo it for reporting), "
+           "or a loss on that scale.")
+    return attribution(ev, PSEUDO_LOSS, "exploding_gradient", "exploding", ctx.first_step, math.sqrt(tv), msg,
+                        {"cause": "unscaled_targets", "symptom_layer": ev.layer, "symptom_kind": ev.kind})
+
+
+def _saturated_not_cut(picked, failures, ctx: RunFacts, t: Thresholds):
+    """Gradients exactly 0 on a layer whose output is pinned at the bound of
+    a tanh-like range (the gradient aspect's ``saturated_output``): the
+    derivative there is exactly 0 in float32, so the layer is saturated, not
+    cut off from the loss; and when it is next to an input far from unit
+    scale, the root is the inputs (docs/diagnosis.md, "Zero gradients of a
+    saturated layer")."""
+    ev = picked.event
+    if ev.kind != "no_gradient" or not ev.extra.get("saturated_output"):
+        return None
+    mods = ctx.module_rows
+    near = len(mods) > 0 and picked.index <= mods[min(1, len(mods) - 1)]
+    rms0 = ctx.input_rms0
+    seen = f"{ev.layer}: its output is at +-1 and its parameters' gradients are exactly 0 from step {ev.step}"
+    if near and rms0 > t.input_unnormalised:
+        msg = (f"The inputs are not normalised (RMS {fmt(rms0)} in the first batch): {seen} (saturated: the "
+               "derivative of tanh/sigmoid at +-1 is 0). Try: normalising the inputs to mean 0 and std 1.")
+        return attribution(ev, PSEUDO_INPUT, "saturated_activation", "saturated", ev.step, rms0, msg,
+                            {"cause": "unnormalised_input", "direction": "too_large", "symptom_layer": ev.layer})
+    msg = (f"{seen} (saturated: the derivative of tanh/sigmoid at +-1 is 0, not a missing gradient path). Try: "
+           "normalising what it receives (its inputs, a LayerNorm before it), a smaller initialisation.")
+    return attribution(ev, ev.layer, "saturated_activation", "saturated", ev.step, 1.0, msg,
+                        {"cause": "saturated_output", "symptom_kind": ev.kind})
+
+
+def _born_in_closing_parent(picked, failures, ctx: RunFacts, t: Thresholds):
+    """A module whose input is non-finite while the module before it in
+    forward order gave a finite output: the value is born in the code that
+    ran between them. When that module's parent does not also hold this one,
+    the first code to run after it is the rest of its parent's forward (which
+    must return before this module is called): the parent is where the value
+    is born, first in execution order (a softmax over an all ``-inf`` row in a
+    hand-written attention layer; docs/diagnosis.md, "Born between modules")."""
+    ev = picked.event
+    if ev.kind != "nonfinite" or ev.extra.get("side") != "forward" or not ev.extra.get("input_nonfinite"):
+        return None
+    if ev.extra.get("from_layer"):
+        return None
+    before = [r for r in ctx.module_rows if r < picked.index]
+    if not before or before[-1] >= len(ctx.names):
+        return None
+    prev = ctx.names[before[-1]]
+    parent = prev.rpartition(".")[0]
+    if not parent or ev.layer == parent or ev.layer.startswith(parent + "."):
+        return None
+    msg = (f"{parent}: non-finite output from step {ev.step}: the output of {prev} (its last watched submodule) "
+           f"is finite, the input of {ev.layer} is not, and {parent}'s forward runs in between (a functional op "
+           "there: a softmax over a row that is all -inf, a log/sqrt of a non-positive value, a division by ~0). "
+           "Try: guarding that op (a mask that leaves at least one entry per row, a clamp or an eps), and "
+           "torch.autograd.detect_anomaly() on one step for the op's traceback.")
+    return attribution(ev, parent, "nonfinite", "nonfinite", ev.step, ev.value, msg,
+                        {"cause": "born_in_parent", "symptom_layer": ev.layer, "after": prev})
+
+
 #: the rules, in the order the root cause tries them
-RULES = (_scaler_origin, _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
+RULES = (_scaler_origin, _born_in_closing_parent, _unscaled_targets, _saturated_not_cut,
+         _optimizer_cause, _born_diverging, _burst, _lr_collapse, _nothing_moves,
          _zero_gradient_cut, _model_barely_moves)

@@ -148,8 +148,17 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
             if large_first:
                 msg = input_scale_message(rms0, ev, extreme_before_updates(ctx, t))
             msg += integer_input_note(ctx.input_integers, ctx.input_absmax0)
-            return attribution(ev, PSEUDO_INPUT, ev.kind, ev.to_state, ev.step, rms0, msg,
-                                {"cause": "unnormalised_input"})
+            kind, to, extra = ev.kind, ev.to_state, {"cause": "unnormalised_input", "direction": "too_large"}
+            if rms0 < 1.0 / t.input_unnormalised:
+                # inputs far below unit scale: whatever the first layers show
+                # (a bias-dominated output, a gain over a near-zero signal) is
+                # no explosion; the finding is the batch's scale, too small
+                # (docs/diagnosis.md, "Which way the inputs are off")
+                kind, to, extra["direction"] = "data_anomaly", "data_anomaly", "too_small"
+                msg = (f"The inputs are far below unit scale (RMS {fmt(rms0)} in the first batch: scaled twice, "
+                       f"e.g. divided by 255 twice?) and {ev.layer}: {ev.kind.replace('_', ' ')} from the first "
+                       "step. Try: normalising the inputs to mean 0 and std 1 (scale them once).")
+            return attribution(ev, PSEUDO_INPUT, kind, to, ev.step, rms0, msg, extra)
     if ev.kind == "activation_explosion" and ev.extra.get("growth_from"):
         return _growth_origin(ev)
     return root, None

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..explain import family
 from ..thresholds import Thresholds
 from ._base import HEALTHY, METRIC, STATE, UNMEASURED, Aspect, LogTrack, RowKinds, blank, grow
 
 __all__ = ["Gradient"]
 
 _M = METRIC
+#: |x| at which a tanh-like output counts as saturated (training/modules.py)
+_SAT_LEVEL = 0.99
 
 
 class Gradient(Aspect):
@@ -47,6 +50,8 @@ class Gradient(Aspect):
         # how many measured steps in a row (a parameter the optimizer holds
         # whose gradient is always 0 passes no gradient, as a None one)
         self.ever_nonzero = np.zeros(0, bool)
+        self.pinned = np.zeros(0, bool)  # output at +-1 (last measured): see _note_pinned
+        self.tanh_like = np.zeros(0, bool)
         self.zero_from = np.zeros(0, np.int64)
         self.zero_count = np.zeros(0, np.int64)
         # gradients missing (None): the first step of the current streak of
@@ -69,6 +74,8 @@ class Gradient(Aspect):
         self.seen_gout = np.zeros(n, bool)
         self.measured = False
         self.ever_nonzero = grow(self.ever_nonzero, n, False)
+        self.pinned = grow(self.pinned, n, False)
+        self.tanh_like = np.array([family(ty) in ("bounded", "recurrent") for ty in kinds.types], bool).reshape(n)
         self.zero_from = grow(self.zero_from, n, -1)
         self.zero_count = grow(self.zero_count, n, 0)
         self.miss_from = grow(self.miss_from, n, -1)
@@ -225,6 +232,7 @@ class Gradient(Aspect):
         if not zero.any():  # (most steps of most runs: nothing else to do)
             return None
         zero &= (row[:, _M["grad_missing"]] == 0) & (row[:, _M["opt_group"]] != -1)
+        self._note_pinned(row, zero)
         self.zero_from = np.where(zero & (self.zero_from < 0), step, self.zero_from)
         self.zero_from[~zero] = -1
         self.zero_count = np.where(zero, self.zero_count + 1, 0)
@@ -296,7 +304,10 @@ class Gradient(Aspect):
         if kind == "no_gradient" and tr.to_code != HEALTHY and row[tr.index, _M["ran_without_grad"]] > 0:
             return tr.value, tr.value_before, {"ran_without_grad": True}
         if kind == "no_gradient" and tr.to_code != HEALTHY and self.zero_from[tr.index] >= 0:
-            return 0.0, tr.value_before, {"cause": "zero_gradient"}
+            extra = {"cause": "zero_gradient"}
+            if self.pinned[tr.index]:
+                extra["saturated_output"] = True
+            return 0.0, tr.value_before, extra
         if kind != "nonfinite":
             return tr.value, tr.value_before, {}
         i = tr.index
@@ -321,6 +332,19 @@ class Gradient(Aspect):
                 extra["via"] = "both" if inp and par else ("input" if inp else "parameters")
         return tr.value, tr.value_before, extra
 
+    def _note_pinned(self, row, rows) -> None:
+        """Whether each of ``rows`` (bool [L]) has its output at the bound of a
+        tanh-like range, as last measured (activations are measured on some
+        steps only): a bounded or recurrent module (tanh/sigmoid, an
+        RNN/GRU/LSTM hidden state) whose max |x| is at most 1 and whose RMS is
+        at least ``_SAT_LEVEL`` (the writer's saturation level): every unit
+        at +-1, where the derivative is exactly 0 in float32
+        (tests/test_diagnosis_scale.py)."""
+        mean, std, absmax = (row[:, _M[m]] for m in ("act_mean", "act_std", "act_absmax"))
+        seen = rows & np.isfinite(mean) & np.isfinite(std) & np.isfinite(absmax) & self.tanh_like
+        with np.errstate(invalid="ignore"):
+            pinned = (absmax <= 1.0) & (np.sqrt(mean * mean + std * std) >= _SAT_LEVEL)
+        self.pinned = np.where(seen, pinned, self.pinned)
 
 def _strict_suffix_max(a: np.ndarray) -> np.ndarray:
     """out[i] = max(a[i+1:]) (-inf for the last element)."""
