@@ -4,9 +4,10 @@ Bug: the custom ReLU (written as in the PyTorch "Defining new autograd Functions
 ``input.clamp(min=0)`` from ``backward`` instead of ``grad_output`` masked by ``input > 0``. The
 gradient sent to the layer below is then its own positive activations, whatever the loss: SGD
 pushes every unit that fires down until it stops firing, and the hidden ReLUs die.
-Source: https://pytorch.org/tutorials/beginner/examples_autograd/two_layer_net_custom_function.html
-(MyReLU: backward must use grad_output); Humbatova et al. ICSE 2020, custom layer / wrong gradient
-computation.
+Source: the PyTorch tutorial example MyReLU ("Learning PyTorch with Examples",
+beginner_source/examples_autograd/two_layer_net_custom_function.py; copy at
+https://gist.github.com/Hanrui-Wang/bf225dc0ccb91cdce160539c0acc853a): backward must start from
+grad_output; Humbatova et al. ICSE 2020, custom layer / wrong gradient computation.
 Fixed twin: ``backward`` returns ``grad_output * (input > 0)``.
 """
 
@@ -21,7 +22,7 @@ from _case import main, mean  # noqa: E402
 
 CASE = {
     "bug": "custom ReLU Function's backward returns relu(input) instead of grad_output*(input>0): units die",
-    "source": "https://pytorch.org/tutorials/beginner/examples_autograd/two_layer_net_custom_function.html; Humbatova et al. ICSE 2020",
+    "source": "PyTorch tutorial MyReLU (examples_autograd/two_layer_net_custom_function.py); https://gist.github.com/Hanrui-Wang/bf225dc0ccb91cdce160539c0acc853a",
     "arch": "MLP classifier (20 -> 64 -> 64 -> 4) with a custom ReLU module",
     "kind": ["dead_activation", "exploding_gradient", "vanishing_gradient"],
     "layer": ["act1", "act2", "fc1", "fc2"],
