@@ -1,8 +1,8 @@
 """Healthy: curriculum learning; at step 100 the harder examples are added and the loss jumps, then falls.
 
 Steps 0-99 draw well-separated (easy) examples; from step 100 on, half of each batch is hard
-(5x the noise). The loss steps up at the switch, as a curriculum's loss does, and falls
-again. Nothing is broken.
+(5x the noise). The loss steps up at the switch (x400 here), as a curriculum's loss does, and
+then decreases slowly towards the hard half's noise floor. Nothing is broken.
 Source: Bengio, Louradour, Collobert & Weston, "Curriculum Learning", ICML 2009, sec. 2-4.
 """
 
