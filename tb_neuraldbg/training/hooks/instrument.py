@@ -46,7 +46,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, target_variance
+from .pseudo_rows import add_step_scalars, classes_of, squashing_of, target_variance
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -535,6 +535,9 @@ class Instrument:
         step = self.step
         full = self.config.is_stats(step)
         loss_row, opt_row = self.rows.pseudo_rows()
+        if self.criterion is not None and "squash" not in self.rows.layers[loss_row]:
+            # what the criterion applies to its input itself (the diagnosis' loss floor)
+            self.rows.layers[loss_row]["squash"] = squashing_of(self.criterion)
         fwd = self.fwd
         col = fwd.col
         self.guard.run("replay", self._check_step, True)

@@ -16,7 +16,7 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance"]
+           "target_variance", "squashing_of"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -87,6 +87,24 @@ def classes_of(criterion: nn.Module, args) -> int | None:
     if logits is None or logits.dim() < 1:
         return None
     return int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+
+
+def squashing_of(criterion) -> str | None:
+    """The squashing a criterion applies to its input itself, recorded on
+    the ``<loss>`` layer as ``"squash"``: ``"softmax"`` (CrossEntropyLoss's
+    log-softmax) or ``"sigmoid"`` (BCEWithLogitsLoss's and
+    MultiLabelSoftMarginLoss's log-sigmoid); None for any other criterion and
+    for one whose weights or reduction move the floor of a loss fed values
+    in [0, 1] (the diagnosis' ``Loss.squash_floor``)."""
+    if not isinstance(criterion, nn.Module) or getattr(criterion, "reduction", "mean") != "mean":
+        return None
+    if getattr(criterion, "weight", None) is not None or getattr(criterion, "pos_weight", None) is not None:
+        return None
+    if isinstance(criterion, nn.CrossEntropyLoss):
+        return "softmax"
+    if isinstance(criterion, (nn.BCEWithLogitsLoss, nn.MultiLabelSoftMarginLoss)):
+        return "sigmoid"
+    return None
 
 
 def target_variance(criterion: nn.Module, args) -> torch.Tensor | None:
