@@ -16,7 +16,7 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance", "squashing_of"]
+           "target_variance", "squashing_of", "target_range"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -112,13 +112,34 @@ def target_variance(criterion: nn.Module, args) -> torch.Tensor | None:
     the batch, averaged; on their device): the loss of predicting their
     mean, which a regression that learns nothing settles at. None for other
     criteria and targets."""
+    y = _regression_targets(criterion, args)
+    if y is None:
+        return None
+    with torch.no_grad():
+        return y.detach().float().var(dim=0).mean()
+
+
+def _regression_targets(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The targets of a mean-reduced ``MSELoss`` (floating point, a batch
+    of at least two); None for other criteria and targets."""
     if type(criterion) is not nn.MSELoss or getattr(criterion, "reduction", "mean") != "mean" or len(args) < 2:
         return None
     y = args[1]
     if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.dim() < 1 or y.shape[0] < 2:
         return None
+    return y
+
+
+def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The smallest and largest of a mean-reduced ``MSELoss``'s targets (a
+    tensor of two, on their device; the criteria and targets of
+    ``target_variance``): the range the model's output must be able to
+    reach. None otherwise."""
+    y = _regression_targets(criterion, args)
+    if y is None:
+        return None
     with torch.no_grad():
-        return y.detach().float().var(dim=0).mean()
+        return torch.stack(torch.aminmax(y.detach().float()))
 
 
 def add_step_scalars(col: Collector, loss: torch.Tensor | None, optimizer, scaler, loss_row: int, opt_row: int) -> None:
