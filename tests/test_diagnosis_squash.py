@@ -96,3 +96,81 @@ def test_a_loss_below_the_floor_ends_the_finding():
 ])
 def test_what_the_criterion_squashes_with(criterion, squash):
     assert squashing_of(criterion) == squash
+
+
+# -------------------------------------------- an output that cannot reach its targets
+
+
+def _regression(run, tmin=-2.5, tmax=2.5, tv=1.0, gout=0.05, loss=None):
+    last, i = run.i("fc2"), run.i("<loss>")
+
+    def plant(step, r):
+        if run.full(step):
+            r[last, M["gout_norm"]] = gout
+            r[i, [M["target_min"], M["target_max"], M["target_var"]]] = [tmin, tmax, tv]
+        r[i, M["value"]] = loss(step) if loss else 0.5 + 0.4 * math.exp(-step / 30)
+
+    return plant
+
+
+def test_a_relu_output_on_targets_below_zero_cannot_reach_them():
+    run = _run(squash=None, last="ReLU")
+    eng = Engine(run.layers)
+    feed(eng, run, range(60), _regression(run))
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("loss_plateau", "<loss>", 0)
+    assert "never below 0" in rc["message"] and "-2.5" in rc["message"] and "fc2" in rc["message"]
+
+
+def test_a_sigmoid_output_on_targets_above_one_cannot_reach_them():
+    run = _run(squash=None, last="Sigmoid")
+    eng = Engine(run.layers)
+    feed(eng, run, range(60), _regression(run, tmin=0.0, tmax=40.0, tv=100.0))
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"]) == ("loss_plateau", "<loss>")
+    assert "never above 1" in rc["message"] and "40" in rc["message"]
+
+
+@pytest.mark.parametrize("last, tmin, tmax, tv", [
+    ("ReLU", 0.0, 12.0, 9.0),  # counts: non-negative targets
+    ("ReLU", -0.2, 12.0, 9.0),  # below the bound by much less than their spread
+    ("Linear", -2.5, 2.5, 1.0),  # no bound
+    ("Sigmoid", 0.0, 1.0, 0.2),  # targets in the squashing's range
+])
+def test_targets_within_reach_are_silent(last, tmin, tmax, tv):
+    run = _run(squash=None, last=last)
+    eng = Engine(run.layers)
+    feed(eng, run, range(60), _regression(run, tmin, tmax, tv))
+    assert failures(eng) == []
+
+
+def test_a_bounded_output_off_the_gradient_path_is_not_judged():
+    run = _run(squash=None, last="ReLU")
+    eng = Engine(run.layers)
+    feed(eng, run, range(60), _regression(run, gout=np.nan))
+    assert failures(eng) == []
+
+
+@pytest.mark.slow
+def test_the_writer_records_the_targets_range(tmp_path):
+    """target_min and target_max from a real DebugWriter under MSELoss on
+    full steps; NaN for another criterion."""
+    from scenarios.harness import Spec, train
+
+    def build(crit):
+        def f():
+            model = nn.Sequential(nn.Linear(3, 1))
+            return model, torch.optim.SGD(model.parameters(), lr=0.01), crit, None
+        return f
+
+    def data(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(16, 3, generator=g), 3.0 * torch.randn(16, 1, generator=g) - 1.0
+
+    got = train(Spec("mse", build(nn.MSELoss()), data, steps=3), str(tmp_path / "a"))
+    _, lo = got.series("<loss>", "target_min")
+    _, hi = got.series("<loss>", "target_max")
+    assert np.allclose(lo, [data(s)[1].min().item() for s in range(3)], rtol=1e-6)
+    assert np.allclose(hi, [data(s)[1].max().item() for s in range(3)], rtol=1e-6)
+    got = train(Spec("l1", build(nn.L1Loss()), data, steps=2), str(tmp_path / "b"))
+    assert np.isnan(got.series("<loss>", "target_min")[1]).all()
