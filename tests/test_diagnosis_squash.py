@@ -18,6 +18,7 @@ from torch import nn
 from tb_neuraldbg.diagnosis import Engine
 from tb_neuraldbg.training.hooks.pseudo_rows import squashing_of
 from tests.test_diagnosis import M, Run, failures, feed
+from tests.test_diagnosis_probabilities import _probs
 
 FLOOR = math.log1p(1 / math.e)
 
@@ -30,23 +31,10 @@ def _run(squash="sigmoid", last="Sigmoid"):
     return run
 
 
-def _squashed(run, gout=0.05, top=0.73, loss=None):
-    last = run.i("fc2")
-
-    def plant(step, r):
-        if run.full(step):
-            r[last, [M["act_mean"], M["act_absmax"], M["gout_norm"]]] = [0.6, top, gout]
-        else:
-            r[last, M["act_mean"]] = np.nan
-        r[run.i("<loss>"), M["value"]] = loss(step) if loss else 0.55 + 0.1 * math.exp(-step / 30)
-
-    return plant
-
-
 def test_a_sigmoid_fed_to_a_loss_that_squashes_again_is_a_plateau_from_the_first_step():
     run = _run()
     eng = Engine(run.layers)
-    feed(eng, run, range(60), _squashed(run))
+    feed(eng, run, range(60), _probs(run, mean=0.6))
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"], rc["step"]) == ("loss_plateau", "<loss>", 0)
     assert f"{FLOOR:.3g}" in rc["message"] and "fc2" in rc["message"]
@@ -56,14 +44,14 @@ def test_a_sigmoid_fed_to_a_loss_that_squashes_again_is_a_plateau_from_the_first
 def test_the_right_pairing_sigmoid_with_bce_loss_is_silent():
     run = _run(squash=None)
     eng = Engine(run.layers)
-    feed(eng, run, range(60), _squashed(run))
+    feed(eng, run, range(60), _probs(run, mean=0.6))
     assert failures(eng) == []
 
 
 def test_a_sigmoid_off_the_gradient_path_is_silent():
     run = _run()
     eng = Engine(run.layers)
-    feed(eng, run, range(60), _squashed(run, gout=np.nan))
+    feed(eng, run, range(60), _probs(run, mean=0.6, gout=np.nan))
     assert failures(eng) == []
 
 
@@ -71,14 +59,14 @@ def test_an_output_that_is_not_a_squashing_is_not_judged_by_its_range():
     # a Linear whose outputs happen to lie in [0, 1] is no squashing
     run = _run(last="Linear")
     eng = Engine(run.layers)
-    feed(eng, run, range(60), _squashed(run))
+    feed(eng, run, range(60), _probs(run, mean=0.6))
     assert all(e.extra.get("cause") != "sigmoid" for e in eng.events)
 
 
 def test_a_loss_below_the_floor_ends_the_finding():
     run = _run()
     eng = Engine(run.layers)
-    feed(eng, run, range(120), _squashed(run, loss=lambda s: 0.7 * math.exp(-s / 20) + 0.02))
+    feed(eng, run, range(120), _probs(run, mean=0.6, loss=lambda s: 0.7 * math.exp(-s / 20) + 0.02))
     plateau = [e for e in eng.events if e.layer == "<loss>" and e.kind == "loss_plateau"]
     assert plateau and plateau[-1].to_state == "healthy"
     assert eng.status == "healthy"
