@@ -38,6 +38,15 @@ CAUSE_ADVICE = {
         "CrossEntropyLoss, which applies log-softmax itself: softmax twice, gradients that shrink as it "
         "saturates. Try: removing the final Softmax and passing the logits to the loss (apply softmax "
         "only for predictions), or log_softmax with NLLLoss."),
+    ("loss_plateau", "out_of_reach"): (
+        "Likely cause: an activation after the output layer of a regression (a ReLU on standardised "
+        "targets, a Sigmoid or Tanh on targets not scaled to its range). Try: removing the output "
+        "activation (a plain Linear output), or scaling the targets into its range."),
+    ("loss_plateau", "sigmoid"): (
+        "Likely cause: a Sigmoid as the model's last layer before BCEWithLogitsLoss (or "
+        "MultiLabelSoftMarginLoss), which applies the sigmoid itself: sigmoid twice. Try: removing the "
+        "final Sigmoid and passing the logits to the loss (apply sigmoid only for predictions), or "
+        "keeping the Sigmoid with BCELoss."),
 }
 
 
@@ -59,6 +68,19 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
         return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "
                 f"{fmt(value)}; the targets' variance, that trivial predictor's loss, is "
                 f"{fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}).")
+    if kind == "loss_plateau" and cause == "out_of_reach":
+        lo, hi = extra.get("out_min"), extra.get("out_max")
+        side = (f"never below {fmt(lo)}, while the targets go down to {fmt(extra.get('target_min'))}"
+                if known(lo) and known(extra.get("target_min")) and extra["target_min"] < lo else
+                f"never above {fmt(hi)}, while the targets go up to {fmt(extra.get('target_max'))}")
+        return (f"<loss>: the model's output cannot reach its targets from step {step}: it comes from "
+                f"{extra.get('layer')} (a {extra.get('type')}), {side}: the loss cannot fall below what those "
+                f"targets cost (loss {fmt(value)}; it started at {fmt(before)}).")
+    if kind == "loss_plateau" and cause == "sigmoid":
+        return (f"<loss>: the model's output fed to the loss is already squashed into [0, 1] from step {step} "
+                f"(by {extra.get('layer')}): the loss applies its own sigmoid to it again, so every prediction "
+                f"stays between 0.5 and 0.73, and it cannot fall below ln(1 + 1/e) = {fmt(extra.get('floor'))} "
+                f"(loss {fmt(value)}; it started at {fmt(before)}).")
     if kind == "loss_plateau" and cause == "probabilities":
         k = extra.get("num_classes")
         return (f"<loss>: the model's output fed to the {k}-class loss is a probability distribution from step "

@@ -307,7 +307,10 @@ class Engine:
 def _layer(l) -> dict:
     if not isinstance(l, dict) or "name" not in l:
         raise TypeError(f"a layer is a dict with 'name' and 'type', got {l!r}")
-    return {"name": str(l["name"]), "type": str(l.get("type", ""))}
+    out = {"name": str(l["name"]), "type": str(l.get("type", ""))}
+    if isinstance(l.get("squash"), str):  # <loss>: what the criterion squashes its input with
+        out["squash"] = l["squash"]
+    return out
 
 
 def _num(x):

@@ -434,9 +434,11 @@ def _layer(index: int, item) -> tuple[dict, bool]:
     kind = item.get("type") if isinstance(item, dict) else ""
     kind = kind[:MAX_NAME] if isinstance(kind, str) else ""
     name = item.get("name") if isinstance(item, dict) else None
+    squash = item.get("squash") if isinstance(item, dict) else None
+    extra = {"squash": squash[:MAX_NAME]} if isinstance(squash, str) else {}  # <loss>'s criterion, when known
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME:
-        return {"name": name, "type": kind}, True
-    return {"name": metadata.unnamed_row(index), "type": kind}, False
+        return {"name": name, "type": kind, **extra}, True
+    return {"name": metadata.unnamed_row(index), "type": kind, **extra}, False
 
 
 def layer_list(records: Iterable[tuple[int, Any]], width: int = 0,

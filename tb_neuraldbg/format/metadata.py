@@ -188,6 +188,11 @@ METRIC_TABLE = (
     MetricInfo("input_integers", "linear", "Integer inputs",
                "<input>: 1 when the batch's dtype is an integer type (token ids, indices), 0.5 when a "
                "floating-point batch holds only integers, 0 otherwise"),
+    # What the output must be able to reach (a range its last layer may not cover).
+    MetricInfo("target_min", "linear", "Target minimum",
+               "<loss>: the smallest of the criterion's targets (MSELoss)"),
+    MetricInfo("target_max", "linear", "Target maximum",
+               "<loss>: the largest of the criterion's targets (MSELoss)"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

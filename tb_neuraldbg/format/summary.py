@@ -184,9 +184,18 @@ def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
     return summary_pb2.Summary(value=out)
 
 
+def _layer_entry(l: Mapping[str, str]) -> dict:
+    """{"name", "type"}, and ``<loss>``'s "squash" (what the criterion
+    squashes its input with, docs/FORMAT.md) when known."""
+    entry = {"name": str(l["name"]), "type": str(l.get("type", ""))}
+    if isinstance(l.get("squash"), str):
+        entry["squash"] = l["squash"]
+    return entry
+
+
 def layers_summary(layers: Sequence[Mapping[str, str]]) -> summary_pb2.Summary:
     """Summary of the layer list: dicts with at least "name" and "type"."""
-    payload = {"layers": [{"name": str(l["name"]), "type": str(l.get("type", ""))} for l in layers]}
+    payload = {"layers": [_layer_entry(l) for l in layers]}
     return summary_pb2.Summary(value=[_json_value(metadata.TAG_LAYERS, payload, "layers")])
 
 

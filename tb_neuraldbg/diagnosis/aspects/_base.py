@@ -47,6 +47,8 @@ class RowKinds:
         self.input_index = int(np.flatnonzero(self.is_input)[0]) if self.is_input.any() else -1
         self.loss_index = int(np.flatnonzero(self.is_loss)[0]) if self.is_loss.any() else -1
         self.opt_index = int(np.flatnonzero(self.is_opt)[0]) if self.is_opt.any() else -1
+        #: what the criterion applies to its input itself ("softmax", "sigmoid"; None: unknown)
+        self.squash = layers[self.loss_index].get("squash") if self.loss_index >= 0 else None
 
 
 class Aspect:

@@ -22,6 +22,13 @@ _PLATEAU_BLOCK = 10
 _PROBS_MEASURED = 3
 #: relative tolerance of "the mean is 1/K" (float32/bfloat16 sums of the rows)
 _PROBS_TOL = 1e-3
+#: module types whose output lies in [0, 1] by construction (a squashing)
+_UNIT_RANGE = ("Sigmoid", "Softmax", "Hardsigmoid")
+#: the range of a module's output by its type (activations without a
+#: parameter that moves it: Hardtanh's and ELU's are the user's)
+_OUT_RANGE = {"ReLU": (0.0, math.inf), "ReLU6": (0.0, 6.0), "Softplus": (0.0, math.inf),
+              "Sigmoid": (0.0, 1.0), "Hardsigmoid": (0.0, 1.0), "Softmax": (0.0, 1.0),
+              "Tanh": (-1.0, 1.0), "Softsign": (-1.0, 1.0)}
 
 
 class Loss(Aspect):
@@ -59,6 +66,14 @@ class Loss(Aspect):
         # step of that fingerprint, and how many full measurements in a row.
         self.probs_from = -1
         self.probs_count = 0
+        # The output fed to a regression's loss cannot reach its targets: the
+        # module feeding the loss is bounded by its type (a ReLU: never below
+        # 0) and the targets lie beyond that bound by at least their own
+        # standard deviation. Its first step, the full measurements in a row,
+        # and the last ones' (layer, lo, hi, target_min, target_max).
+        self.reach_from = -1
+        self.reach_count = 0
+        self.reach = None
 
     def below_first(self) -> bool:
         """The recent losses' median is below the (finite) first loss."""
@@ -82,12 +97,22 @@ class Loss(Aspect):
         if i >= 0:
             self._loss(step, row[i], lr, plateau_conf[i] == STATE["loss_plateau"], out)
             self._probabilities(step, row, out)
+            if self.probs_count < _PROBS_MEASURED:
+                self._out_of_reach(step, row, out)
         return out
 
+    def squash_classes(self) -> int | None:
+        """K of the squashing the loss applies to its input: 2 for a
+        log-sigmoid (a logit against an implicit 0), else the K of a K-class
+        cross-entropy (None: unknown)."""
+        return 2 if self.kinds.squash == "sigmoid" else self.num_classes
+
     def probs_floor(self) -> float:
-        """The lowest cross-entropy of K classes on probabilities (the target's
-        at 1, the others at 0): ln(1 + (K-1)/e); NaN without K."""
-        k = self.num_classes
+        """The lowest loss a criterion that squashes its input itself gives on
+        inputs in [0, 1] (the target's at 1, the others at 0): ln(1 + (K-1)/e)
+        with K of ``squash_classes`` (ln(1 + 1/e) = 0.313 for a log-sigmoid,
+        whatever the targets); NaN without K."""
+        k = self.squash_classes()
         return math.log1p((k - 1) / math.e) if k is not None and k >= 2 else math.nan
 
     def _probabilities(self, step, row, out):
@@ -95,13 +120,18 @@ class Loss(Aspect):
         finding from the fingerprint's first step once it held at
         ``_PROBS_MEASURED`` full measurements in a row while no loss went
         below the floor it implies (tests/test_diagnosis_loss_origin.py)."""
-        i, k = self.kinds.loss_index, self.num_classes
+        i, k = self.kinds.loss_index, self.squash_classes()
         f = i - 1
         if k is None or k < 2 or f < 0 or not self.kinds.is_mod[f]:
             return
         mean, top, gout = row[f, _M["act_mean"]], row[f, _M["act_absmax"]], row[f, _M["gout_norm"]]
         if math.isfinite(mean) and math.isfinite(top):
-            fp = abs(mean * k - 1.0) <= _PROBS_TOL and top <= 1.0 + _PROBS_TOL and gout > 0
+            # a distribution over the K classes (its mean is 1/K: a softmax,
+            # even a functional one), or a module that squashes into [0, 1]
+            # by its type fed to a criterion known to squash again
+            dist = self.kinds.squash != "sigmoid" and abs(mean * k - 1.0) <= _PROBS_TOL
+            typed = self.kinds.squash is not None and self.kinds.types[f] in _UNIT_RANGE and mean >= 0
+            fp = (dist or typed) and top <= 1.0 + _PROBS_TOL and gout > 0
             self.probs_count = self.probs_count + 1 if fp else 0
             self.probs_from = (self.probs_from if self.probs_from >= 0 else step) if fp else -1
         if self.probs_count < _PROBS_MEASURED:
@@ -113,6 +143,33 @@ class Loss(Aspect):
         raw[i] = STATE["loss_plateau"]
         onset = np.full(self.kinds.n, -1, np.int64)
         onset[i] = self.probs_from
+        out["plateau"] = (raw, onset)
+
+    def _out_of_reach(self, step, row, out):
+        """A regression whose output cannot reach its targets (see
+        ``reach_from``): a finding from the fingerprint's first step once it
+        held at ``_PROBS_MEASURED`` full measurements in a row
+        (tests/test_diagnosis_squash.py)."""
+        i = self.kinds.loss_index
+        f = i - 1
+        if f < 0 or not self.kinds.is_mod[f] or self.kinds.types[f] not in _OUT_RANGE:
+            return
+        tmin, tmax, tv = (float(row[i, _M[k]]) for k in ("target_min", "target_max", "target_var"))
+        if math.isfinite(tmin) and math.isfinite(tmax) and math.isfinite(tv) and tv > 0:
+            lo, hi = _OUT_RANGE[self.kinds.types[f]]
+            # beyond the bound by the targets' own spread: not noise at the
+            # bound (a count's rounding), a part of the targets out of reach
+            fp = max(lo - tmin, tmax - hi) >= math.sqrt(tv) and row[f, _M["gout_norm"]] > 0
+            self.reach_count = self.reach_count + 1 if fp else 0
+            self.reach_from = (self.reach_from if self.reach_from >= 0 else step) if fp else -1
+            if fp:
+                self.reach = (self.kinds.names[f], self.kinds.types[f], lo, hi, tmin, tmax)
+        if self.reach_count < _PROBS_MEASURED:
+            return
+        raw = out["plateau"][0]
+        raw[i] = STATE["loss_plateau"]
+        onset = np.full(self.kinds.n, -1, np.int64)
+        onset[i] = self.reach_from
         out["plateau"] = (raw, onset)
 
     def _loss(self, step, r, lr, in_plateau, out):
@@ -204,7 +261,15 @@ class Loss(Aspect):
             if prev >= 0:
                 extra["from_layer"] = self.kinds.names[prev]
         elif name == "plateau" and failing and self.probs_count >= _PROBS_MEASURED:
-            extra.update(cause="probabilities", num_classes=self.num_classes, floor=self.probs_floor())
+            # the cause names the squashing applied twice: the advice differs
+            cause = "sigmoid" if self.kinds.squash == "sigmoid" else "probabilities"
+            extra.update(cause=cause, num_classes=self.squash_classes(), floor=self.probs_floor(),
+                         squash=self.kinds.squash, layer=self.kinds.names[self.kinds.loss_index - 1])
+            before, value = self.first_loss[1] if self.first_loss else math.nan, self.hist.median()
+        elif name == "plateau" and failing and self.reach_count >= _PROBS_MEASURED:
+            layer, kind, lo, hi, tmin, tmax = self.reach
+            extra.update(cause="out_of_reach", layer=layer, type=kind, out_min=lo, out_max=hi,
+                         target_min=tmin, target_max=tmax)
             before, value = self.first_loss[1] if self.first_loss else math.nan, self.hist.median()
         elif name == "plateau":
             if failing:

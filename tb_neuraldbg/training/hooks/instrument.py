@@ -46,7 +46,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, target_variance
+from .pseudo_rows import add_step_scalars, classes_of, squashing_of, target_range, target_variance
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -117,6 +117,7 @@ class Instrument:
         self._loss: torch.Tensor | None = None
         # the variance of a regression criterion's targets (full steps), see _commit
         self._target_var: torch.Tensor | None = None
+        self._target_range: torch.Tensor | None = None  # their min and max, beside it
         # The gradients as the step's backward left them (None until measured).
         self._grads: GradientReading | None = None
         # (params, rows, copies, norms) taken before an update; see _commit.
@@ -388,6 +389,7 @@ class Instrument:
             self.batches.attach_target(self.step, target)
         if self.config.is_stats(self.step):
             self._target_var = target_variance(module, args)
+            self._target_range = target_range(module, args)
 
     # -- backward ---------------------------------------------------------
 
@@ -535,6 +537,9 @@ class Instrument:
         step = self.step
         full = self.config.is_stats(step)
         loss_row, opt_row = self.rows.pseudo_rows()
+        if self.criterion is not None and "squash" not in self.rows.layers[loss_row]:
+            # what the criterion applies to its input itself (the diagnosis' loss floor)
+            self.rows.layers[loss_row]["squash"] = squashing_of(self.criterion)
         fwd = self.fwd
         col = fwd.col
         self.guard.run("replay", self._check_step, True)
@@ -560,6 +565,9 @@ class Instrument:
         add_step_scalars(col, self._loss, self.optimizer, self.scaler, loss_row, opt_row)
         if self._target_var is not None:
             col.add(self._target_var, loss_row, Key.TARGET_VAR)
+        if self._target_range is not None:
+            col.add(self._target_range[0], loss_row, Key.TARGET_MIN)
+            col.add(self._target_range[1], loss_row, Key.TARGET_MAX)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
         if self.check.mode == "every_step":

@@ -16,7 +16,7 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance"]
+           "target_variance", "squashing_of", "target_range"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -89,18 +89,57 @@ def classes_of(criterion: nn.Module, args) -> int | None:
     return int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
 
 
+def squashing_of(criterion) -> str | None:
+    """The squashing a criterion applies to its input itself, recorded on
+    the ``<loss>`` layer as ``"squash"``: ``"softmax"`` (CrossEntropyLoss's
+    log-softmax) or ``"sigmoid"`` (BCEWithLogitsLoss's and
+    MultiLabelSoftMarginLoss's log-sigmoid); None for any other criterion and
+    for one whose weights or reduction move the floor of a loss fed values
+    in [0, 1] (the diagnosis' ``Loss.squash_floor``)."""
+    if not isinstance(criterion, nn.Module) or getattr(criterion, "reduction", "mean") != "mean":
+        return None
+    if getattr(criterion, "weight", None) is not None or getattr(criterion, "pos_weight", None) is not None:
+        return None
+    if isinstance(criterion, nn.CrossEntropyLoss):
+        return "softmax"
+    if isinstance(criterion, (nn.BCEWithLogitsLoss, nn.MultiLabelSoftMarginLoss)):
+        return "sigmoid"
+    return None
+
+
 def target_variance(criterion: nn.Module, args) -> torch.Tensor | None:
     """The variance of a mean-reduced ``MSELoss``'s targets (per output, over
     the batch, averaged; on their device): the loss of predicting their
     mean, which a regression that learns nothing settles at. None for other
     criteria and targets."""
+    y = _regression_targets(criterion, args)
+    if y is None:
+        return None
+    with torch.no_grad():
+        return y.detach().float().var(dim=0).mean()
+
+
+def _regression_targets(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The targets of a mean-reduced ``MSELoss`` (floating point, a batch
+    of at least two); None for other criteria and targets."""
     if type(criterion) is not nn.MSELoss or getattr(criterion, "reduction", "mean") != "mean" or len(args) < 2:
         return None
     y = args[1]
     if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.dim() < 1 or y.shape[0] < 2:
         return None
+    return y
+
+
+def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The smallest and largest of a mean-reduced ``MSELoss``'s targets (a
+    tensor of two, on their device; the criteria and targets of
+    ``target_variance``): the range the model's output must be able to
+    reach. None otherwise."""
+    y = _regression_targets(criterion, args)
+    if y is None:
+        return None
     with torch.no_grad():
-        return y.detach().float().var(dim=0).mean()
+        return torch.stack(torch.aminmax(y.detach().float()))
 
 
 def add_step_scalars(col: Collector, loss: torch.Tensor | None, optimizer, scaler, loss_row: int, opt_row: int) -> None:

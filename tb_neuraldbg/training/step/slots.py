@@ -86,7 +86,9 @@ class Key:
     UNITS = 40  # host constant: units along the unit axis (see stats.unit_axis)
     TARGET_VAR = 41  # variance of a regression criterion's targets (<loss>)
     INT_INPUT = 42  # the batch holds integers: 1 by its dtype, 0.5 as floats (<input>)
-    COUNT = 43
+    TARGET_MIN = 43  # a regression criterion's targets' smallest and largest value (<loss>)
+    TARGET_MAX = 44
+    COUNT = 45
 
 
 @dataclass
@@ -307,6 +309,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["momentum"]] = pick(Key.OPT_MOMENTUM)
         row[..., _M["target_var"]] = pick(Key.TARGET_VAR)
         row[..., _M["input_integers"]] = pick(Key.INT_INPUT)
+        row[..., _M["target_min"]] = pick(Key.TARGET_MIN)
+        row[..., _M["target_max"]] = pick(Key.TARGET_MAX)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
