@@ -18,6 +18,14 @@ from tests.test_diagnosis import M, Run, failures, feed
 K = 10
 
 
+def _ce_run():
+    """A run whose criterion applies log-softmax itself (CrossEntropyLoss:
+    the writer records ``squash`` "softmax" on <loss>)."""
+    run = Run()
+    run.layers[run.i("<loss>")]["squash"] = "softmax"
+    return run
+
+
 def _probs(run, mean=1.0 / K, gout=0.05, loss=None):
     last = run.i("fc2")
 
@@ -33,7 +41,7 @@ def _probs(run, mean=1.0 / K, gout=0.05, loss=None):
 
 
 def test_probabilities_fed_to_a_cross_entropy_are_a_plateau_from_the_first_step():
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=K)
     feed(eng, run, range(60), _probs(run))
     rc = eng.root_cause
@@ -44,21 +52,21 @@ def test_probabilities_fed_to_a_cross_entropy_are_a_plateau_from_the_first_step(
 
 def test_probabilities_off_the_gradient_path_are_silent():
     # a Softmax kept for the metrics: its output gets no gradient
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=K)
     feed(eng, run, range(60), _probs(run, gout=np.nan))
     assert failures(eng) == []
 
 
 def test_a_mean_near_one_over_k_by_chance_is_silent():
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=K)
     feed(eng, run, range(80), _probs(run, mean=lambda s: 1.0 / K if s in (0, 20) else 0.3))
     assert failures(eng) == []
 
 
 def test_a_loss_below_the_floor_of_probabilities_ends_the_finding():
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=K)
     feed(eng, run, range(120), _probs(run, loss=lambda s: 2.3 * math.exp(-s / 20) + 0.05))
     plateau = [e for e in eng.events if e.layer == "<loss>" and e.kind == "loss_plateau"]
@@ -67,7 +75,7 @@ def test_a_loss_below_the_floor_of_probabilities_ends_the_finding():
 
 
 def test_without_k_nothing_is_judged():
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=None)
     feed(eng, run, range(60), _probs(run))
     assert all(e.extra.get("cause") != "probabilities" for e in eng.events)
@@ -76,7 +84,7 @@ def test_without_k_nothing_is_judged():
 def test_a_plateau_the_loss_fell_from_does_not_explain_a_later_failure():
     # the finding from step 0, resolved by a loss that fell; then a NaN born
     # in fc1: the NaN is its own root (demo amp_scaler: NLLLoss(log(softmax)))
-    run = Run()
+    run = _ce_run()
     eng = Engine(run.layers, num_classes=K)
     probs = _probs(run, loss=lambda s: 2.3 * math.exp(-s / 20) + 0.05)
 
@@ -89,3 +97,11 @@ def test_a_plateau_the_loss_fell_from_does_not_explain_a_later_failure():
     assert any(e.extra.get("cause") == "probabilities" for e in eng.events)
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"]) == ("nonfinite", "fc1"), rc
+
+
+def test_probabilities_fed_to_a_loss_that_does_not_squash_again_are_silent():
+    # NLLLoss(log(softmax(z))): the writer records no squash for NLLLoss
+    run = Run()
+    eng = Engine(run.layers, num_classes=K)
+    feed(eng, run, range(60), _probs(run))
+    assert failures(eng) == []

@@ -127,9 +127,11 @@ class Loss(Aspect):
         mean, top, gout = row[f, _M["act_mean"]], row[f, _M["act_absmax"]], row[f, _M["gout_norm"]]
         if math.isfinite(mean) and math.isfinite(top):
             # a distribution over the K classes (its mean is 1/K: a softmax,
-            # even a functional one), or a module that squashes into [0, 1]
-            # by its type fed to a criterion known to squash again
-            dist = self.kinds.squash != "sigmoid" and abs(mean * k - 1.0) <= _PROBS_TOL
+            # even a functional one) fed to a criterion that applies
+            # log-softmax itself (not NLLLoss after a log: the demo's
+            # amp_scaler), or a module that squashes into [0, 1] by its type
+            # fed to a criterion known to squash again
+            dist = self.kinds.squash == "softmax" and abs(mean * k - 1.0) <= _PROBS_TOL
             typed = self.kinds.squash is not None and self.kinds.types[f] in _UNIT_RANGE and mean >= 0
             fp = (dist or typed) and top <= 1.0 + _PROBS_TOL and gout > 0
             self.probs_count = self.probs_count + 1 if fp else 0
