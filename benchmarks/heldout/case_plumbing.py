@@ -1,4 +1,4 @@
-"""Shared plumbing of the held-out cases (every corpus: dec07/, dec07b/...): a raw-statistics probe and the command line.
+"""Shared plumbing of the held-out cases (every corpus): a raw-statistics probe and the command line.
 
 A case module defines ``CASE`` (its truth record, or ``healthy=True``), ``train(fixed, writer,
 probe)`` (one deterministic CPU training; ``writer`` is a DebugWriter or None, ``probe`` a
