@@ -18,7 +18,7 @@ from .explain import KIND_MEANING, fmt, fmt_change, with_clipping
 from .thresholds import Thresholds
 
 __all__ = ["RunFacts", "RULES", "LR_KINDS", "DECAY_KINDS", "attribution", "extreme_before_updates",
-           "inputs_explain_first_updates", "fault_before_updates"]
+           "inputs_explain_first_updates", "fault_before_updates", "near_input"]
 
 
 @dataclass(frozen=True)
@@ -356,6 +356,13 @@ def inputs_explain_first_updates(ctx: RunFacts, t: Thresholds) -> bool:
         h[0] <= ctx.first_step + t.lr_window for h in ctx.high_update_steps)
 
 
+def near_input(index: int, ctx: RunFacts) -> bool:
+    """The row is the first module or the one right after it (what
+    unnormalised inputs reach first)."""
+    mods = ctx.module_rows
+    return len(mods) > 0 and index <= mods[min(1, len(mods) - 1)]
+
+
 def fault_before_updates(ctx: RunFacts, t: Thresholds) -> bool:
     """A fault visible before any update (extreme gradients or activations,
     unnormalised inputs) that explains the large first updates: they are not
@@ -435,8 +442,7 @@ def _saturated_not_cut(picked, failures, ctx: RunFacts, t: Thresholds):
     ev = picked.event
     if ev.kind != "no_gradient" or not ev.extra.get("saturated_output"):
         return None
-    mods = ctx.module_rows
-    near = len(mods) > 0 and picked.index <= mods[min(1, len(mods) - 1)]
+    near = near_input(picked.index, ctx)
     rms0 = ctx.input_rms0
     seen = f"{ev.layer}: its output is at +-1 and its parameters' gradients are exactly 0 from step {ev.step}"
     if near and rms0 > t.input_unnormalised:

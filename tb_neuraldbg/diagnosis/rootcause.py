@@ -62,7 +62,8 @@
 from __future__ import annotations
 
 from ..format.metadata import PSEUDO_INPUT
-from .causes import LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates, inputs_explain_first_updates
+from .causes import (LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates, inputs_explain_first_updates,
+                     near_input)
 from .chain import ACTIVATION_KINDS, Failure, explained_by_blockers, explained_by_frozen, pick
 from .events import Event
 from .explain import advice_first, fmt, input_scale_message, integer_input_note
@@ -127,7 +128,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     # step, or a loss far from its initial value from the first step (the
     # first layers' outputs, hence the logits, scale with the inputs)
     unnorm_symptom = (first_link.born and ev.kind in _INPUT_KINDS and not ev.layer.startswith("<")
-                      and _near_input(first_link.index, ctx)) or \
+                      and near_input(first_link.index, ctx)) or \
         (ev.kind == "initial_loss" and ev.step == 0 and ctx.input_rms0 > t.input_unnormalised)
     # ... or updates too large from the first updates on, on inputs that
     # were unnormalised before any update: the inputs are upstream of the
@@ -185,9 +186,3 @@ def _growth_origin(ev) -> tuple[dict, Event]:
            "pass and the loss at this module.")
     return attribution(ev, layer, ev.kind, ev.to_state, step, ev.value, msg, {"cause": "growth_onset",
                                                                                "symptom_layer": ev.layer})
-
-
-def _near_input(index: int, ctx: RunFacts) -> bool:
-    """The row is the first module or the one right after it."""
-    mods = ctx.module_rows
-    return len(mods) > 0 and index <= mods[min(1, len(mods) - 1)]
