@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._base import grow
+
 __all__ = ["GrowthOrigin"]
 
 
@@ -49,14 +51,12 @@ class GrowthOrigin:
 
     def grow(self, n: int) -> None:
         """Make room for ``n`` rows (new rows start unmeasured)."""
-        m = len(self.first)
-        if n > m:
-            self.first = np.concatenate([self.first, np.full(n - m, np.nan)])
-            self.grew_at = np.concatenate([self.grew_at, np.full(n - m, -1, dtype=np.int64)])
-            self.depth_from = np.concatenate([self.depth_from, np.full(n - m, -1, dtype=np.int64)])
-            self.onset_from = np.concatenate([self.onset_from, np.full(n - m, -1, dtype=np.int64)])
-            self.onset_cum = np.concatenate([self.onset_cum, np.zeros(n - m, dtype=bool)])
-            self._fresh = np.concatenate([self._fresh, np.ones(n - m, dtype=bool)])
+        self.first = grow(self.first, n, np.nan)
+        self.grew_at = grow(self.grew_at, n, -1)
+        self.depth_from = grow(self.depth_from, n, -1)
+        self.onset_from = grow(self.onset_from, n, -1)
+        self.onset_cum = grow(self.onset_cum, n, False)
+        self._fresh = grow(self._fresh, n, True)
 
     def feed(self, step: int, std: np.ndarray, measured: np.ndarray, batch_rms: float) -> None:
         """One measured step: ``std`` [L] of the module rows ``measured``."""
