@@ -106,6 +106,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     if fell is not None and any(not _fell_since(f, fell) and f.onset >= fell for f in failures):
         failures = [f for f in failures if not _fell_since(f, fell)]
     first = min(f.onset for f in failures)
+    first = _why_it_never_fell(failures, first, ctx, t)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)
     group = explained_by_blockers(group)
     first_link = pick(group)
@@ -163,6 +164,26 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     if ev.kind == "activation_explosion" and ev.extra.get("growth_from"):
         return _growth_origin(ev)
     return root, None
+
+
+def _why_it_never_fell(failures, first: int, ctx: RunFacts, t: Thresholds) -> int:
+    """The onset the root cause is looked for at: ``first``, unless the
+    only failures there are a loss that never fell (a plateau from the run's
+    first step). That plateau says what the user sees, not why: its onset is
+    "from the start" only to the resolution of its level, a median of
+    ``plateau_window`` losses. A layer's failure that begins within that
+    window is why the loss could not fall (a custom backward that kills the
+    gradient, units that die): its onset is where to look, and the plateau
+    is its consequence (tests/test_diagnosis_plateau.py)."""
+    if ctx.first_loss is None:
+        return first
+    start = int(ctx.first_loss[0])
+    at_first = [f for f in failures if f.earliest <= first + t.tie_window]
+    if not all(f.event.kind == "loss_plateau" and f.onset <= start for f in at_first):
+        return first
+    why = [f.onset for f in failures if not f.event.layer.startswith("<")
+           and f.onset < start + t.plateau_window]
+    return min(why) if why else first
 
 
 def _fell_since(f: Failure, fell: int) -> bool:

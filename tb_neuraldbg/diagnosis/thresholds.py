@@ -169,6 +169,17 @@ class Thresholds:
     #: before them, having given back half of what the loss gained since its
     #: first block.
     plateau_max_rise: float = 1.0
+    #: never learned: a run from step 0 whose level (the median of
+    #: ``plateau_window`` losses) never fell further below its first level than
+    #: this fraction of it, over at least the plateau's span, is on a plateau
+    #: from the start even if it drifts down inside the band (a model that
+    #: cannot learn still fits a little noise). Twice ``plateau_min_drop``:
+    #: the band of "stopped falling" is for a span the loss reached after
+    #: falling; a whole run that fell by less than twice that learned nothing
+    #: worth the name (benchmarks/heldout: the healthy runs and the fixed
+    #: twins fall by a sixth or more in their first 150 steps, or within
+    #: their first losses, which ``_fell_first`` sees).
+    plateau_never_drop: float = 0.10
     #: initial loss for K-class cross-entropy, at step 0: loss0 above ln K +
     #: max(initial_loss_abs, initial_loss_rel x ln K), or negative. Below ln K
     #: is what a pretrained model gives, so it is not flagged.

@@ -351,6 +351,20 @@ class Plateau:
         noise = 1.4826 * float(np.median(np.abs(np.diff(first)))) / math.sqrt(2.0)
         return float(np.median(first[:3])) > level + 3.0 * t.plateau_min_drop * abs(level) + 3.0 * noise
 
+    def _never_fell(self, lev, first_step, noise: float, need: int, t) -> bool:
+        """Whether a run from step 0 never learned: over at least ``need``
+        steps, no level fell further below the first one than
+        ``plateau_never_drop`` of it (plus the levels' noise), and the run's
+        first losses did not fall before the first level (``_fell_first``).
+        A loss that drifts down inside that band is a model fitting noise,
+        not learning (tests/test_diagnosis_plateau.py)."""
+        if first_step != 0 or (len(lev) - 1) * _PLATEAU_BLOCK + self.t.plateau_window < need:
+            return False
+        first = float(lev[0])
+        floor = first - t.plateau_never_drop * abs(first) - noise
+        ceiling = first + t.plateau_max_rise * abs(first) + noise  # above it: diverging, not flat
+        return bool(np.min(lev) >= floor and np.max(lev) <= ceiling) and not self._fell_first(first, t)
+
     def climb(self):
         """The step a climbing loss started, or None: the last two block
         medians are both at least ``1 + plateau_max_rise`` times the best one
@@ -427,6 +441,8 @@ class Plateau:
         starts = np.flatnonzero(flat_from)
         j = int(starts[0]) if len(starts) else len(lev) - 1
         span = (len(lev) - 1 - j + per) * _PLATEAU_BLOCK
+        if j > 0 and self._never_fell(lev, first_step, noise, need, t):
+            j, span = 0, (len(lev) - 1 + per) * _PLATEAU_BLOCK
         recent = float(lev[-1])
         self.level_before = float(lev[j])
         self.level = recent

@@ -1,0 +1,90 @@
+"""A loss that never learned (docs/diagnosis.md, "A loss that never fell").
+
+Two principles: a run whose loss never fell by more than
+``plateau_never_drop`` of its first level sits on a plateau from the start,
+even when it drifts down inside that band; and that plateau is what the user
+sees, not why, so a layer failing within its first window is the root cause.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tb_neuraldbg import metadata
+from tb_neuraldbg.diagnosis import Engine, Thresholds
+from tests.test_diagnosis import Run, failures, feed
+
+M = metadata.METRIC_INDEX
+
+
+def _run_curve(curve, n=200, plant=None, k=None):
+    """Feed ``n`` steps whose loss is ``curve(step, rng)`` (and ``plant``),
+    then finish: (plateau events, engine)."""
+    run = Run()
+    eng = Engine(run.layers, num_classes=k)
+    li = run.i("<loss>")
+
+    def edit(s, r):
+        r[li, M["value"]] = curve(s, run.rng)
+        if plant is not None:
+            plant(run, s, r)
+    feed(eng, run, range(n), edit)
+    eng.finish()
+    return [e for e in failures(eng) if e.kind == "loss_plateau"], eng
+
+
+def test_a_loss_drifting_down_inside_the_band_never_learned():
+    """A 200-step run from step 0 whose loss drifts from 1.10 to 1.06 (4 %):
+    under ``plateau_never_drop``, so a plateau from step 0 (the old rule,
+    twice as flat for a short run, called it learning)."""
+    plateaus, eng = _run_curve(lambda s, rng: 1.10 - 0.0002 * s + 0.02 * rng.normal())
+    assert [(e.layer, e.step) for e in plateaus] == [("<loss>", 0)]
+    assert eng.root_cause["kind"] == "loss_plateau"
+
+
+def test_a_slow_learner_is_no_plateau():
+    """The same run falling by a fifth over 200 steps (a small rate that
+    still learns) learned: no plateau, no root cause."""
+    plateaus, eng = _run_curve(lambda s, rng: 1.10 - 0.0011 * s + 0.02 * rng.normal())
+    assert plateaus == [] and eng.root_cause is None
+
+
+def test_a_diverging_loss_is_not_a_loss_that_never_fell():
+    """A loss that climbs to three times its start never fell, but it is
+    diverging (the climb rule's), not flat."""
+    plateaus, _ = _run_curve(lambda s, rng: 1.0 + 0.01 * s + 0.02 * rng.normal())
+    assert plateaus == []
+
+
+def _dead_from(step0, layer="relu0"):
+    """Every unit of ``layer`` dead from ``step0`` (a backward that kills
+    the gradient): zero output, no gradient below it."""
+    def plant(run, s, r):
+        if s >= step0:
+            i = run.i(layer)
+            r[i, M["act_mean"]] = 0.0
+            if run.full(s):
+                r[i, [M["act_std"], M["act_absmax"]]] = 0.0
+                r[i, [M["act_zero_frac"], M["act_dead_frac"]]] = 1.0
+            r[run.i("fc0"), M["grad_norm"]] = 0.0
+    return plant
+
+
+def test_a_layer_failing_in_the_plateaus_first_window_is_why_it_never_fell():
+    """The loss sits at chance from step 0 and fc1's gradient explodes from
+    step 3: the plateau (onset 0) is the consequence, relu0 the root cause."""
+    lnk = float(np.log(4))
+    plateaus, eng = _run_curve(lambda s, rng: lnk + 0.01 * rng.normal(), plant=_dead_from(3), k=4)
+    assert [(e.layer, e.step) for e in plateaus] == [("<loss>", 0)]
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"]) == ("dead_activation", "relu0") and 1 <= rc["step"] <= 3
+
+
+def test_a_layer_failing_after_the_first_window_does_not_explain_the_plateau():
+    """The same death from step 120, long after the loss failed to fall:
+    the plateau from step 0 stays the root cause."""
+    lnk = float(np.log(4))
+    w = Thresholds().plateau_window
+    _, eng = _run_curve(lambda s, rng: lnk + 0.01 * rng.normal(), plant=_dead_from(w + 70), k=4)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("loss_plateau", "<loss>", 0)
