@@ -88,3 +88,32 @@ def test_a_layer_failing_after_the_first_window_does_not_explain_the_plateau():
     _, eng = _run_curve(lambda s, rng: lnk + 0.01 * rng.normal(), plant=_dead_from(w + 70), k=4)
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"], rc["step"]) == ("loss_plateau", "<loss>", 0)
+
+
+def _first_loss(value, squash):
+    """Events of 30 steps whose first loss is ``value`` (then 0.5), with the
+    criterion's squashing recorded on <loss> as the writer does."""
+    run = Run()
+    if squash is not None:
+        run.layers[run.i("<loss>")]["squash"] = squash
+    eng = Engine(run.layers, num_classes=None)
+    li = run.i("<loss>")
+    feed(eng, run, range(30), lambda s, r: r.__setitem__((li, M["value"]), value if s == 0 else 0.5))
+    return [e for e in failures(eng) if e.kind == "initial_loss"]
+
+
+def test_a_negative_first_loss_of_a_squashing_criterion_is_below_its_floor():
+    """BCEWithLogitsLoss (a log-sigmoid) is never negative on targets in
+    [0, 1]: a first loss of -0.8 says the targets are outside (masks in
+    {0, 255}), at <loss>, step 0, K unknown."""
+    (ev,) = _first_loss(-0.8, "sigmoid")
+    assert (ev.layer, ev.step, ev.extra.get("cause")) == ("<loss>", 0, "negative")
+    assert "below 0" in ev.message and "targets" in ev.message
+
+
+def test_a_negative_loss_of_a_criterion_without_that_floor_is_no_finding():
+    """A negative first loss of a criterion the writer does not know the
+    floor of (a Poisson or Gaussian NLL, a flow's NLL) is no finding, and a
+    positive one of BCEWithLogitsLoss neither."""
+    assert _first_loss(-0.8, None) == []
+    assert _first_loss(0.8, "sigmoid") == []

@@ -42,6 +42,12 @@ CAUSE_ADVICE = {
         "Likely cause: an activation after the output layer of a regression (a ReLU on standardised "
         "targets, a Sigmoid or Tanh on targets not scaled to its range). Try: removing the output "
         "activation (a plain Linear output), or scaling the targets into its range."),
+    ("initial_loss", "negative"): (
+        "Likely cause: targets outside the loss's domain: masks or labels in {0, 255} (not divided by "
+        "255) or in {-1, 1} fed to BCEWithLogitsLoss/BCELoss, soft targets that are not a distribution, "
+        "or NLLLoss fed raw logits instead of log-probabilities. The loss then falls without bound and "
+        "drives the logits up. Try: checking the targets' range against the loss's (min and max of a "
+        "batch), scaling them into it."),
     ("loss_plateau", "sigmoid"): (
         "Likely cause: a Sigmoid as the model's last layer before BCEWithLogitsLoss (or "
         "MultiLabelSoftMarginLoss), which applies the sigmoid itself: sigmoid twice. Try: removing the "
@@ -87,6 +93,11 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
                 f"{step} (every value in [0, 1], rows that sum to 1): the loss applies log-softmax to it again "
                 f"and cannot fall below ln(1 + ({k}-1)/e) = {fmt(extra.get('floor'))} (loss {fmt(value)}; "
                 f"it started at {fmt(before)}).")
+    if kind == "initial_loss" and cause == "negative":
+        what = {"sigmoid": "a loss that applies a sigmoid to its input itself (BCEWithLogitsLoss)",
+                "softmax": "a cross-entropy"}.get(extra.get("squash"), "a cross-entropy")
+        return (f"<loss>: the first loss is {fmt(value)}, below 0, which {what} cannot reach on valid targets: "
+                "the targets (or the values fed to the loss) lie outside its domain.")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")

@@ -52,6 +52,7 @@ class Loss(Aspect):
         self.improved_step = None  # the first step with a loss clearly below the first one
         self.doubled_step = None  # the first step with a loss above twice the first one
         self.init_done = False
+        self.init_negative = False  # the first loss was below 0, the floor of every squashing criterion
         self.plateau = Plateau(thresholds)
         # the variance of a regression's targets (MSELoss), measured on full
         # steps: the loss of predicting their mean (the trivial predictor)
@@ -200,6 +201,14 @@ class Loss(Aspect):
                 # pretrained model gives; only a negative value is impossible
                 bad = v > lnk + tol or v < 0
                 out["init"][0][i] = STATE["initial_loss"] if bad else HEALTHY
+            elif step == 0 and self.kinds.squash is not None:
+                # a criterion that squashes its input itself (log-sigmoid,
+                # log-softmax) is never negative on targets in its domain
+                # ([0, 1], a distribution): a negative first loss says the
+                # targets lie outside it, and the loss then falls without
+                # bound (tests/test_diagnosis_plateau.py)
+                out["init"][0][i] = STATE["initial_loss"] if v < 0 else HEALTHY
+            self.init_negative = v < 0
         first = self.first_loss[1]
         if self.improved_step is None and first > 0 and v < (1.0 - t.plateau_min_drop) * first:
             self.improved_step = step
@@ -284,6 +293,8 @@ class Loss(Aspect):
             k = self.num_classes
             extra["num_classes"] = k
             before = math.log(k) if k else math.nan
+            if self.init_negative:
+                extra.update(cause="negative", squash=self.kinds.squash)
         return value, before, extra
 
 
@@ -353,14 +364,16 @@ class Plateau:
 
     def _never_fell(self, lev, first_step, noise: float, need: int, t) -> bool:
         """Whether a run from step 0 never learned: over at least ``need``
-        steps, no level fell further below the first one than
+        steps, no level fell further below the first losses than
         ``plateau_never_drop`` of it (plus the levels' noise), and the run's
         first losses did not fall before the first level (``_fell_first``).
         A loss that drifts down inside that band is a model fitting noise,
         not learning (tests/test_diagnosis_plateau.py)."""
-        if first_step != 0 or (len(lev) - 1) * _PLATEAU_BLOCK + self.t.plateau_window < need:
+        if first_step != 0 or not self.blocks or (len(lev) - 1) * _PLATEAU_BLOCK + self.t.plateau_window < need:
             return False
-        first = float(lev[0])
+        # against the first block's median (not the first level, a median of
+        # plateau_window losses that a slow learner has already left)
+        first = max(float(lev[0]), float(self.blocks[0]))
         floor = first - t.plateau_never_drop * abs(first) - noise
         ceiling = first + t.plateau_max_rise * abs(first) + noise  # above it: diverging, not flat
         return bool(np.min(lev) >= floor and np.max(lev) <= ceiling) and not self._fell_first(first, t)
