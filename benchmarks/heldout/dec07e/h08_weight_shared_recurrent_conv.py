@@ -88,7 +88,8 @@ def truth(bug, twin):
     acc = mean([r["acc"] for r in bug[-30:]])
     gb = mean([r["grad"]["block.conv"] for r in bug[:20]])
     gs = mean([r["grad"]["stem"] for r in bug[:20]])
-    return fell and acc > 0.85, f"{detail}; last-30 accuracy {acc:.3g}; first-20 grad norm shared conv {gb:.3g} stem {gs:.3g}"
+    return fell and acc > 0.85, (f"{detail}; last-30 accuracy {acc:.3g}; first-20 grad norm shared conv {gb:.3g} "
+                                 f"stem {gs:.3g}")
 
 
 if __name__ == "__main__":
