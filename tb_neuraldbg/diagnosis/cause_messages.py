@@ -96,8 +96,10 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
     if kind == "initial_loss" and cause == "negative":
         what = {"sigmoid": "a loss that applies a sigmoid to its input itself (BCEWithLogitsLoss)",
                 "softmax": "a cross-entropy"}.get(extra.get("squash"), "a cross-entropy")
-        return (f"<loss>: the first loss is {fmt(value)}, below 0, which {what} cannot reach on valid targets: "
-                "the targets (or the values fed to the loss) lie outside its domain.")
+        k = extra.get("num_classes")
+        expected = f" (ln({k}) = {fmt(before)} is expected at initialisation)" if k and known(before) else ""
+        return (f"<loss>: the first loss is {fmt(value)}, below 0, which {what} cannot reach on valid targets"
+                f"{expected}: the targets (or the values fed to the loss) lie outside its domain.")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")
