@@ -4,9 +4,10 @@ Bug: NLLLoss expects log-probabilities; on raw scores it is ``-mean(logit[target
 no minimum: SGD raises the target logits without bound. The stacked layers feed each other's
 gradient (each layer's gradient grows with the others' weights), so the weights grow faster than
 geometrically: the "loss" goes negative at once and runs off to -inf, then NaN.
-Source: https://stackoverflow.com/questions/59029854/ ("NLLLoss is giving negative values");
-the NLLLoss docs ("The input given through a forward call is expected to contain
-log-probabilities of each class", https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html).
+Source: the NLLLoss docs ("The input given through a forward call is expected to contain
+log-probabilities of each class", https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html);
+https://runebook.dev/en/docs/pytorch/generated/torch.nn.nllloss/torch.nn.NLLLoss (the common gotcha:
+"NLLLoss does not take the raw outputs (often called logits)").
 Fixed twin: ``log_softmax`` before NLLLoss.
 """
 
