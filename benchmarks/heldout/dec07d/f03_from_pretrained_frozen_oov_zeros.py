@@ -8,7 +8,8 @@ the twin's, which fine-tunes the table.
 Source: PyTorch docs of nn.Embedding.from_pretrained ("freeze (bool, optional) - If True, the
 tensor does not get updated in the learning process. Default: True",
 https://pytorch.org/docs/stable/generated/torch.nn.Embedding.html#torch.nn.Embedding.from_pretrained);
-the zero-vector OOV recipe as in https://pexcera.com/learn/advanced-nlp/using-pre-trained-embeddings-in-pytorchkeras.html.
+the zero-vector OOV recipe as in
+https://pexcera.com/learn/advanced-nlp/using-pre-trained-embeddings-in-pytorchkeras.html.
 Fixed twin: ``from_pretrained(weights, freeze=False)``.
 """
 

@@ -82,7 +82,8 @@ def truth(bug, twin):
     lt0 = mean([r["loss"] for r in twin[:10]])
     lt1 = mean([r["loss"] for r in twin[-30:]])
     held = first is not None and first <= 2 and nan_after and lt1 < 0.8 * lt0
-    return held, f"bug loss first non-finite at step {first}, non-finite from step 2 on: {nan_after}; twin {lt0:.3g} -> {lt1:.3g}"
+    return held, (f"bug loss first non-finite at step {first}, non-finite from step 2 on: {nan_after}; "
+                  f"twin {lt0:.3g} -> {lt1:.3g}")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def truth(bug, twin):
     twin_finite = all(math.isfinite(r["loss"]) for r in twin)
     lt0, lt1 = mean([r["loss"] for r in twin[:10]]), mean([r["loss"] for r in twin[-30:]])
     held = first == 31 and stays and twin_finite and lt1 < 0.3 * lt0
-    return held, f"bug loss first NaN at step {first}, NaN after: {stays}; twin finite {twin_finite}, {lt0:.3g} -> {lt1:.3g}"
+    return held, (f"bug loss first NaN at step {first}, NaN after: {stays}; "
+                  f"twin finite {twin_finite}, {lt0:.3g} -> {lt1:.3g}")
 
 
 if __name__ == "__main__":

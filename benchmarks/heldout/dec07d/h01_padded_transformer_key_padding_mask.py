@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "most positions padded: zero-gradient padding row, -inf attention on pads",
-        "source": "PyTorch TransformerEncoder src_key_padding_mask docs", "arch": "TransformerEncoder classifier (3 classes)"}
+        "source": "PyTorch TransformerEncoder src_key_padding_mask docs",
+        "arch": "TransformerEncoder classifier (3 classes)"}
 
 V, T, D = 30, 40, 32
 

@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _case import loss_fell, main  # noqa: E402
 
 CASE = {"healthy": True, "fools": "hidden state carried across batches (detached); correlated consecutive steps",
-        "source": "https://github.com/pytorch/examples/tree/main/word_language_model", "arch": "2-layer LSTM LM, TBPTT 16"}
+        "source": "https://github.com/pytorch/examples/tree/main/word_language_model",
+        "arch": "2-layer LSTM LM, TBPTT 16"}
 
 V, B, BPTT = 27, 16, 16
 
