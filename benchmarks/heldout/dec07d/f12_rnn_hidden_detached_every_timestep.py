@@ -1,9 +1,11 @@
 """A GRUCell sequence classifier that detaches its hidden state at every time step.
 
-Bug: meant as truncated BPTT, ``h = h.detach()`` sits inside the per-time-step loop, so the
-gradient of the loss (taken at the last step) reaches only the last transition: nothing teaches
-the cell to keep what it saw earlier. The label is the FIRST token of the sequence; the run can
-only guess from the last token's transition and its loss stays near ln 4 while the twin learns.
+Bug: meant as truncated BPTT, ``h = h.detach()`` sits inside the per-time-step loop, after the
+cell call, so even the last state is detached before the head reads it: the cell and the
+embedding get no gradient at all (the probe reads ``grad None`` on every step; the truth record
+below, written before that was seen, expected only a one-step truncation) and only the head
+trains, on the random features of an untrained cell. The label is the FIRST token of the
+sequence; the loss stays at ln 4 while the twin learns.
 Source: https://www.codegenes.net/blog/how-to-use-detach-in-hidden-state-loss-backward-pytorch
 (recommends ``for i in range(sequence_length): output, hidden = rnn(input, hidden);
 hidden = hidden.detach()``); Lightning's TBPTT docs detach between time SPLITS, not steps
