@@ -408,6 +408,21 @@ def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torc
     return (wide / scale.double()).float()
 
 
+def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> tuple[list, list]:
+    """(graded, lost): per tensor, the count of elements whose gradient is
+    non-zero, and of those the count whose update ``diffs[i]`` (``w_{t-1} -
+    w_t``) is exactly 0: a step the weights' precision rounded away.
+
+    Two comparisons and two counts per tensor, on update steps only (the
+    copy of the weights is there already); no ``_foreach`` compares exist."""
+    graded, lost = [], []
+    for d, g in zip(diffs, grads):
+        moving = g != 0  # (NaN != 0: a non-finite gradient counts as one)
+        graded.append(moving.sum(dtype=_count_dtype(g)))
+        lost.append(moving.logical_and_(d == 0).sum(dtype=_count_dtype(g)))
+    return graded, lost
+
+
 def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
     """``xs[i] -= ys[i]`` in place, one ``torch._foreach_sub_`` per device
     and dtype group of ``xs`` where torch allows (see ``_foreach``)."""
