@@ -100,9 +100,9 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
         n = extra.get("layer_count")
         more = ", ..." if n and n > len(extra.get("layers") or ()) else ""
         return (f"{where}: the optimizer's updates are rounded away by the weights' precision{dtype} from step "
-                f"{step}: in {n} layer(s) ({names}{more}) most elements that get a non-zero gradient are left "
-                f"exactly unchanged by optimizer.step() (median {fmt(100 * value if known(value) else value)}% "
-                "of them), so the model barely learns while its gradients flow.")
+                f"{step}: optimizer.step() leaves {fmt(100 * value if known(value) else value)}% of the elements "
+                f"that get a non-zero gradient exactly unchanged (most of them in {n} layer(s): {names}{more}), "
+                "so the model barely learns while its gradients flow.")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")

@@ -20,10 +20,10 @@ from ._base import HEALTHY, METRIC, STATE, RowKinds, blank
 __all__ = ["Rounding", "LOST_MAJORITY", "WIDE_DTYPES"]
 
 _M = METRIC
-#: a layer loses its updates when more than this fraction of its elements
-#: with a non-zero gradient did not change (a majority: what the optimizer
-#: did to the layer is mostly nothing); the model does when more than this
-#: fraction of the layers it judges do. A healthy run's count is near 0 in
+#: the model loses its updates when more than this fraction of its elements
+#: with a non-zero gradient did not change at a step (a majority: what the
+#: optimizer did to the model is mostly nothing); a layer is named as losing
+#: them past the same fraction of its own. A healthy run's count is near 0 in
 #: float32 (a float32 weight changes under any update above 6e-8 of itself)
 #: and in bfloat16 autocast (float32 weights): tests/test_diagnosis_rounding.py.
 LOST_MAJORITY = 0.5
@@ -34,14 +34,14 @@ WIDE_DTYPES = frozenset(("float32", "float64"))
 
 
 class Rounding:
-    """The <optimizer> row's ``rounded`` state: frozen while most layers
-    that the optimizer holds, at a rate above 0, with finite non-zero
-    gradients, lost most of their updated elements to rounding, at each
-    update step (the engine confirms it over ``frozen_steps`` of them);
+    """The <optimizer> row's ``rounded`` state: frozen while most of the
+    elements with a non-zero gradient, over the layers that the optimizer
+    holds at a rate above 0 with finite gradients, were left unchanged by
+    the step (rounded away), at each update step (the engine confirms it over ``frozen_steps`` of them);
     healthy at an update step where they did not; unmeasured elsewhere."""
 
     def __init__(self):
-        self.now = None  # (lost fraction of the layers judged, median lost fraction, dtype, layers)
+        self.now = None  # (fraction of the updated elements lost, dtypes, count of the layers losing most)
         self.rows = ()
 
     def classify(self, row, kinds: RowKinds, skipped: bool):
@@ -63,27 +63,31 @@ class Rounding:
                   & np.isfinite(g) & (g > 0) & ~(nf > 0))
         if not judged.any():
             return raw, None
+        # the model's updated elements (each layer's lost fraction weighted
+        # by its count: a small layer that loses all is not most of the model)
+        size = row[:, _M["update_elements"]]
+        size = np.where(np.isfinite(size) & (size > 0), size, 0.0)
+        total = float(size[judged].sum())
+        frac = float((lost[judged] * size[judged]).sum() / total) if total > 0 else float(np.median(lost[judged]))
         losing = judged & (lost > LOST_MAJORITY)
-        frac = float(losing.sum() / judged.sum())
         dtypes = sorted({kinds.dtypes[j] for j in np.flatnonzero(losing)} - {""})
         self.rows = tuple(kinds.names[j] for j in np.flatnonzero(losing))
-        self.now = (frac, float(np.median(lost[judged])), ",".join(dtypes), len(self.rows))
+        self.now = (frac, ",".join(dtypes), len(self.rows))
         raw[i] = STATE["frozen"] if frac > LOST_MAJORITY else HEALTHY
         return raw, None
 
     def evidence(self, code, value, before):
-        """The median lost fraction of the layers judged, on every row."""
-        now = self.now[1] if self.now else np.nan
+        """The fraction of the model's updated elements lost, on every row."""
+        now = self.now[0] if self.now else np.nan
         return np.full(len(code), now), np.full(len(code), np.nan)
 
     def event_fields(self, tr):
-        """(value, value_before, extra): the layers' median fraction of
+        """(value, value_before, extra): the fraction of the model's
         updated elements rounded away, the dtype, the layers that lose them."""
         if tr.to_code == HEALTHY or self.now is None:
             return tr.value, tr.value_before, {}
-        frac, median, dtype, count = self.now
-        extra = {"cause": "update_rounded", "layers": list(self.rows[:5]), "layer_count": count,
-                 "layer_frac": frac}
+        frac, dtype, count = self.now
+        extra = {"cause": "update_rounded", "layers": list(self.rows[:5]), "layer_count": count}
         if dtype:
             extra["dtype"] = dtype
-        return median, tr.value_before, extra
+        return frac, tr.value_before, extra

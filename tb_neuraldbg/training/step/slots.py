@@ -303,7 +303,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["grad_missing"]] = pick(Key.GRAD_MISSING)
         row[..., _M["weight_norm"]] = slots.norm(Key.WEIGHT_NORM)
         row[..., _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
-        row[..., _M["update_lost_frac"]] = _ratio(slots.sum(Key.UPD_LOST), slots.sum(Key.UPD_GRADED))
+        graded = row[..., _M["update_elements"]] = slots.sum(Key.UPD_GRADED)
+        row[..., _M["update_lost_frac"]] = _ratio(slots.sum(Key.UPD_LOST), graded)
         row[..., _M["value"]] = pick(Key.VALUE)
         row[..., _M["scale"]] = pick(Key.SCALE)
         # Host-side facts of the step (hooks/step_facts.py).
