@@ -25,7 +25,7 @@ M = metadata.METRIC_INDEX
 
 
 def test_rounded_away_counts_unchanged_elements_among_those_with_a_gradient():
-    d = torch.tensor([0.0, 0.0, 1e-3, 0.0, 2e-3])  # w_{t-1} - w_t
+    d = torch.tensor([0.0, 0.0, 1e-30, 0.0, 2e-3])  # w_{t-1} - w_t (1e-30 * 0.1: no underflow)
     g = torch.tensor([0.5, 0.0, 0.1, 0.2, 0.0])  # a zero gradient is no update, lost or not
     graded, lost = stats.rounded_away([d], [g])
     assert int(graded[0]) == 3 and int(lost[0]) == 2

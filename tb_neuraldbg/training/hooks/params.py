@@ -232,14 +232,16 @@ def add_update_norms(col: Collector, snapshot: tuple, norms_of: Callable, lost: 
     with torch.no_grad():
         # In place: the copy becomes w_{t-1} - w_t, no second buffer.
         stats.foreach_sub_(old, [p.detach() for p in params])
+        col.add_many(norms_of(old), rows, Key.UPD_NORM)
+        col.add_many(base, rows, Key.UPD_BASE)
         if lost:
-            # (dense gradients only: a sparse one's absent rows are not updates)
+            # (dense gradients only: a sparse one's absent rows are not
+            # updates; after the norms: this overwrites the copy)
             idx = [i for i, p in enumerate(params)
-                   if p.grad is not None and not p.grad.is_sparse and p.grad.shape == old[i].shape]
+                   if p.grad is not None and not p.grad.is_sparse and not old[i].is_sparse
+                   and p.grad.shape == old[i].shape]
             if idx:
                 graded, gone = stats.rounded_away([old[i] for i in idx], [params[i].grad for i in idx])
                 at = [rows[i] for i in idx]
                 col.add_many(graded, at, Key.UPD_GRADED)
                 col.add_many(gone, at, Key.UPD_LOST)
-    col.add_many(norms_of(old), rows, Key.UPD_NORM)
-    col.add_many(base, rows, Key.UPD_BASE)
