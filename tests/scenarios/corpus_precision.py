@@ -20,7 +20,7 @@ from torch import nn
 
 from .failures import Case
 from .harness import Spec
-from .models import images
+from .models import bags, images
 
 
 class _ConvNet(nn.Module):
@@ -108,21 +108,6 @@ def conv_fp32_fine_tuning_rate():
 _VOCAB = 400
 
 
-def _bags(batch=16, bag=6, k=4):
-    """Bags of token ids from a vocabulary of ``_VOCAB``; the class is the
-    token range the bag is drawn from. A batch holds under 100 distinct ids:
-    most embedding rows get a zero gradient."""
-    share = _VOCAB // k
-
-    def batch_fn(step):
-        gs = torch.Generator().manual_seed(61_000 + step)
-        y = torch.randint(0, k, (batch,), generator=gs)
-        x = y[:, None] * share + torch.randint(0, share, (batch, bag), generator=gs)
-        return x, y
-
-    return batch_fn
-
-
 class _BagClassifier(nn.Module):
     """EmbeddingBag (mean) -> Linear, in bfloat16; the logits to float32."""
 
@@ -146,7 +131,8 @@ def embedding_bag_bf16_sparse_rows_sgd():
         model = _BagClassifier()
         return model, torch.optim.SGD(model.parameters(), lr=5.0), nn.CrossEntropyLoss(), None
 
-    return Spec("embedding_bag_bf16_sparse_rows_sgd", build, _bags(), steps=150, num_classes=4)
+    # (a batch holds under 100 distinct ids of the 400: most rows get a zero gradient)
+    return Spec("embedding_bag_bf16_sparse_rows_sgd", build, bags(vocab=_VOCAB), steps=150, num_classes=4)
 
 
 def all_cases():
