@@ -17,7 +17,7 @@ import numpy as np
 
 from ._base import HEALTHY, METRIC, STATE, RowKinds, blank
 
-__all__ = ["Rounding", "LOST_MAJORITY", "WIDE_DTYPES"]
+__all__ = ["LOST_MAJORITY", "WIDE_DTYPES", "Rounding"]
 
 _M = METRIC
 #: the model loses its updates when more than this fraction of its elements
