@@ -53,6 +53,13 @@ CAUSE_ADVICE = {
         "MultiLabelSoftMarginLoss), which applies the sigmoid itself: sigmoid twice. Try: removing the "
         "final Sigmoid and passing the logits to the loss (apply sigmoid only for predictions), or "
         "keeping the Sigmoid with BCELoss."),
+    ("frozen_weights", "update_rounded"): (
+        "Likely cause: weights kept in a low-precision dtype (model.half(), model.to(torch.bfloat16)) "
+        "without a float32 master copy: an update below half the spacing of the weight's values (2^-9 of "
+        "it in bfloat16, 2^-11 in float16) is rounded off, whatever the gradient. Try: keeping the "
+        "weights in float32 and running the forward under torch.autocast (mixed precision), or a "
+        "float32 master copy of the weights for the optimizer (an optimizer with Kahan summation or "
+        "stochastic rounding); a larger learning rate only moves the weights that are small enough."),
 }
 
 
@@ -100,6 +107,15 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
         expected = f" (ln({k}) = {fmt(before)} is expected at initialisation)" if k and known(before) else ""
         return (f"<loss>: the first loss is {fmt(value)}, below 0, which {what} cannot reach on valid targets"
                 f"{expected}: the targets (or the values fed to the loss) lie outside its domain.")
+    if kind == "frozen_weights" and cause == "update_rounded":
+        dtype = f" ({extra['dtype']} weights)" if isinstance(extra.get("dtype"), str) else ""
+        names = ", ".join(extra.get("layers") or ())
+        n = extra.get("layer_count")
+        more = ", ..." if n and n > len(extra.get("layers") or ()) else ""
+        return (f"{where}: the optimizer's updates are rounded away by the weights' precision{dtype} from step "
+                f"{step}: optimizer.step() leaves {fmt(100 * value if known(value) else value)}% of the elements "
+                f"that get a non-zero gradient exactly unchanged (most of them in {n} layer(s): {names}{more}), "
+                "so the model barely learns while its gradients flow.")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")

@@ -310,6 +310,8 @@ def _layer(l) -> dict:
     out = {"name": str(l["name"]), "type": str(l.get("type", ""))}
     if isinstance(l.get("squash"), str):  # <loss>: what the criterion squashes its input with
         out["squash"] = l["squash"]
+    if isinstance(l.get("dtype"), str):  # a module's parameters' dtype (aspects/rounding.py)
+        out["dtype"] = l["dtype"]
     return out
 
 

@@ -436,6 +436,9 @@ def _layer(index: int, item) -> tuple[dict, bool]:
     name = item.get("name") if isinstance(item, dict) else None
     squash = item.get("squash") if isinstance(item, dict) else None
     extra = {"squash": squash[:MAX_NAME]} if isinstance(squash, str) else {}  # <loss>'s criterion, when known
+    dtype = item.get("dtype") if isinstance(item, dict) else None
+    if isinstance(dtype, str):  # a module's parameters' dtype, when known
+        extra["dtype"] = dtype[:MAX_NAME]
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME:
         return {"name": name, "type": kind, **extra}, True
     return {"name": metadata.unnamed_row(index), "type": kind, **extra}, False

@@ -193,6 +193,12 @@ METRIC_TABLE = (
                "<loss>: the smallest of the criterion's targets (MSELoss)"),
     MetricInfo("target_max", "linear", "Target maximum",
                "<loss>: the largest of the criterion's targets (MSELoss)"),
+    # Whether the weights can hold their updates (update steps; docs/FORMAT.md).
+    MetricInfo("update_lost_frac", "linear", "Update rounded away",
+               "fraction of the elements with a non-zero gradient that the optimizer's step left exactly "
+               "unchanged: an update below the weights' precision (half an ulp), rounded away"),
+    MetricInfo("update_elements", "log", "Updated elements",
+               "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
 )
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}

@@ -186,10 +186,12 @@ def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
 
 def _layer_entry(l: Mapping[str, str]) -> dict:
     """{"name", "type"}, and ``<loss>``'s "squash" (what the criterion
-    squashes its input with, docs/FORMAT.md) when known."""
+    squashes its input with, docs/FORMAT.md) and a module's "dtype" (its
+    parameters') when known."""
     entry = {"name": str(l["name"]), "type": str(l.get("type", ""))}
-    if isinstance(l.get("squash"), str):
-        entry["squash"] = l["squash"]
+    for key in ("squash", "dtype"):
+        if isinstance(l.get(key), str):
+            entry[key] = l[key]
     return entry
 
 

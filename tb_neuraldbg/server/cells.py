@@ -33,14 +33,15 @@ __all__ = [
 #: metrics measured only on rows with parameters (docs/FORMAT.md, *Metrics*:
 #: "modules with parameters"): on any other row their absence is expected
 PARAM_METRICS = frozenset(("grad_norm", "grad_nonfinite", "grad_missing", "weight_norm", "update_ratio",
-                           "grad_carried", "opt_group", "lr", "weight_decay", "momentum"))
+                           "grad_carried", "opt_group", "lr", "weight_decay", "momentum", "update_lost_frac",
+                           "update_elements"))
 #: the writer's schedules (docs/FORMAT.md, *Metrics*, "measured"): metrics
 #: measured on full steps only (``stats_every``), and on update steps only
 #: (``update_every``); every other metric is measured at every step
 FULL_STEP_METRICS = frozenset(("weight_norm", "act_mean", "act_std", "act_absmax", "act_zero_frac",
                                "act_dead_frac", "act_sat_frac", "in_zero_frac", "in_dead_frac", "fwd_gain",
                                "bwd_gain", "unit_spread", "gout_norm", "target_var", "input_integers"))
-UPDATE_STEP_METRICS = frozenset(("update_ratio",))
+UPDATE_STEP_METRICS = frozenset(("update_ratio", "update_lost_frac", "update_elements"))
 #: what a GradScaler's skipped steps are told by (``scaler_skipped``)
 SKIP_TAGS = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))
 #: the batch's statistics, measured on the ``<input>`` row at every step

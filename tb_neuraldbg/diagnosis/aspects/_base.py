@@ -31,6 +31,8 @@ class RowKinds:
         names = [str(l.get("name", "")) for l in layers]
         self.names = names
         self.types = [str(l.get("type", "")) for l in layers]
+        #: each row's parameters' dtype ("bfloat16", "float32"; "": unknown)
+        self.dtypes = [l.get("dtype") if isinstance(l.get("dtype"), str) else "" for l in layers]
         n = len(names)
         self.n = n
         self.is_input = np.array([x == metadata.PSEUDO_INPUT for x in names], dtype=bool).reshape(n)

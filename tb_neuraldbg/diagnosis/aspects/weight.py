@@ -8,6 +8,7 @@ import numpy as np
 
 from ..thresholds import Thresholds
 from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, grow
+from .rounding import Rounding
 
 __all__ = ["Weight"]
 
@@ -33,7 +34,8 @@ class Weight(Aspect):
     more than ``update_ratio_high`` of their norm (a learning rate too high).
     """
 
-    EVIDENCE = {"weight": ("update_ratio", None), "moves": ("update_ratio", None)}
+    EVIDENCE = {"weight": ("update_ratio", None), "moves": ("update_ratio", None),
+                "rounded": ("update_lost_frac", None)}
 
     def __init__(self, thresholds: Thresholds):
         super().__init__()
@@ -47,6 +49,7 @@ class Weight(Aspect):
         # extreme at the first step, before any update (None: not seen yet)
         self.extreme_first = None
         self.moves = Moves(thresholds)
+        self.rounding = Rounding()  # updates the weights' precision rounds away (aspects/rounding.py)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -94,7 +97,8 @@ class Weight(Aspect):
         self.last_w[wf] = w[wf]
         self.last_w_step[wf] = step
         raw = blank(self.kinds.n)
-        out = {"weight": (raw, None), "moves": self.moves.classify(step, row, self.kinds, mod & ~cannot, lr)}
+        out = {"weight": (raw, None), "moves": self.moves.classify(step, row, self.kinds, mod & ~cannot, lr),
+               "rounded": self.rounding.classify(row, self.kinds, skipped)}
         if skipped:
             return out  # nothing may move at this step
         optimizer_known = not math.isnan(lr)
@@ -137,6 +141,8 @@ class Weight(Aspect):
     def evidence(self, name, code, value, before):
         if name == "moves":
             return self.moves.evidence(code, value, before)
+        if name == "rounded":
+            return self.rounding.evidence(code, value, before)
         # a row that cannot move (not held, a rate of 0) has moved by exactly
         # 0 at steps that do not measure updates too
         frozen = (code == STATE["frozen"]) & np.isnan(value)
@@ -147,6 +153,8 @@ class Weight(Aspect):
         group's rate is 0, or the update left it unchanged."""
         if name == "moves":
             return self.moves.event_fields(tr)
+        if name == "rounded":
+            return self.rounding.event_fields(tr)
         extra = {}
         if tr.to_code != HEALTHY:
             i = tr.index

@@ -557,7 +557,8 @@ class Instrument:
             with torch.no_grad():  # (no detached copies: each costs a call per parameter)
                 col.add_many(self.norms(layout.params), layout.rows, Key.WEIGHT_NORM)
         if self._upd_snapshot is not None:
-            add_update_norms(col, self._upd_snapshot, self.norms)
+            # (without an optimizer the gradients read now are the next update's)
+            add_update_norms(col, self._upd_snapshot, self.norms, lost=self.optimizer is not None)
         if self.optimizer is None and self.config.is_update(step + 1):
             # Without optimizer hooks the update happens after record():
             # compare the weights of this record with the next one.

@@ -100,6 +100,9 @@ class RowTable:
 
     def _own(self, row: int, owned: list) -> None:
         self.of_row[row] = owned
+        dtypes = {p.dtype for p in owned if p.is_floating_point()}
+        if len(dtypes) == 1:  # (the weights' precision: what an update must be to change them)
+            self.layers[row]["dtype"] = str(dtypes.pop()).replace("torch.", "")
         self._flat = self._step = None
         self._on_owned(owned)
 
@@ -220,12 +223,25 @@ def snapshot_weights(layout: Layout, norms_of: Callable) -> tuple:
     return layout.params, layout.rows, old, norms_of(old)
 
 
-def add_update_norms(col: Collector, snapshot: tuple, norms_of: Callable) -> None:
+def add_update_norms(col: Collector, snapshot: tuple, norms_of: Callable, lost: bool = True) -> None:
     """The update ratio's parts, ``||w_{t-1} - w_t||`` and ``||w_{t-1}||``,
-    from a :func:`snapshot_weights` taken before the update."""
+    from a :func:`snapshot_weights` taken before the update; with ``lost``
+    (the gradients in ``.grad`` are the ones this update used) also
+    ``update_lost_frac``'s counts (:func:`stats.rounded_away`)."""
     params, rows, old, base = snapshot
     with torch.no_grad():
         # In place: the copy becomes w_{t-1} - w_t, no second buffer.
         stats.foreach_sub_(old, [p.detach() for p in params])
-    col.add_many(norms_of(old), rows, Key.UPD_NORM)
-    col.add_many(base, rows, Key.UPD_BASE)
+        col.add_many(norms_of(old), rows, Key.UPD_NORM)
+        col.add_many(base, rows, Key.UPD_BASE)
+        if lost:
+            # (dense gradients only: a sparse one's absent rows are not
+            # updates; after the norms: this overwrites the copy)
+            idx = [i for i, p in enumerate(params)
+                   if p.grad is not None and not p.grad.is_sparse and not old[i].is_sparse
+                   and p.grad.shape == old[i].shape]
+            if idx:
+                graded, gone = stats.rounded_away([old[i] for i in idx], [params[i].grad for i in idx])
+                at = [rows[i] for i in idx]
+                col.add_many(graded, at, Key.UPD_GRADED)
+                col.add_many(gone, at, Key.UPD_LOST)

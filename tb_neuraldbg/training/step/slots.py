@@ -88,7 +88,12 @@ class Key:
     INT_INPUT = 42  # the batch holds integers: 1 by its dtype, 0.5 as floats (<input>)
     TARGET_MIN = 43  # a regression criterion's targets' smallest and largest value (<loss>)
     TARGET_MAX = 44
-    COUNT = 45
+    # Update steps: the elements whose gradient was non-zero (UPD_GRADED) and,
+    # of those, the ones the optimizer's step left exactly unchanged
+    # (UPD_LOST: an update the weights' precision rounded away).
+    UPD_GRADED = 45
+    UPD_LOST = 46
+    COUNT = 47
 
 
 @dataclass
@@ -136,7 +141,7 @@ NONFINITE_EVIDENCE = np.array([_M[m] for m in ("act_nonfinite", "in_nonfinite", 
 # Keys with several slots per row (summed), the others have one.
 _MULTI = np.zeros(Key.COUNT, dtype=bool)
 _MULTI[[Key.GOUT_SUM, Key.GRAD_NORM, Key.GRAD_NF, Key.GRAD_CARRIED, Key.WEIGHT_NORM, Key.UPD_NORM, Key.UPD_BASE,
-        Key.HIST]] = True
+        Key.HIST, Key.UPD_GRADED, Key.UPD_LOST]] = True
 
 
 class SlotLayout:
@@ -298,6 +303,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["grad_missing"]] = pick(Key.GRAD_MISSING)
         row[..., _M["weight_norm"]] = slots.norm(Key.WEIGHT_NORM)
         row[..., _M["update_ratio"]] = slots.norm(Key.UPD_NORM) / slots.norm(Key.UPD_BASE)
+        graded = row[..., _M["update_elements"]] = slots.sum(Key.UPD_GRADED)
+        row[..., _M["update_lost_frac"]] = _ratio(slots.sum(Key.UPD_LOST), graded)
         row[..., _M["value"]] = pick(Key.VALUE)
         row[..., _M["scale"]] = pick(Key.SCALE)
         # Host-side facts of the step (hooks/step_facts.py).

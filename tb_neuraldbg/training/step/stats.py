@@ -408,6 +408,25 @@ def unscaled_norms(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> torc
     return (wide / scale.double()).float()
 
 
+def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> tuple[list, list]:
+    """(graded, lost): per tensor, the count of elements whose gradient is
+    non-zero, and of those the count whose update ``diffs[i]`` (``w_{t-1} -
+    w_t``) is exactly 0: a step the weights' precision rounded away.
+
+    Overwrites ``diffs`` (the update copy, its norms taken): ``|sign(d)| *
+    g`` in place, one ``_foreach`` per op and device/dtype group, is
+    non-zero exactly where both are (no product of two small values that
+    could underflow), then ``count_nonzero`` per tensor: no new buffer, and
+    a bool tensor's ``sum`` costs tens of times more on the CPU. NaN counts
+    as non-zero."""
+    for idxs, dg in _by_device_and_dtype(diffs):
+        _foreach("sign_", torch.Tensor.sign_, dg)
+        _foreach("abs_", torch.Tensor.abs_, dg)
+        _foreach("mul_", torch.Tensor.mul_, dg, [grads[i] for i in idxs])
+    graded = [torch.count_nonzero(g) for g in grads]
+    return graded, [n - torch.count_nonzero(d) for n, d in zip(graded, diffs)]
+
+
 def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
     """``xs[i] -= ys[i]`` in place, one ``torch._foreach_sub_`` per device
     and dtype group of ``xs`` where torch allows (see ``_foreach``)."""
