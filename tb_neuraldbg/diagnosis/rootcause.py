@@ -30,7 +30,7 @@
      initial loss far from ln K, or a plateau from before, that the loss
      then fell from does not compete with a failure that comes after the
      fall (it did not prevent learning).
-2. Causes around the first failing layer (causes.py, tried in order; each
+2. Causes around the first failing layer (causes/, its RULES tried in order; each
    is an Event of its own, an *attribution*, so that the root cause's
    (kind, layer, step) is always an event of the timeline):
    - a GradScaler whose scale collapsed: where the inf/NaN is born (a
