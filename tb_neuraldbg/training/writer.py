@@ -132,6 +132,12 @@ class WatchHandle:
         self._remove(_CLOSE_TIMEOUT)
 
     def _remove(self, timeout: float) -> None:
+        never = 0 if self.instrument.removed else self.instrument.never_stepped()
+        if never:
+            warnings.warn(
+                f"tb_neuraldbg: the watched optimizer never stepped during {never} backward pass(es): nothing "
+                "was recorded (a step is recorded at each optimizer.step(); was scheduler.step() called in "
+                "its place, or step() on another optimizer?)", RuntimeWarning, stacklevel=3)
         if self._added_hook is not None:
             self._added_hook.remove()
             self._added_hook = None

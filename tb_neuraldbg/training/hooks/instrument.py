@@ -83,6 +83,8 @@ class Instrument:
                 stacklevel=3,
             )
         self.step = int(config.start_step)
+        self.backwards = 0  # backward passes followed (never_stepped)
+        self.commits = 0  # steps recorded
         self.guard = HookGuard()
         self.check = NonfiniteCheck(config.nonfinite)
         self.backward = BackwardHooks(self._on_backward_start, self._on_backward_end, self._backward_failed)
@@ -406,7 +408,15 @@ class Instrument:
         if self.fwd.replaying or "backward" in self.guard.broken or self.guard.removed:
             return False
         self._check_leftovers(fresh)
+        self.backwards += 1
         return True
+
+    def never_stepped(self) -> int:
+        """The backward passes followed while a watched optimizer never
+        stepped (0 once a step was recorded, or without an optimizer): a
+        run whose ``optimizer.step()`` never runs records nothing, and
+        close() says so (tests/test_never_stepped.py)."""
+        return self.backwards if self.optimizer is not None and self.commits == 0 else 0
 
     def _backward_failed(self) -> None:
         self.guard.broken.add("backward")
@@ -534,6 +544,7 @@ class Instrument:
     @gc_paused
     def _commit(self) -> None:
         """The step's end: its values gathered into one packet for the sink."""
+        self.commits += 1
         step = self.step
         full = self.config.is_stats(step)
         loss_row, opt_row = self.rows.pseudo_rows()
