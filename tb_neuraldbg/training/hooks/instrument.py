@@ -83,8 +83,7 @@ class Instrument:
                 stacklevel=3,
             )
         self.step = int(config.start_step)
-        self.backwards = 0  # backward passes followed (never_stepped)
-        self.commits = 0  # steps recorded
+        self.backwards = self.commits = 0  # backward passes followed, steps recorded (never_stepped)
         self.guard = HookGuard()
         self.check = NonfiniteCheck(config.nonfinite)
         self.backward = BackwardHooks(self._on_backward_start, self._on_backward_end, self._backward_failed)
@@ -412,10 +411,8 @@ class Instrument:
         return True
 
     def never_stepped(self) -> int:
-        """The backward passes followed while a watched optimizer never
-        stepped (0 once a step was recorded, or without an optimizer): a
-        run whose ``optimizer.step()`` never runs records nothing, and
-        close() says so (tests/test_never_stepped.py)."""
+        """Backward passes followed while a watched optimizer never stepped (then nothing is
+        recorded: close() says so, tests/test_never_stepped.py); 0 once a step was recorded."""
         return self.backwards if self.optimizer is not None and self.commits == 0 else 0
 
     def _backward_failed(self) -> None:
