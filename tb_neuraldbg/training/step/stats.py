@@ -418,13 +418,21 @@ def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -
     non-zero exactly where both are (no product of two small values that
     could underflow), then ``count_nonzero`` per tensor: no new buffer, and
     a bool tensor's ``sum`` costs tens of times more on the CPU. NaN counts
-    as non-zero."""
+    as non-zero. A sharded parameter (FSDP2's DTensor) is counted on its
+    local shard (tests/test_distributed.py)."""
+    diffs = [_local(d) for d in diffs]
+    grads = [_local(g) for g in grads]
     for idxs, dg in _by_device_and_dtype(diffs):
         _foreach("sign_", torch.Tensor.sign_, dg)
         _foreach("abs_", torch.Tensor.abs_, dg)
         _foreach("mul_", torch.Tensor.mul_, dg, [grads[i] for i in idxs])
     graded = [torch.count_nonzero(g) for g in grads]
     return graded, [n - torch.count_nonzero(d) for n, d in zip(graded, diffs)]
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (a plain tensor as it is)."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def foreach_sub_(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
