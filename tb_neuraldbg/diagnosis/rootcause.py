@@ -29,7 +29,10 @@
    - then the loss's own failures (initial loss, spike, plateau). An
      initial loss far from ln K, or a plateau from before, that the loss
      then fell from does not compete with a failure that comes after the
-     fall (it did not prevent learning).
+     fall (it did not prevent learning). A plateau from the run's first
+     step that is alone at the earliest onset yields to a module failing
+     within its first ``plateau_window`` steps: that failure is why the loss
+     never fell (``_why_it_never_fell``).
 2. Causes around the first failing layer (causes/, its RULES tried in order; each
    is an Event of its own, an *attribution*, so that the root cause's
    (kind, layer, step) is always an event of the timeline):
