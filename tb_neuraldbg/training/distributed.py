@@ -318,8 +318,7 @@ def sharded_norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     runs where the hooks measure parameters: in lockstep on every rank).
     """
     dt = _dtensor_type()
-    local = [t.to_local() if dt is not None and isinstance(t, dt) else t for t in tensors]
-    norms = stats.foreach_norm(local)
+    norms = stats.foreach_norm([stats.local_shard(t) for t in tensors])
     # Grouped by mesh and by the mesh dimensions that shard the tensor
     # (HSDP replicates along one and shards along the other).
     groups: dict[tuple, tuple] = {}

@@ -44,6 +44,8 @@ __all__ = [
     "stacked_norms",
     "unscaled_norms",
     "foreach_sub_",
+    "rounded_away",
+    "local_shard",
     "float_view",
     "acc_dtype",
     "ACC_DTYPE",
@@ -420,8 +422,8 @@ def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -
     a bool tensor's ``sum`` costs tens of times more on the CPU. NaN counts
     as non-zero. A sharded parameter (FSDP2's DTensor) is counted on its
     local shard (tests/test_distributed.py)."""
-    diffs = [_local(d) for d in diffs]
-    grads = [_local(g) for g in grads]
+    diffs = [local_shard(d) for d in diffs]
+    grads = [local_shard(g) for g in grads]
     for idxs, dg in _by_device_and_dtype(diffs):
         _foreach("sign_", torch.Tensor.sign_, dg)
         _foreach("abs_", torch.Tensor.abs_, dg)
@@ -430,8 +432,8 @@ def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -
     return graded, [n - torch.count_nonzero(d) for n, d in zip(graded, diffs)]
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (a plain tensor as it is)."""
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (FSDP2, tensor parallel); a plain tensor as it is."""
     return t.to_local() if hasattr(t, "to_local") else t
 
 
