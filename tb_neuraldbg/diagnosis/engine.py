@@ -308,10 +308,7 @@ def _layer(l) -> dict:
     if not isinstance(l, dict) or "name" not in l:
         raise TypeError(f"a layer is a dict with 'name' and 'type', got {l!r}")
     out = {"name": str(l["name"]), "type": str(l.get("type", ""))}
-    if isinstance(l.get("squash"), str):  # <loss>: what the criterion squashes its input with
-        out["squash"] = l["squash"]
-    if isinstance(l.get("dtype"), str):  # a module's parameters' dtype (aspects/rounding.py)
-        out["dtype"] = l["dtype"]
+    out.update((k, l[k]) for k in metadata.LAYER_EXTRAS if isinstance(l.get(k), str))
     return out
 
 

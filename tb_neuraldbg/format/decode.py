@@ -434,11 +434,8 @@ def _layer(index: int, item) -> tuple[dict, bool]:
     kind = item.get("type") if isinstance(item, dict) else ""
     kind = kind[:MAX_NAME] if isinstance(kind, str) else ""
     name = item.get("name") if isinstance(item, dict) else None
-    squash = item.get("squash") if isinstance(item, dict) else None
-    extra = {"squash": squash[:MAX_NAME]} if isinstance(squash, str) else {}  # <loss>'s criterion, when known
-    dtype = item.get("dtype") if isinstance(item, dict) else None
-    if isinstance(dtype, str):  # a module's parameters' dtype, when known
-        extra["dtype"] = dtype[:MAX_NAME]
+    extra = {k: item[k][:MAX_NAME] for k in metadata.LAYER_EXTRAS
+             if isinstance(item, dict) and isinstance(item.get(k), str)}
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME:
         return {"name": name, "type": kind, **extra}, True
     return {"name": metadata.unnamed_row(index), "type": kind, **extra}, False

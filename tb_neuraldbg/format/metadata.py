@@ -15,6 +15,7 @@ from tensorboard.compat.proto import summary_pb2
 
 __all__ = [
     "PLUGIN_NAME",
+    "LAYER_EXTRAS",
     "FORMAT_VERSION",
     "TAG_PREFIX",
     "TAG_LAYERS",
@@ -200,6 +201,9 @@ METRIC_TABLE = (
     MetricInfo("update_elements", "log", "Updated elements",
                "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
 )
+#: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
+#: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')
+LAYER_EXTRAS = ("squash", "dtype")
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}
 METRIC_INDEX = {name: i for i, name in enumerate(METRICS)}

@@ -185,13 +185,9 @@ def block_summary(span: np.ndarray, values: np.ndarray, states: np.ndarray,
 
 
 def _layer_entry(l: Mapping[str, str]) -> dict:
-    """{"name", "type"}, and ``<loss>``'s "squash" (what the criterion
-    squashes its input with, docs/FORMAT.md) and a module's "dtype" (its
-    parameters') when known."""
+    """{"name", "type"} and the ``metadata.LAYER_EXTRAS`` a layer has."""
     entry = {"name": str(l["name"]), "type": str(l.get("type", ""))}
-    for key in ("squash", "dtype"):
-        if isinstance(l.get(key), str):
-            entry[key] = l[key]
+    entry.update((k, l[k]) for k in metadata.LAYER_EXTRAS if isinstance(l.get(k), str))
     return entry
 
 
