@@ -177,8 +177,8 @@ class Thresholds:
     #: the band of "stopped falling" is for a span the loss reached after
     #: falling; a whole run that fell by less than twice that learned nothing
     #: worth the name (benchmarks/heldout: the healthy runs and the fixed
-    #: twins fall by a sixth or more in their first 150 steps, or within
-    #: their first losses, which ``_fell_first`` sees).
+    #: twins fall by more, or within their first losses, which
+    #: ``_fell_first`` sees; docs/diagnosis.md).
     plateau_never_drop: float = 0.10
     #: initial loss for K-class cross-entropy, at step 0: loss0 above ln K +
     #: max(initial_loss_abs, initial_loss_rel x ln K), or negative. Below ln K

@@ -419,7 +419,7 @@ def rounded_away(diffs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -
     g`` in place, one ``_foreach`` per op and device/dtype group, is
     non-zero exactly where both are (no product of two small values that
     could underflow), then ``count_nonzero`` per tensor: no new buffer, and
-    a bool tensor's ``sum`` costs tens of times more on the CPU. NaN counts
+    a bool tensor's ``sum`` is much slower than ``count_nonzero`` on the CPU. NaN counts
     as non-zero. A sharded parameter (FSDP2's DTensor) is counted on its
     local shard (tests/test_distributed.py)."""
     diffs = [local_shard(d) for d in diffs]
