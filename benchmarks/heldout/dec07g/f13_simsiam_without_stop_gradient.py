@@ -17,7 +17,7 @@ from _case import main, mean  # noqa: E402
 
 CASE = {
     "kind": ["activation_collapse"],
-    "layer": ["proj", "proj.*", "pred", "pred.*", "<loss>"],
+    "layer": ["enc", "enc.*", "proj", "proj.*", "pred", "pred.*", "<loss>"],
     "step": (0, 150),
     "bug": "loss = -cos(p1, z2) - cos(p2, z1) without z.detach(): the Siamese outputs collapse",
     "source": "Chen & He, 'Exploring Simple Siamese Representation Learning', CVPR 2021, Sec. 4.1 "
