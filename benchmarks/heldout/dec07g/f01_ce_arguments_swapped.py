@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _case import main, mean, ratio, series  # noqa: E402
+from _case import main, mean, series  # noqa: E402
 
 CASE = {
     "kind": ["activation_explosion", "exploding_gradient", "nonfinite", "loss_spike"],
