@@ -21,8 +21,7 @@ CASE = {
     "step": (0, 150),
     "bug": "loss = -cos(p1, z2) - cos(p2, z1) without z.detach(): the Siamese outputs collapse",
     "source": "Chen & He, 'Exploring Simple Siamese Representation Learning', CVPR 2021, Sec. 4.1 "
-              "and Fig. 2 (without stop-gradient the output std goes to 0); facebookresearch/simsiam "
-              "issues on collapse",
+              "and Fig. 2 (without stop-gradient the output std goes to 0)",
     "arch": "MLP encoder + projector + predictor (SimSiam) on augmented synthetic vectors",
 }
 

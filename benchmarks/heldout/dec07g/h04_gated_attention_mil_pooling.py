@@ -1,8 +1,9 @@
 """Multiple-instance learning with gated attention pooling (Ilse et al. 2018).
 
 Healthy, built to fool: a bag is positive when one of its 32 instances is a "key" instance, so the
-attention softmax puts nearly all weight on one instance and ~0 on the rest (most instances get
-almost no gradient), the sigmoid gate saturates, and the bag loss is noisy. It learns.
+attention softmax puts nearly all weight on one instance (median max weight 0.996 on positive
+bags) and ~0 on the rest, so most instances get almost no gradient, and the bag loss is noisy.
+It learns.
 """
 import os
 import sys
@@ -14,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _case import loss_fell, main, mean  # noqa: E402
 
 CASE = {"healthy": True, "arch": "instance MLP + gated attention pooling + bag classifier",
-        "fools": "attention ~one-hot over instances, saturating sigmoid gate, noisy bag loss"}
+        "fools": "attention ~one-hot over instances (most get ~no gradient), noisy bag loss"}
 
 
 class GatedAttention(nn.Module):
