@@ -53,6 +53,13 @@ CAUSE_ADVICE = {
         "MultiLabelSoftMarginLoss), which applies the sigmoid itself: sigmoid twice. Try: removing the "
         "final Sigmoid and passing the logits to the loss (apply sigmoid only for predictions), or "
         "keeping the Sigmoid with BCELoss."),
+    ("frozen_weights", "never_stepped"): (
+        "Likely cause: scheduler.step() called in place of optimizer.step(), step() called on another "
+        "optimizer than the one watched (one built for an earlier copy of the model), or a step() in a "
+        "branch never taken (an accumulation counter that never reaches its condition). Try: calling "
+        "optimizer.step() after backward (every k-th backward when accumulating gradients), then "
+        "scheduler.step(): scheduler.step() does not update the weights; passing watch() the optimizer "
+        "that steps."),
     ("frozen_weights", "update_rounded"): (
         "Likely cause: weights kept in a low-precision dtype (model.half(), model.to(torch.bfloat16)) "
         "without a float32 master copy: an update below half the spacing of the weight's values (2^-9 of "
@@ -116,6 +123,12 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
                 f"{step}: optimizer.step() leaves {fmt(100 * value if known(value) else value)}% of the elements "
                 f"that get a non-zero gradient exactly unchanged (most of them in {n} layer(s): {names}{more}), "
                 "so the model barely learns while its gradients flow.")
+    if kind == "frozen_weights" and cause == "never_stepped":
+        n = extra.get("backward_passes")
+        passes = "its backward passes" if n is None else f"{n} backward pass{'' if n == 1 else 'es'}"
+        return (f"{where}: the optimizer never stepped: {passes}, no "
+                f"optimizer.step() on the watched optimizer, so it never updated the weights (the run's one "
+                f"row, step {step}, was recorded at close).")
     if kind == "no_gradient" and cause == "zero_gradient":
         return (f"{where}: its parameters' gradients are exactly 0 at every step from step {step}: "
                 "they are in the optimizer and require grad, but no gradient reaches them.")

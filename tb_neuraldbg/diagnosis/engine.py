@@ -16,7 +16,7 @@ from ..format import metadata
 from .events import Event
 from .explain import event_message
 from .rootcause import Failure, find_root_cause
-from .states import ASPECTS, EVIDENCE, Classifier
+from .states import ASPECTS, EVIDENCE, FINAL, Classifier
 from .thresholds import Thresholds
 from .transitions import UNMEASURED, Hysteresis
 
@@ -86,6 +86,8 @@ class Engine:
         persist, born = persistence(t), persistence(t)
         born[_S["vanishing"]] = t.persist_vanishing_born
         self._hyst = {a: Hysteresis(n, persist, born) for a in ASPECTS}
+        for a in FINAL:  # (judged over the whole run at its end: nothing to persist)
+            self._hyst[a] = Hysteresis(n, np.ones_like(persist))
         self._cols = {a: _evidence_cols(a) for a in ASPECTS}
         self._last = np.full((n, _NUM_METRICS), np.nan)  # last measured value of each stat
         self._failures: list[Failure] = []

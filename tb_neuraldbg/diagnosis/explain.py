@@ -115,6 +115,8 @@ def value_label(kind: str, layer: str, extra: dict | None = None) -> str:
     """What an event's value is ("Gradient norm", "loss", "learning rate"),
     for a value shown without its message (the report's timeline)."""
     extra = extra or {}
+    if extra.get("cause") == "never_stepped":
+        return METRIC_INFO["steps_missing"].label
     if layer.startswith("<"):
         return _PSEUDO_VALUE.get((layer, kind)) or _PSEUDO_VALUE.get((layer, None), "value")
     if kind == "exploding_gradient" and extra.get("cause") == "grad_accumulation":

@@ -32,7 +32,7 @@ from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKind
 from .rootcause import RunFacts
 from .thresholds import Thresholds
 
-__all__ = ["Classifier", "ASPECTS", "EVIDENCE", "RowKinds"]
+__all__ = ["Classifier", "ASPECTS", "EVIDENCE", "FINAL", "RowKinds"]
 
 _ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units)
 #: hysteresis aspect -> (default evidence metric, metric of its non-finite
@@ -40,6 +40,8 @@ _ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Uni
 EVIDENCE = {name: ev for a in _ASPECT_TYPES for name, ev in a.EVIDENCE.items()}
 #: aspects of a layer, each with its own hysteresis
 ASPECTS = tuple(EVIDENCE)
+#: aspects decided only at a run's end (Classifier.final): one decision confirms them
+FINAL = tuple(name for a in _ASPECT_TYPES for name in a.FINAL)
 
 
 class Classifier:
@@ -118,8 +120,9 @@ class Classifier:
 
     def final(self, confirmed: dict) -> dict:
         """Raw states only the end of a run decides (the plateau of a run
-        shorter than plateau_min_steps): {aspect: (raw, onset)}, maybe empty."""
-        return self.loss.final(confirmed["plateau"])
+        shorter than plateau_min_steps, an optimizer that never stepped):
+        {aspect: (raw, onset)}, maybe empty."""
+        return {**self.loss.final(confirmed["plateau"]), **self.optimizer.final(confirmed["nostep"])}
 
     # ---------------------------------------------------------------- events
     def event_fields(self, aspect: str, kind: str, tr, row) -> tuple:

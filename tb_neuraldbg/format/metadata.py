@@ -200,6 +200,10 @@ METRIC_TABLE = (
                "unchanged: an update below the weights' precision (half an ulp), rounded away"),
     MetricInfo("update_elements", "log", "Updated elements",
                "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
+    # A loop whose watched optimizer never stepped (a run's one row, at close).
+    MetricInfo("steps_missing", "linear", "Backward passes without a step",
+               "<optimizer>: backward passes followed while the watched optimizer never stepped (no "
+               "optimizer.step()): the run's only row, recorded at close"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
 #: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')

@@ -66,6 +66,9 @@ class Aspect:
     #: hysteresis aspect -> (metric its events report by default, the metric
     #: of its non-finite state or None for the default)
     EVIDENCE: dict = {}
+    #: hysteresis aspects decided only at a run's end (its ``final``), over the
+    #: whole run: the engine confirms such a decision at once
+    FINAL: tuple = ()
 
     def __init__(self):
         self.kinds = RowKinds([])

@@ -1,6 +1,7 @@
 """The ``<optimizer>`` aspect: the hyperparameters of every param group and
-their changes, gradients that accumulate across steps, and the collapse of a
-GradScaler's scale with where its inf/NaN come from."""
+their changes, gradients that accumulate across steps, the collapse of a
+GradScaler's scale with where its inf/NaN come from, and an optimizer that
+never stepped."""
 
 from __future__ import annotations
 
@@ -42,9 +43,15 @@ class Optimizer(Aspect):
     rates, every discontinuity of a param group's hyperparameters (from the
     rows' ``opt_group``/``lr``/``weight_decay``/``momentum``) and the step
     where the rate fell to a thousandth of its peak.
+
+    ``nostep`` (decided at the run's end, :meth:`final`): a row whose
+    ``steps_missing`` is above 0 says that the watched optimizer never
+    stepped while backward passes ran (the writer records that row once, at
+    close): ``frozen`` on <optimizer>, from that row's step.
     """
 
-    EVIDENCE = {"scaler": ("scale", None), "accum": ("grad_carried", None)}
+    EVIDENCE = {"scaler": ("scale", None), "accum": ("grad_carried", None), "nostep": ("steps_missing", None)}
+    FINAL = ("nostep",)
 
     def __init__(self, thresholds: Thresholds):
         super().__init__()
@@ -75,11 +82,15 @@ class Optimizer(Aspect):
         self.lr_collapse = None  # (step, peak, lr): the rate fell to vanish_ratio x its peak
         self.accum_frac = math.nan  # this step's fraction of layers with leftover gradients
         self.accum_rows = ()
+        self.unstepped = None  # (step, backward passes) of a row saying the optimizer never stepped
 
     def observe(self, step: int, row) -> Rate:
         """Read this step's learning rate and scale (before the other aspects)."""
         rate = self._observe(step, row)
         self._groups(step, row, rate.lr)
+        i = self.kinds.opt_index
+        if i >= 0 and row[i, _M["steps_missing"]] > 0:  # (NaN: not this row)
+            self.unstepped = (int(step), float(row[i, _M["steps_missing"]]))
         self.prev_step = step
         return rate
 
@@ -229,6 +240,19 @@ class Optimizer(Aspect):
         raw[i] = STATE["exploding"] if carried.any() else HEALTHY
         return raw
 
+    def final(self, confirmed) -> dict:
+        """{"nostep": (raw, onset)} at the run's end: ``frozen`` on <optimizer>
+        from the step of the row that says the optimizer never stepped
+        (``confirmed``: the aspect's confirmed codes); {} without one."""
+        i = self.kinds.opt_index
+        if self.unstepped is None or i < 0 or confirmed[i] != HEALTHY:
+            return {}
+        raw = blank(self.kinds.n)
+        raw[i] = STATE["frozen"]
+        onset = np.full(self.kinds.n, -1, np.int64)
+        onset[i] = self.unstepped[0]
+        return {"nostep": (raw, onset)}
+
     def note_origin(self, origin, skipped: bool) -> None:
         """Where this step's inf/NaN first appear, (side "forward"/"backward",
         row) or None: the origin of the back-offs that follow."""
@@ -237,6 +261,9 @@ class Optimizer(Aspect):
             self.dec_origin = origin
 
     def event_fields(self, name, kind, tr, row):
+        if name == "nostep":
+            n = self.unstepped[1] if self.unstepped else math.nan
+            return n, math.nan, {"cause": "never_stepped", "backward_passes": None if math.isnan(n) else int(n)}
         if name == "accum":
             if tr.to_code == HEALTHY:
                 return 0.0, tr.value_before, {}

@@ -39,6 +39,12 @@ class HookGuard:
         self._inside = False
         self._t0 = 0  # perf_counter_ns() at the start of the body running now
 
+    @property
+    def busy(self) -> bool:
+        """A guarded body is running now (seen from a signal handler that
+        interrupted it on the same thread)."""
+        return self._inside
+
     def ns_until(self, now: int) -> int:
         """``hook_ns`` up to ``now`` (a ``perf_counter_ns()``), the body
         running now counted to that moment: a span of the training thread's

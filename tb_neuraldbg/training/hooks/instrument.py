@@ -411,9 +411,25 @@ class Instrument:
         return True
 
     def never_stepped(self) -> int:
-        """Backward passes followed while a watched optimizer never stepped (then nothing is
-        recorded: close() says so, tests/test_never_stepped.py); 0 once a step was recorded."""
+        """Backward passes followed while a watched optimizer never stepped (then no step is
+        recorded until :meth:`commit_never_stepped`, tests/test_never_stepped.py); 0 once a step
+        was recorded."""
         return self.backwards if self.optimizer is not None and self.commits == 0 else 0
+
+    def commit_never_stepped(self) -> int:
+        """At the end of watching (remove() and close(), before the hooks come off, while the
+        worker still runs): when backward passes were followed and the watched optimizer never
+        stepped, the step in progress recorded once, as the hooks measured it (the first
+        forward's statistics, the last backward's gradients: as with gradient accumulation),
+        with the count of those backward passes on ``<optimizer>`` (``steps_missing``), so the
+        run says why it has no other row. Returns that count (0: nothing done). Never the
+        re-run of a non-finite step (the model is not run again at close), and not from inside
+        a hook (a signal's close interrupting one: its step is half measured)."""
+        n = 0 if self.guard.removed or self.guard.busy else self.never_stepped()
+        if n:
+            self._checked = True  # (no replay: see above)
+            self.guard.run("close", self._commit, n)
+        return n
 
     def _backward_failed(self) -> None:
         self.guard.broken.add("backward")
@@ -539,8 +555,10 @@ class Instrument:
         self.guard.run("record", self._commit)
 
     @gc_paused
-    def _commit(self) -> None:
-        """The step's end: its values gathered into one packet for the sink."""
+    def _commit(self, unstepped: int = 0) -> None:
+        """The step's end: its values gathered into one packet for the sink.
+        ``unstepped``: the backward passes followed without an optimizer
+        step (:meth:`commit_never_stepped`), 0 at a step's usual end."""
         self.commits += 1
         step = self.step
         full = self.config.is_stats(step)
@@ -572,6 +590,8 @@ class Instrument:
             # compare the weights of this record with the next one.
             self._next_upd_snapshot = snapshot_weights(layout, self.norms) if layout.params else None
         add_step_scalars(col, self._loss, self.optimizer, self.scaler, loss_row, opt_row)
+        if unstepped:
+            col.const(opt_row, Key.STEPS_MISSING, float(unstepped))
         if self._target_var is not None:
             col.add(self._target_var, loss_row, Key.TARGET_VAR)
         if self._target_range is not None:

@@ -93,7 +93,11 @@ class Key:
     # (UPD_LOST: an update the weights' precision rounded away).
     UPD_GRADED = 45
     UPD_LOST = 46
-    COUNT = 47
+    # 47, 48: sample_spread (another change)
+    # Host constant at a run's end: backward passes followed while the watched
+    # optimizer never stepped (<optimizer>; Instrument.commit_never_stepped).
+    STEPS_MISSING = 49
+    COUNT = 50
 
 
 @dataclass
@@ -318,6 +322,7 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["input_integers"]] = pick(Key.INT_INPUT)
         row[..., _M["target_min"]] = pick(Key.TARGET_MIN)
         row[..., _M["target_max"]] = pick(Key.TARGET_MAX)
+        row[..., _M["steps_missing"]] = pick(Key.STEPS_MISSING)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
