@@ -93,7 +93,8 @@ def test_its_one_row_holds_what_the_hooks_measured(tmp_path):
     opt = names.index("<optimizer>")
     assert missing[opt] == 6 and np.isnan(np.delete(missing, opt)).all()
     for name in ("0", "2"):
-        expected = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.get_submodule(name).parameters()]))
+        grads = [p.grad.norm() for p in model.get_submodule(name).parameters()]
+        expected = torch.linalg.vector_norm(torch.stack(grads))
         assert run.stats[0, names.index(name), _M["grad_norm"]] == pytest.approx(float(expected), rel=1e-5)
     assert np.isfinite(run.stats[0, names.index("<loss>"), _M["value"]])
 

@@ -132,16 +132,15 @@ class WatchHandle:
         self._remove(_CLOSE_TIMEOUT)
 
     def _remove(self, timeout: float) -> None:
-        never = 0 if self.instrument.removed else self.instrument.never_stepped()
+        # (before the hooks come off and the worker is synced below: the step it records, at
+        # the run's end, is written like any other's)
+        never = self.instrument.commit_never_stepped()
         if never:
             warnings.warn(
                 f"tb_neuraldbg: the watched optimizer never stepped during {never} backward pass(es): no step "
                 "was recorded but the one in progress, now, which says so (a step is recorded at each "
                 "optimizer.step(); was scheduler.step() called in its place, or step() on another "
                 "optimizer?)", RuntimeWarning, stacklevel=3)
-            # Before the hooks come off and the worker is synced below: its row and diagnosis
-            # are written like any other step's (the worker finishes at close()).
-            self.instrument.commit_never_stepped()
         if self._added_hook is not None:
             self._added_hook.remove()
             self._added_hook = None

@@ -28,7 +28,6 @@ import weakref
 from time import perf_counter_ns
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -46,7 +45,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, squashing_of, target_range, target_variance
+from .pseudo_rows import add_step_scalars, classes_of, recorded_loss, squashing_of, target_range, target_variance
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -83,7 +82,7 @@ class Instrument:
                 stacklevel=3,
             )
         self.step = int(config.start_step)
-        self.backwards = self.commits = 0  # backward passes followed, steps recorded (never_stepped)
+        self.backwards = self.commits = 0  # backward passes followed, steps recorded (commit_never_stepped)
         self.guard = HookGuard()
         self.check = NonfiniteCheck(config.nonfinite)
         self.backward = BackwardHooks(self._on_backward_start, self._on_backward_end, self._backward_failed)
@@ -410,24 +409,13 @@ class Instrument:
         self.backwards += 1
         return True
 
-    def never_stepped(self) -> int:
-        """Backward passes followed while a watched optimizer never stepped (then no step is
-        recorded until :meth:`commit_never_stepped`, tests/test_never_stepped.py); 0 once a step
-        was recorded."""
-        return self.backwards if self.optimizer is not None and self.commits == 0 else 0
-
     def commit_never_stepped(self) -> int:
-        """At the end of watching (remove() and close(), before the hooks come off, while the
-        worker still runs): when backward passes were followed and the watched optimizer never
-        stepped, the step in progress recorded once, as the hooks measured it (the first
-        forward's statistics, the last backward's gradients: as with gradient accumulation),
-        with the count of those backward passes on ``<optimizer>`` (``steps_missing``), so the
-        run says why it has no other row. Returns that count (0: nothing done). Never the
-        re-run of a non-finite step (the model is not run again at close), and not from inside
-        a hook (a signal's close interrupting one: its step is half measured)."""
-        n = 0 if self.guard.removed or self.guard.busy else self.never_stepped()
-        if n:
-            self._checked = True  # (no replay: see above)
+        """Backward passes followed while the watched optimizer never stepped (0 once one did), at
+        remove()/close(): the step in progress is then recorded once, with that count on <optimizer>
+        (``steps_missing``, docs/FORMAT.md); no replay, nothing from inside a hook (a signal's close)."""
+        n = self.backwards if self.optimizer is not None and self.commits == 0 and not self.guard.removed else 0
+        if n and not self.guard.busy:
+            self._checked = True
             self.guard.run("close", self._commit, n)
         return n
 
@@ -538,16 +526,8 @@ class Instrument:
                 "with an optimizer watched, each optimizer.step() records a step; "
                 "record(loss=...) only attaches the loss (pass no step)"
             )
-        if loss is not None and isinstance(loss, torch.Tensor):
-            self._loss = loss.detach()
-        elif loss is not None:
-            try:  # a number, a numpy value or array, a list of numbers
-                self._loss = torch.as_tensor(np.asarray(loss, dtype=np.float64).reshape(-1))
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"record(loss=...) takes a tensor, a number or a sequence of numbers, "
-                    f"not {type(loss).__name__} {str(loss)[:40]!r}"
-                ) from None
+        if loss is not None:
+            self._loss = recorded_loss(loss)
         if self.optimizer is not None:
             return
         if step is not None:
@@ -556,9 +536,7 @@ class Instrument:
 
     @gc_paused
     def _commit(self, unstepped: int = 0) -> None:
-        """The step's end: its values gathered into one packet for the sink.
-        ``unstepped``: the backward passes followed without an optimizer
-        step (:meth:`commit_never_stepped`), 0 at a step's usual end."""
+        """The step's end: its values gathered into one packet for the sink (``unstepped``: commit_never_stepped)."""
         self.commits += 1
         step = self.step
         full = self.config.is_stats(step)

@@ -7,6 +7,7 @@ input and loss hooks, its commit); the values go to the step's
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,7 +17,7 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance", "squashing_of", "target_range"]
+           "target_variance", "squashing_of", "target_range", "recorded_loss"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -140,6 +141,21 @@ def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
         return None
     with torch.no_grad():
         return torch.stack(torch.aminmax(y.detach().float()))
+
+
+def recorded_loss(loss) -> torch.Tensor:
+    """``record(loss=...)``'s loss as a detached tensor: a tensor, a number, a
+    numpy value or array, a sequence of numbers; anything else raises
+    ``TypeError``."""
+    if isinstance(loss, torch.Tensor):
+        return loss.detach()
+    try:
+        return torch.as_tensor(np.asarray(loss, dtype=np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"record(loss=...) takes a tensor, a number or a sequence of numbers, "
+            f"not {type(loss).__name__} {str(loss)[:40]!r}"
+        ) from None
 
 
 def add_step_scalars(col: Collector, loss: torch.Tensor | None, optimizer, scaler, loss_row: int, opt_row: int) -> None:
