@@ -16,6 +16,7 @@ from torch import nn
 
 from tb_neuraldbg import DebugWriter, cli
 from tb_neuraldbg.diagnosis import Engine
+from tb_neuraldbg.diagnosis.explain import value_label
 from tb_neuraldbg.format import metadata
 from tb_neuraldbg.reader import read_logdir
 
@@ -80,6 +81,16 @@ def test_the_report_names_an_optimizer_that_never_stepped(tmp_path, capsys, opti
     (ev,) = [e for e in run["events"] if e["severity"] != "info"]
     assert (ev["kind"], ev["layer"], ev["step"], ev["value"]) == ("frozen_weights", "<optimizer>", 0, 6.0)
     assert ev["severity"] == metadata.STATE_SEVERITY["frozen"]
+
+
+def test_the_terminal_report_words_it(tmp_path, capsys):
+    _train(tmp_path)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "FAILING" in text and "the optimizer never stepped: 6 backward passes" in text
+    assert "learning rate 6" not in text  # (the event's value is a count, not the rate)
+    assert value_label("frozen_weights", "<optimizer>", {"cause": "never_stepped"}) == (
+        metadata.METRIC_INFO["steps_missing"].label)
 
 
 def test_its_one_row_holds_what_the_hooks_measured(tmp_path):

@@ -105,6 +105,9 @@ _VALUE_METRIC = {
 _PSEUDO_VALUE = {
     ("<optimizer>", None): "learning rate",
     ("<optimizer>", "scaler_collapse"): "AMP loss scale",
+    # (a median update ratio, a share of updates rounded away, or backward passes without a
+    # step: which one, its cause says; without the extras, not the learning rate)
+    ("<optimizer>", "frozen_weights"): "value",
     ("<input>", "data_anomaly"): "batch max |x|",
     ("<input>", None): "first batch RMS",
     ("<loss>", None): "loss",
