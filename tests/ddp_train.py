@@ -27,6 +27,7 @@ def main():
     p.add_argument("--ranks", default="gather")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--fsdp", action="store_true")
+    p.add_argument("--no-step", action="store_true")  # the optimizer never steps (tests/test_never_stepped.py)
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -62,7 +63,8 @@ def main():
             if hasattr(grad, "full_tensor"):
                 grad = grad.full_tensor()
             norms[name] = float(grad.norm())
-        opt.step()
+        if not a.no_step:
+            opt.step()
         for name, param in model.named_parameters():
             full = param.full_tensor() if hasattr(param, "full_tensor") else param
             norms["w:" + name] = float(full.detach().norm())

@@ -117,6 +117,18 @@ def test_a_healthy_two_rank_run_is_healthy(tmp_path):
     assert not [e for e in run.events if e["severity"] != "info"]
 
 
+def test_a_loop_that_never_steps_is_named_on_every_rank_and_closes(tmp_path):
+    """Each rank records its step in progress at close (the gather pairs up):
+    one row, frozen_weights at <optimizer> (tests/test_never_stepped.py)."""
+    torchrun(tmp_path, "--no-step")
+    (run,) = read_logdir(str(tmp_path))
+    assert run.steps.tolist() == [0]
+    assert np.nanmax(run.stats[:, :, M["steps_missing"]]) == STEPS
+    rc = run.diagnosis["root_cause"]
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("frozen_weights", "<optimizer>", 0)
+    assert f"{STEPS} backward passes" in rc["message"]
+
+
 def test_one_run_per_rank_on_request(tmp_path):
     torchrun(tmp_path, "--ranks", "each", "--bad-rank", "1", "--bad-step", str(BAD))
     runs = {r.name: r for r in read_logdir(str(tmp_path))}

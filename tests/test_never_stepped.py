@@ -23,7 +23,7 @@ from tb_neuraldbg.reader import read_logdir
 _M = metadata.METRIC_INDEX
 
 
-def _train(logdir, steps: str = "never", n: int = 6):
+def _train(logdir, steps: str = "never", n: int = 6, analysis: str = "thread"):
     """``n`` backward passes of a small classifier under a DebugWriter, then
     close(). ``steps``: "never" (scheduler.step() in place of opt.step(): the
     bug), "every", "every4" (gradient accumulation), "once" (at the third).
@@ -34,7 +34,7 @@ def _train(logdir, steps: str = "never", n: int = 6):
     sched = torch.optim.lr_scheduler.StepLR(opt, 10)
     crit = nn.CrossEntropyLoss()
     w = DebugWriter(str(logdir))
-    w.watch(model, optimizer=opt, criterion=crit)
+    w.watch(model, optimizer=opt, criterion=crit, analysis=analysis)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for i in range(n):
@@ -81,6 +81,13 @@ def test_the_report_names_an_optimizer_that_never_stepped(tmp_path, capsys, opti
     (ev,) = [e for e in run["events"] if e["severity"] != "info"]
     assert (ev["kind"], ev["layer"], ev["step"], ev["value"]) == ("frozen_weights", "<optimizer>", 0, 6.0)
     assert ev["severity"] == metadata.STATE_SEVERITY["frozen"]
+
+
+@pytest.mark.slow  # (a worker process)
+def test_a_worker_process_writes_it_too(tmp_path, capsys):
+    _train(tmp_path, analysis="process")
+    rc = _report(tmp_path, capsys)["root_cause"]
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("frozen_weights", "<optimizer>", 0)
 
 
 def test_the_terminal_report_words_it(tmp_path, capsys):
