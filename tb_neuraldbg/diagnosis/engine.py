@@ -139,9 +139,23 @@ class Engine:
             if f.event.kind == "initial_loss":
                 if not improved:
                     return "failing"
-            elif self._hyst[f.aspect].confirmed[f.index] != HEALTHY:
+            elif self._hyst[f.aspect].confirmed[f.index] != HEALTHY and not self._costs_nothing(f):
                 return "failing"
         return "healthy"
+
+    def _costs_nothing(self, f: Failure) -> bool:
+        """Whether a standing warning is about how well a layer's units or
+        weights work, not whether the model learns, while the loss fell
+        clearly since it began: saturated or dead units, updates partly
+        rounded away (DESIGN.md, *Severity and status*: a warning alone is not
+        a failure; a value head's tanh that saturates while the loss falls by
+        orders of magnitude). Gradients that vanish, weights that stop, an
+        output that collapses stay failures: those say the model stopped
+        learning, the loss notwithstanding (tests/test_engine_status.py)."""
+        ev = f.event
+        efficiency = ev.kind in ("saturated_activation", "dead_activation") or (
+            ev.kind == "frozen_weights" and ev.extra.get("cause") == "update_rounded")
+        return efficiency and self._clf.loss.plateau.fell_since(ev.step)
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:

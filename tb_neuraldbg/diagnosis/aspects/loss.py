@@ -378,6 +378,20 @@ class Plateau:
         ceiling = first + t.plateau_max_rise * abs(first) + noise  # above it: diverging, not flat
         return bool(np.min(lev) >= floor and np.max(lev) <= ceiling) and not self._fell_first(first, t)
 
+    def fell_since(self, step: int) -> bool:
+        """Whether the loss clearly fell after ``step``: its last block's
+        median is below the first block from ``step`` on by more than
+        ``plateau_never_drop`` of it plus three times the blocks' noise (the
+        margin of a run that learned something; tests/test_engine_status.py)."""
+        b, s = self.blocks, self.block_steps
+        k = next((i for i, first in enumerate(s) if first >= step), None)
+        if k is None or len(b) - k < 2:
+            return False
+        noise = 0.0
+        if len(b) >= 3:
+            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(b)))) / math.sqrt(2.0)
+        return b[-1] < b[k] - self.t.plateau_never_drop * abs(b[k]) - noise
+
     def climb(self):
         """The step a climbing loss started, or None: the last two block
         medians are both at least ``1 + plateau_max_rise`` times the best one
