@@ -144,18 +144,18 @@ class Engine:
         return "healthy"
 
     def _costs_nothing(self, f: Failure) -> bool:
-        """Whether a standing warning is about how well a layer's units or
-        weights work, not whether the model learns, while the loss fell
-        clearly since it began: saturated or dead units, updates partly
-        rounded away (DESIGN.md, *Severity and status*: a warning alone is not
-        a failure; a value head's tanh that saturates while the loss falls by
-        orders of magnitude). Gradients that vanish, weights that stop, an
-        output that collapses stay failures: those say the model stopped
-        learning, the loss notwithstanding (tests/test_engine_status.py)."""
+        """Whether a standing warning is about how a layer's units work, not
+        whether the model learns, while the loss fell clearly since it began:
+        saturated or dead units (DESIGN.md, *Severity and status*: a warning
+        alone is not a failure; a value head's tanh that saturates while the
+        loss falls by orders of magnitude). Gradients that vanish, weights
+        that stop or lose most updates to rounding, an output that collapses
+        stay failures: the model stopped learning, or learns far less, though
+        the loss may still fall (tests/test_engine_status.py; the scenario
+        conv_bf16_weights_sgd_updates_rounded_away)."""
         ev = f.event
-        efficiency = ev.kind in ("saturated_activation", "dead_activation") or (
-            ev.kind == "frozen_weights" and ev.extra.get("cause") == "update_rounded")
-        return efficiency and self._clf.loss.plateau.fell_since(ev.step)
+        units = ev.kind in ("saturated_activation", "dead_activation")
+        return units and self._clf.loss.plateau.fell_since(ev.step)
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:
