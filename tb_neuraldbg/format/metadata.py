@@ -200,6 +200,10 @@ METRIC_TABLE = (
                "unchanged: an update below the weights' precision (half an ulp), rounded away"),
     MetricInfo("update_elements", "log", "Updated elements",
                "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
+    # The classifier's trivial predictor (full steps; docs/FORMAT.md).
+    MetricInfo("prior_loss", "log", "Prior loss",
+               "<loss>: the loss of predicting the batch's label frequencies for every sample "
+               "(CrossEntropyLoss, BCEWithLogitsLoss): a classifier that learned only them sits there"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
 #: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')

@@ -46,7 +46,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, squashing_of, target_range, target_variance
+from .pseudo_rows import add_step_scalars, classes_of, prior_loss, squashing_of, target_range, target_variance
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -119,6 +119,7 @@ class Instrument:
         # the variance of a regression criterion's targets (full steps), see _commit
         self._target_var: torch.Tensor | None = None
         self._target_range: torch.Tensor | None = None  # their min and max, beside it
+        self._prior_loss: torch.Tensor | None = None  # a classifier's label frequencies' loss, see _commit
         # The gradients as the step's backward left them (None until measured).
         self._grads: GradientReading | None = None
         # (params, rows, copies, norms) taken before an update; see _commit.
@@ -391,6 +392,7 @@ class Instrument:
         if self.config.is_stats(self.step):
             self._target_var = target_variance(module, args)
             self._target_range = target_range(module, args)
+            self._prior_loss = prior_loss(module, args)
 
     # -- backward ---------------------------------------------------------
 
@@ -577,6 +579,8 @@ class Instrument:
         if self._target_range is not None:
             col.add(self._target_range[0], loss_row, Key.TARGET_MIN)
             col.add(self._target_range[1], loss_row, Key.TARGET_MAX)
+        if self._prior_loss is not None:
+            col.add(self._prior_loss, loss_row, Key.PRIOR_LOSS)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
         if self.check.mode == "every_step":

@@ -130,6 +130,60 @@ def _regression_targets(criterion: nn.Module, args) -> torch.Tensor | None:
     return y
 
 
+def prior_loss(criterion: nn.Module, args) -> torch.Tensor | None:
+    """The loss of predicting the batch's label frequencies for every sample
+    (on the targets' device): the best a classifier can do without looking at
+    its input, which one that learned nothing else settles at. For a
+    mean-reduced ``CrossEntropyLoss`` without class weights, the entropy of
+    the targets' class frequencies (class indices, ``ignore_index`` left out,
+    with the Miller-Madow correction (m - 1) / 2N of a histogram's entropy; or
+    class probabilities, averaged), after its ``label_smoothing``; for a
+    mean-reduced ``BCEWithLogitsLoss`` without weights, the binary entropy of
+    the mean of all its targets in [0, 1] (one rate for every output: never
+    below the loss of each output's own rate, so never too low). None for
+    other criteria and targets, or fewer than 2 targets."""
+    if len(args) < 2 or getattr(criterion, "reduction", "mean") != "mean":
+        return None
+    x, y = args[0], args[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or not x.is_floating_point():
+        return None
+    with torch.no_grad():
+        if type(criterion) is nn.CrossEntropyLoss and criterion.weight is None and x.dim() >= 2:
+            return _class_entropy(x.shape[1], y.detach(), criterion.ignore_index, criterion.label_smoothing)
+        if (type(criterion) is nn.BCEWithLogitsLoss and criterion.weight is None and criterion.pos_weight is None
+                and y.is_floating_point() and y.numel() >= 2):
+            y = y.detach().float()
+            lo, hi = torch.aminmax(y)
+            rate = y.mean().clamp(1e-12, 1 - 1e-12)
+            h = -(rate * rate.log() + (1 - rate) * (1 - rate).log())
+            # (targets outside [0, 1] have no such floor: another rule's)
+            return torch.where((lo >= 0) & (hi <= 1), h, torch.full_like(h, float("nan")))
+    return None
+
+
+def _class_entropy(k: int, y: torch.Tensor, ignore: int, smoothing: float) -> torch.Tensor | None:
+    """Entropy of the class frequencies of targets ``y`` among ``k`` classes
+    (``prior_loss``)."""
+    if y.is_floating_point():  # class probabilities [B, K, ...]
+        if y.dim() < 2 or y.shape[1] != k or y.shape[0] < 2:
+            return None
+        p = y.float().transpose(0, 1).reshape(k, -1).mean(dim=1)
+        correction = 0.0
+    else:
+        y = y.reshape(-1)
+        y = y[(y != ignore) & (y >= 0) & (y < k)]
+        if y.numel() < 2:
+            return None
+        counts = torch.bincount(y, minlength=k)[:k].float()
+        n = counts.sum()
+        p = counts / n
+        correction = ((counts > 0).sum() - 1).float() / (2 * n) if smoothing == 0 else 0.0
+    if smoothing:
+        p = (1 - smoothing) * p + smoothing / k
+    logp = torch.where(p > 0, p.clamp_min(1e-30).log(), torch.zeros_like(p))
+    return -(p * logp).sum() + correction
+
+
 def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
     """The smallest and largest of a mean-reduced ``MSELoss``'s targets (a
     tensor of two, on their device; the criteria and targets of

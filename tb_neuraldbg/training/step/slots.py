@@ -93,7 +93,10 @@ class Key:
     # (UPD_LOST: an update the weights' precision rounded away).
     UPD_GRADED = 45
     UPD_LOST = 46
-    COUNT = 47
+    # The loss of the best constant prediction (a classifier's label
+    # frequencies; <loss>, full steps): hooks/pseudo_rows.prior_loss.
+    PRIOR_LOSS = 47
+    COUNT = 48
 
 
 @dataclass
@@ -318,6 +321,7 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["input_integers"]] = pick(Key.INT_INPUT)
         row[..., _M["target_min"]] = pick(Key.TARGET_MIN)
         row[..., _M["target_max"]] = pick(Key.TARGET_MAX)
+        row[..., _M["prior_loss"]] = pick(Key.PRIOR_LOSS)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
