@@ -146,16 +146,17 @@ class Engine:
     def _costs_nothing(self, f: Failure) -> bool:
         """Whether a standing warning is about how a layer's units work, not
         whether the model learns, while the loss fell clearly since it began:
-        saturated or dead units (DESIGN.md, *Severity and status*: a warning
-        alone is not a failure; a value head's tanh that saturates while the
-        loss falls by orders of magnitude). Gradients that vanish, weights
-        that stop or lose most updates to rounding, an output that collapses
-        stay failures: the model stopped learning, or learns far less, though
-        the loss may still fall (tests/test_engine_status.py; the scenario
+        saturated units (DESIGN.md, *Severity and status*: a warning alone is
+        not a failure; a value head's tanh that saturates while the loss falls
+        by orders of magnitude). Dead units are judged by what they cost the
+        loss already (docs/diagnosis.md, "Dead is what cannot learn").
+        Gradients that vanish before them, weights that stop or lose most
+        updates to rounding, an output that collapses stay failures: the model
+        stopped learning, or learns far less, though the loss may still fall
+        (tests/test_engine_status.py; the scenario
         conv_bf16_weights_sgd_updates_rounded_away)."""
         ev = f.event
-        units = ev.kind in ("saturated_activation", "dead_activation")
-        return units and self._clf.loss.plateau.fell_since(ev.step)
+        return ev.kind == "saturated_activation" and self._clf.loss.plateau.fell_since(ev.step)
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:
