@@ -46,7 +46,8 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, prior_loss, squashing_of, target_range, target_variance
+from .pseudo_rows import (LabelFrequencies, add_step_scalars, classes_of, squashing_of, target_range,
+                          target_variance)
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -84,6 +85,7 @@ class Instrument:
             )
         self.step = int(config.start_step)
         self.backwards = self.commits = 0  # backward passes followed, steps recorded (never_stepped)
+        self._frequencies = LabelFrequencies()  # the run's label counts (prior_loss), see _on_loss
         self.guard = HookGuard()
         self.check = NonfiniteCheck(config.nonfinite)
         self.backward = BackwardHooks(self._on_backward_start, self._on_backward_end, self._backward_failed)
@@ -392,7 +394,7 @@ class Instrument:
         if self.config.is_stats(self.step):
             self._target_var = target_variance(module, args)
             self._target_range = target_range(module, args)
-            self._prior_loss = prior_loss(module, args)
+            self._prior_loss = self._frequencies.add(module, args)
 
     # -- backward ---------------------------------------------------------
 

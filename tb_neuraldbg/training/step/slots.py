@@ -94,7 +94,7 @@ class Key:
     UPD_GRADED = 45
     UPD_LOST = 46
     # The loss of the best constant prediction (a classifier's label
-    # frequencies; <loss>, full steps): hooks/pseudo_rows.prior_loss.
+    # frequencies; <loss>, full steps): hooks/pseudo_rows.LabelFrequencies.
     PRIOR_LOSS = 47
     COUNT = 48
 
