@@ -202,7 +202,7 @@ METRIC_TABLE = (
                "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
     # The classifier's trivial predictor (full steps; docs/FORMAT.md).
     MetricInfo("prior_loss", "log", "Prior loss",
-               "<loss>: the loss of predicting the batch's label frequencies for every sample "
+               "<loss>: the loss of predicting the label frequencies (over the run so far) for every sample "
                "(CrossEntropyLoss, BCEWithLogitsLoss): a classifier that learned only them sits there"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
