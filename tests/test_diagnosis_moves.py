@@ -110,3 +110,43 @@ def test_several_layers_missing_from_the_optimizer_are_the_optimizers():
     eng = Engine(run.layers)
     feed(eng, run, range(12), lambda s, r: _facts(run, r, group={n: -1 for n in run.names}))
     assert _root(eng) == ("frozen_weights", "<optimizer>", 0)
+
+
+def _scheduled(rate, steps, ur_when_still=0.0):
+    """An MLP at the rate ``rate(step)`` of every group, whose updates scale
+    with it (``ur_when_still`` where the rate is 0: 0 measured, or NaN when
+    the writer skips it); its loss falls while the rate is up, then holds."""
+    run = Run()
+    eng = Engine(run.layers, num_classes=4)
+    level = [math.log(4)]
+
+    def plant(s, r):
+        lr = rate(s)
+        _facts(run, r, lr={n: lr for n in run.names})
+        if np.isfinite(r[run.params, M["update_ratio"]]).any():
+            ur = lr * np.exp(run.rng.normal(0, 0.2, len(run.params)))
+            r[run.params, M["update_ratio"]] = ur if lr > 0 else ur_when_still
+        level[0] *= 0.99 if lr > 0 else 1.0
+        r[run.i("<loss>"), M["value"]] = level[0] + 0.01 * run.rng.normal()
+
+    feed(eng, run, range(steps), plant)
+    return eng
+
+
+def test_a_schedule_that_took_the_rate_to_zero_mid_run_stopped_the_optimizer():
+    """A linear schedule given one epoch as its total: the rate is 0 from
+    step 40 while training goes on (the weights never move again)."""
+    for still in (0.0, np.nan):  # measured as 0, or not measured at all
+        eng = _scheduled(lambda s: 1e-3 * max(0.0, 1 - s / 40), 200, still)
+        rc = eng.root_cause
+        assert rc is not None and (rc["kind"], rc["layer"]) == ("frozen_weights", "<optimizer>"), rc
+        assert 30 <= rc["step"] <= 45, rc
+        assert "is 0 at step" in rc["message"], rc["message"]
+
+
+def test_a_schedule_that_ends_at_zero_with_the_run_or_starts_there_is_silent():
+    """A linear decay reaching 0 at the last steps, and a warmup from 0."""
+    n = 160
+    for rate in (lambda s: 1e-3 * max(0.0, 1 - s / (n - 5)), lambda s: 1e-3 * min(1.0, s / 10)):
+        eng = _scheduled(rate, n)
+        assert eng.root_cause is None, eng.root_cause

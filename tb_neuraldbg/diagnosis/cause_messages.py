@@ -29,7 +29,8 @@ CAUSE_ADVICE = {
         "batch, a decay far too fast, a step_size in epochs counted in batches). Try: checking where "
         "scheduler.step() is called and its step_size/gamma/T_max; printing the rate over the run."),
     ("loss_plateau", "trivial"): (
-        "Gradients flow, but the model predicts no better than the targets' mean. Likely cause: targets "
+        "Gradients flow, but the model predicts no better than a constant (the targets' mean, or their "
+        "label frequencies). Likely cause: targets "
         "unrelated to the inputs (misaligned or shuffled pairs, the wrong column), inputs that carry no "
         "signal (constant, all zero, normalised away), or a learning rate far too low. Try: overfitting a "
         "single batch; checking that each input is paired with its own target."),
@@ -85,6 +86,11 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
                     f"from step {step} (update ratio ||dw||/||w||; healthy is ~1e-3){rate}.")
         return _updates_head(where, step, value, before, extra)
     if kind == "loss_plateau" and extra.get("reason") == "trivial" and known(extra.get("trivial_loss")):
+        if extra.get("trivial_of") == "frequencies":
+            return (f"<loss>: the loss stays at the level of predicting the label frequencies for every sample "
+                    f"from step {step} (loss {fmt(value)}; that constant prediction's loss, the entropy of the "
+                    f"labels, is {fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}): the model "
+                    f"learned how often each label occurs, nothing about the inputs.")
         return (f"<loss>: the loss stays at the level of predicting the targets' mean from step {step} (loss "
                 f"{fmt(value)}; the targets' variance, that trivial predictor's loss, is "
                 f"{fmt(extra.get('trivial_loss'))}; it started at {fmt(before)}).")

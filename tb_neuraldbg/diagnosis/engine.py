@@ -141,9 +141,24 @@ class Engine:
             if f.event.kind == "initial_loss":
                 if not improved:
                     return "failing"
-            elif self._hyst[f.aspect].confirmed[f.index] != HEALTHY:
+            elif self._hyst[f.aspect].confirmed[f.index] != HEALTHY and not self._costs_nothing(f):
                 return "failing"
         return "healthy"
+
+    def _costs_nothing(self, f: Failure) -> bool:
+        """Whether a standing warning is about how a layer's units work, not
+        whether the model learns, while the loss fell clearly since it began:
+        saturated units (DESIGN.md, *Severity and status*: a warning alone is
+        not a failure; a value head's tanh that saturates while the loss falls
+        by orders of magnitude). Dead units are judged by what they cost the
+        loss already (docs/diagnosis.md, "Dead is what cannot learn").
+        Gradients that vanish before them, weights that stop or lose most
+        updates to rounding, an output that collapses stay failures: the model
+        stopped learning, or learns far less, though the loss may still fall
+        (tests/test_engine_status.py; the scenario
+        conv_bf16_weights_sgd_updates_rounded_away)."""
+        ev = f.event
+        return ev.kind == "saturated_activation" and self._clf.loss.plateau.fell_since(ev.step)
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:

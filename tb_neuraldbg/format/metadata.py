@@ -204,6 +204,10 @@ METRIC_TABLE = (
     MetricInfo("steps_missing", "linear", "Backward passes without a step",
                "<optimizer>: backward passes followed while the watched optimizer never stepped (no "
                "optimizer.step()): the run's only row, recorded at close"),
+    # The classifier's trivial predictor (full steps; docs/FORMAT.md).
+    MetricInfo("prior_loss", "log", "Prior loss",
+               "<loss>: the loss of predicting the label frequencies (over the run so far) for every sample "
+               "(CrossEntropyLoss, BCEWithLogitsLoss): a classifier that learned only them sits there"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
 #: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')

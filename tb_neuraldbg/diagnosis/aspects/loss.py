@@ -57,6 +57,9 @@ class Loss(Aspect):
         # the variance of a regression's targets (MSELoss), measured on full
         # steps: the loss of predicting their mean (the trivial predictor)
         self.target_var = Window(thresholds.loss_window)
+        # a classifier's: the loss of predicting the label frequencies
+        # (prior_loss, docs/FORMAT.md), which one that learned only them sits at
+        self.prior_loss = Window(thresholds.loss_window)
         # Recent steps whose batch was empty (the <input> row's batch size 0;
         # a mean over it is NaN): the message of a non-finite loss says so.
         self.empty_steps = deque(maxlen=64)
@@ -181,7 +184,11 @@ class Loss(Aspect):
         tv = float(r[_M["target_var"]])
         if math.isfinite(tv) and tv > 0:
             self.target_var.append(tv)
-            self.plateau.trivial = self.target_var.median()
+            self.plateau.trivial, self.plateau.trivial_of = self.target_var.median(), "mean"
+        pl = float(r[_M["prior_loss"]])
+        if math.isfinite(pl) and pl > 0 and not len(self.target_var):
+            self.prior_loss.append(pl)
+            self.plateau.trivial, self.plateau.trivial_of = self.prior_loss.median(), "frequencies"
         raw_loss = out["loss"][0]
         if r[_M["act_nonfinite"]] > 0 or math.isinf(v):
             raw_loss[i] = STATE["nonfinite"]
@@ -288,6 +295,7 @@ class Loss(Aspect):
                 extra["num_classes"] = self.num_classes
                 if self.plateau.reason == "trivial":
                     extra["trivial_loss"] = self.plateau.trivial
+                    extra["trivial_of"] = self.plateau.trivial_of
             before, value = self.plateau.level_before, self.plateau.level
         elif name == "init":
             k = self.num_classes
@@ -324,6 +332,7 @@ class Plateau:
         self.climb_best = math.nan  # the best level (a block median) before the climb
         self.climb_level = math.nan  # the level now
         self.trivial = math.nan  # the trivial predictor's loss, when known (a regression's target variance)
+        self.trivial_of = "mean"  # what that predictor predicts: the targets' "mean" or their class "frequencies"
         self.first_losses = []  # the run's first block of losses: did it fall before its first level?
 
     def add(self, step: int, v: float, in_plateau: bool, first_step, num_classes) -> None:
@@ -377,6 +386,20 @@ class Plateau:
         floor = first - t.plateau_never_drop * abs(first) - noise
         ceiling = first + t.plateau_max_rise * abs(first) + noise  # above it: diverging, not flat
         return bool(np.min(lev) >= floor and np.max(lev) <= ceiling) and not self._fell_first(first, t)
+
+    def fell_since(self, step: int) -> bool:
+        """Whether the loss clearly fell after ``step``: its last block's
+        median is below the first block from ``step`` on by more than
+        ``plateau_never_drop`` of it plus three times the blocks' noise (the
+        margin of a run that learned something; tests/test_engine_status.py)."""
+        b, s = self.blocks, self.block_steps
+        k = next((i for i, first in enumerate(s) if first >= step), None)
+        if k is None or len(b) - k < 2:
+            return False
+        noise = 0.0
+        if len(b) >= 3:
+            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(b)))) / math.sqrt(2.0)
+        return b[-1] < b[k] - self.t.plateau_never_drop * abs(b[k]) - noise
 
     def climb(self):
         """The step a climbing loss started, or None: the last two block

@@ -44,6 +44,7 @@ class Weight(Aspect):
         self.last_w = np.zeros(0)  # last weight norm measured ...
         self.last_w_step = np.zeros(0, np.int64)  # ... and its step
         self.moved_anyway = np.zeros(0, bool)  # moved although the watched optimizer cannot move it
+        self.lr_was_up = np.zeros(0, bool)  # the row's group had a rate above 0 at an earlier step
         self.high_update_steps = []  # (step, lr): most layers moved > update_ratio_high
         # rows whose gradients (against their weights) or activations were
         # extreme at the first step, before any update (None: not seen yet)
@@ -58,6 +59,7 @@ class Weight(Aspect):
         self.last_w = grow(self.last_w, n, np.nan)
         self.last_w_step = grow(self.last_w_step, n, -10)
         self.moved_anyway = grow(self.moved_anyway, n, False)
+        self.lr_was_up = grow(self.lr_was_up, n, False)
 
     def classify(self, step: int, row, grad_raw, lr: float, skipped: bool) -> dict:
         """{"weight": (raw, None)}; ``grad_raw``: this step's raw gradient
@@ -78,6 +80,13 @@ class Weight(Aspect):
         # they were seen moving all the same (stepped by a second optimizer:
         # SparseAdam for an embedding beside Adam for the rest)
         cannot = mod & ((row[:, _M["opt_group"]] == -1) | (row[:, _M["lr"]] == 0))
+        # A rate a schedule took to exactly 0 after the group trained is the
+        # schedule's, judged on <optimizer> by how long it lasts (``Moves``: a
+        # decay to 0 at the run's end is none, a total of one epoch is); a
+        # group at 0 from its first step is its layers' (tests/test_diagnosis_moves.py).
+        held = mod & (row[:, _M["opt_group"]] != -1)
+        zeroed = held & (row[:, _M["lr"]] == 0) & self.lr_was_up
+        self.lr_was_up |= held & (row[:, _M["lr"]] > 0)
         # (its weight norm changed between two measurements: the update
         # ratio sees only the watched optimizer's update)
         norm_moved = np.isfinite(w) & np.isfinite(self.last_w) & (w != self.last_w)
@@ -97,7 +106,7 @@ class Weight(Aspect):
         self.last_w[wf] = w[wf]
         self.last_w_step[wf] = step
         raw = blank(self.kinds.n)
-        out = {"weight": (raw, None), "moves": self.moves.classify(step, row, self.kinds, mod & ~cannot, lr),
+        out = {"weight": (raw, None), "moves": self.moves.classify(step, row, self.kinds, mod & ~cannot, lr, zeroed),
                "rounded": self.rounding.classify(row, self.kinds, skipped)}
         if skipped:
             return out  # nothing may move at this step
@@ -108,7 +117,7 @@ class Weight(Aspect):
             return out  # e.g. a micro-batch of gradient accumulation
         raw[moved] = HEALTHY
         # frozen: a healthy gradient, and no update
-        frozen = still & (grad_raw == HEALTHY) & (row[:, _M["grad_norm"]] > 0)
+        frozen = still & ~zeroed & (grad_raw == HEALTHY) & (row[:, _M["grad_norm"]] > 0)
         raw[frozen] = STATE["frozen"]
         # learning-rate evidence for the root cause: most layers moved far
         if ur_ok.sum() >= 2:
@@ -202,10 +211,12 @@ class Moves:
         self.lr_now = None  # (step, lowest and highest rate of the groups)
         self.reason = None  # "negligible" or "collapse"
 
-    def classify(self, step, row, kinds, movable, lr):
+    def classify(self, step, row, kinds, movable, lr, zeroed):
         """(raw [L], onset [L] | None): frozen or healthy on <optimizer>,
         unmeasured elsewhere; ``movable``: the module rows the optimizer can
-        move at this step; ``lr``: the first group's rate."""
+        move at this step; ``lr``: the first group's rate; ``zeroed``: the
+        rows whose group's rate fell to 0 after it was above (they moved by
+        0: judged here, as a collapse of the update)."""
         n = kinds.n
         raw = blank(n)
         if len(self.ur_last) < n:
@@ -219,14 +230,16 @@ class Moves:
         ur, g = row[:, _M["update_ratio"]], row[:, _M["grad_norm"]]
         rate = row[:, _M["lr"]]
         rate = np.where(np.isfinite(rate), rate, lr)
+        movable = movable | zeroed
         seen = movable & np.isfinite(ur) & (ur >= 0)
         self.ur_last[seen], self.lr_at[seen] = ur[seen], rate[seen]
         with np.errstate(invalid="ignore", divide="ignore"):
             est = np.where(seen, ur, np.where(self.lr_at > 0, self.ur_last * rate / self.lr_at, np.nan))
+        est[zeroed] = 0.0  # (a rate of 0 moves nothing, measured or not)
         # (updates rounded away to exactly 0 count only at a negligible rate:
         # at another, the optimizer did nothing, which the frozen rows say)
         tiny_rate = self.lr_now is not None and 0 < self.lr_now[2] <= self.t.lr_negligible
-        ok = movable & np.isfinite(est) & ((est > 0) | ((est == 0) & tiny_rate)) & np.isfinite(g) & (g > 0)
+        ok = movable & np.isfinite(est) & ((est > 0) | ((est == 0) & (tiny_rate | zeroed))) & np.isfinite(g) & (g > 0)
         if i < 0 or not ok.any():
             return raw, None
         r, gn = float(np.median(est[ok])), float(np.median(g[ok]))

@@ -45,7 +45,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import add_step_scalars, classes_of, recorded_loss, squashing_of, target_range, target_variance
+from .pseudo_rows import LabelFrequencies, add_step_scalars, classes_of, recorded_loss, squashing_of, target_facts
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -83,6 +83,7 @@ class Instrument:
             )
         self.step = int(config.start_step)
         self.backwards = self.commits = 0  # backward passes followed, steps recorded (commit_never_stepped)
+        self._frequencies = LabelFrequencies()  # the run's label counts (prior_loss), see _on_loss
         self.guard = HookGuard()
         self.check = NonfiniteCheck(config.nonfinite)
         self.backward = BackwardHooks(self._on_backward_start, self._on_backward_end, self._backward_failed)
@@ -116,8 +117,7 @@ class Instrument:
         self.fwd.new_step(self.step, self.config.is_stats(self.step), self.config.is_hist(self.step))
         self._loss: torch.Tensor | None = None
         # the variance of a regression criterion's targets (full steps), see _commit
-        self._target_var: torch.Tensor | None = None
-        self._target_range: torch.Tensor | None = None  # their min and max, beside it
+        self._targets: list = []  # what <loss> records of the criterion's targets (full steps), see _commit
         # The gradients as the step's backward left them (None until measured).
         self._grads: GradientReading | None = None
         # (params, rows, copies, norms) taken before an update; see _commit.
@@ -388,8 +388,7 @@ class Instrument:
         if target is not None:
             self.batches.attach_target(self.step, target)
         if self.config.is_stats(self.step):
-            self._target_var = target_variance(module, args)
-            self._target_range = target_range(module, args)
+            self._targets = target_facts(module, args, self._frequencies)
 
     # -- backward ---------------------------------------------------------
 
@@ -570,11 +569,8 @@ class Instrument:
         add_step_scalars(col, self._loss, self.optimizer, self.scaler, loss_row, opt_row)
         if unstepped:
             col.const(opt_row, Key.STEPS_MISSING, float(unstepped))
-        if self._target_var is not None:
-            col.add(self._target_var, loss_row, Key.TARGET_VAR)
-        if self._target_range is not None:
-            col.add(self._target_range[0], loss_row, Key.TARGET_MIN)
-            col.add(self._target_range[1], loss_row, Key.TARGET_MAX)
+        for value, key in self._targets:
+            col.add(value, loss_row, key)
         host, rows, keys = col.finish()
         self.batches.note_step(step, host)
         if self.check.mode == "every_step":

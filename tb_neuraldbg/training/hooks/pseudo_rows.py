@@ -131,6 +131,102 @@ def _regression_targets(criterion: nn.Module, args) -> torch.Tensor | None:
     return y
 
 
+class LabelFrequencies:
+    """The loss of predicting the label frequencies seen so far for every
+    sample (``prior_loss``, docs/FORMAT.md): the best a classifier can do
+    without looking at its inputs, which one that learned nothing else settles
+    at. The frequencies are counted over the run's targets (on their device),
+    not over one batch: a small batch's histogram has too low an entropy (4
+    labels of 4 classes), a run's does not (scenario mlp_relu_sgd_b4_w256_d6).
+
+    For a mean-reduced ``CrossEntropyLoss`` without class weights, the entropy
+    of the targets' class frequencies (class indices, ``ignore_index`` left
+    out, with the Miller-Madow correction (m - 1) / 2N of a histogram's
+    entropy; or class probabilities, averaged), after its ``label_smoothing``;
+    for a mean-reduced ``BCEWithLogitsLoss`` without weights, the binary
+    entropy of the mean of all its targets in [0, 1] (one rate for every
+    output: never below the loss of each output's own rate, so never too
+    low). None for other criteria and targets."""
+
+    def __init__(self):
+        self.sums: torch.Tensor | None = None  # per class (CE), or [sum, count] (BCE)
+        self.count: torch.Tensor | None = None
+        self.kind = None  # ("ce", K, hard) or ("bce",): a change starts the count again
+
+    def add(self, criterion: nn.Module, args) -> torch.Tensor | None:
+        """Count this batch's targets; the loss of the frequencies so far."""
+        if len(args) < 2 or getattr(criterion, "reduction", "mean") != "mean":
+            return None
+        x, y = args[0], args[1]
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or not x.is_floating_point():
+            return None
+        with torch.no_grad():
+            y = y.detach()
+            if type(criterion) is nn.CrossEntropyLoss and criterion.weight is None and x.dim() >= 2:
+                return self._classes(x.shape[1], y, criterion.ignore_index, criterion.label_smoothing)
+            if (type(criterion) is nn.BCEWithLogitsLoss and criterion.weight is None
+                    and criterion.pos_weight is None and y.is_floating_point() and y.numel() >= 1):
+                return self._binary(y.float())
+        return None
+
+    def _start(self, kind, size: int, device) -> None:
+        if self.kind != kind or self.sums is None or self.sums.device != device:
+            self.kind = kind
+            self.sums = torch.zeros(size, dtype=torch.float64, device=device)
+            self.count = torch.zeros((), dtype=torch.float64, device=device)
+
+    def _classes(self, k: int, y: torch.Tensor, ignore: int, smoothing: float) -> torch.Tensor | None:
+        hard = not y.is_floating_point()
+        if hard:
+            y = y.reshape(-1)
+            # (weights, not a boolean index: no wait for the device)
+            valid = ((y != ignore) & (y >= 0) & (y < k)).double()
+            add = torch.bincount(y.clamp(0, k - 1), weights=valid, minlength=k)[:k]
+            n = valid.sum()
+        elif y.dim() >= 2 and y.shape[1] == k:  # class probabilities [B, K, ...]
+            p = y.double().transpose(0, 1).reshape(k, -1)
+            add, n = p.sum(dim=1), p.shape[1]
+        else:
+            return None
+        self._start(("ce", k, hard), k, y.device)
+        self.sums += add
+        self.count += n
+        p = self.sums / self.count.clamp_min(1.0)
+        correction = ((self.sums > 0).sum() - 1).double() / (2 * self.count) if hard and not smoothing else 0.0
+        if smoothing:
+            p = (1 - smoothing) * p + smoothing / k
+        logp = torch.where(p > 0, p.clamp_min(1e-300).log(), torch.zeros_like(p))
+        h = -(p * logp).sum() + correction
+        return torch.where(self.count >= 2, h, torch.full_like(h, float("nan"))).float()
+
+    def _binary(self, y: torch.Tensor) -> torch.Tensor:
+        lo, hi = torch.aminmax(y)
+        inside = (lo >= 0) & (hi <= 1)
+        self._start(("bce",), 1, y.device)
+        # (targets outside [0, 1] have no such floor, another rule's: not counted)
+        self.sums += torch.where(inside, y.double().sum(), torch.zeros((), dtype=torch.float64, device=y.device))
+        self.count += torch.where(inside, float(y.numel()), 0.0).double()
+        rate = (self.sums[0] / self.count.clamp_min(1.0)).clamp(1e-12, 1 - 1e-12)
+        h = -(rate * rate.log() + (1 - rate) * (1 - rate).log())
+        return torch.where(inside & (self.count >= 2), h, torch.full_like(h, float("nan"))).float()
+
+
+def target_facts(criterion: nn.Module, args, frequencies: LabelFrequencies) -> list[tuple[torch.Tensor, int]]:
+    """(value, slot key) of what the <loss> row records of a criterion's
+    targets on a full step: a regression's variance and range
+    (``target_variance``, ``target_range``), a classifier's label frequencies'
+    loss (``frequencies``, counted on)."""
+    out = []
+    var, span, prior = target_variance(criterion, args), target_range(criterion, args), frequencies.add(criterion, args)
+    if var is not None:
+        out.append((var, Key.TARGET_VAR))
+    if span is not None:
+        out += [(span[0], Key.TARGET_MIN), (span[1], Key.TARGET_MAX)]
+    if prior is not None:
+        out.append((prior, Key.PRIOR_LOSS))
+    return out
+
+
 def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
     """The smallest and largest of a mean-reduced ``MSELoss``'s targets (a
     tensor of two, on their device; the criteria and targets of

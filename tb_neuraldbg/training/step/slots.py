@@ -97,7 +97,10 @@ class Key:
     # Host constant at a run's end: backward passes followed while the watched
     # optimizer never stepped (<optimizer>; Instrument.commit_never_stepped).
     STEPS_MISSING = 49
-    COUNT = 50
+    # The loss of the best constant prediction (a classifier's label
+    # frequencies; <loss>, full steps): hooks/pseudo_rows.LabelFrequencies.
+    PRIOR_LOSS = 50
+    COUNT = 51
 
 
 @dataclass
@@ -323,6 +326,7 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         row[..., _M["target_min"]] = pick(Key.TARGET_MIN)
         row[..., _M["target_max"]] = pick(Key.TARGET_MAX)
         row[..., _M["steps_missing"]] = pick(Key.STEPS_MISSING)
+        row[..., _M["prior_loss"]] = pick(Key.PRIOR_LOSS)
         # Output gradients not read: none is non-finite when nothing else
         # is (a non-finite one reaches a parameter's gradient or the loss:
         # every row's evidence, pseudo-rows included, measured at this step).
