@@ -116,7 +116,6 @@ class Instrument:
         self.backward.new_step()
         self.fwd.new_step(self.step, self.config.is_stats(self.step), self.config.is_hist(self.step))
         self._loss: torch.Tensor | None = None
-        # the variance of a regression criterion's targets (full steps), see _commit
         self._targets: list = []  # what <loss> records of the criterion's targets (full steps), see _commit
         # The gradients as the step's backward left them (None until measured).
         self._grads: GradientReading | None = None
