@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKinds, Units, Weight
+from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKinds, Samples, Units, Weight
 from .rootcause import RunFacts
 from .thresholds import Thresholds
 
 __all__ = ["Classifier", "ASPECTS", "EVIDENCE", "RowKinds"]
 
-_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units)
+_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units, Samples)
 #: hysteresis aspect -> (default evidence metric, metric of its non-finite
 #: state or None), in the order the classifier returns them
 EVIDENCE = {name: ev for a in _ASPECT_TYPES for name, ev in a.EVIDENCE.items()}
@@ -56,8 +56,9 @@ class Classifier:
         self.optimizer = Optimizer(thresholds)
         self.gain = Gain(thresholds)
         self.units = Units(thresholds)
+        self.samples = Samples(thresholds)
         self._aspects = (self.gradient, self.activation, self.weight, self.input, self.loss, self.optimizer,
-                         self.gain, self.units)
+                         self.gain, self.units, self.samples)
         # the aspect object behind each hysteresis aspect
         self._owner = {name: a for a in self._aspects for name in a.EVIDENCE}
         self.grow(layers)
@@ -102,6 +103,7 @@ class Classifier:
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))
             out.update(self.units.classify(row))
+            out.update(self.samples.classify(row, self.gradient.has_param))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out

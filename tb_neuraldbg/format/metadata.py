@@ -200,6 +200,10 @@ METRIC_TABLE = (
                "unchanged: an update below the weights' precision (half an ulp), rounded away"),
     MetricInfo("update_elements", "log", "Updated elements",
                "elements with a non-zero gradient at the update step (update_lost_frac's denominator)"),
+    # Whether the output depends on the input (full steps; docs/FORMAT.md).
+    MetricInfo("sample_spread", "log", "Sample spread",
+               "share of the output's spread that lies between the samples of the batch at the same position "
+               "(sqrt of between-sample over total variance): 0 when every sample gives the same output"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
 #: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')

@@ -1,0 +1,128 @@
+"""The samples aspect: a model whose output stopped depending on its input.
+
+A model is useful only while its output depends on its input. An output
+that is (nearly) the same for every sample of a batch, while the batch
+itself varies, carries nothing about the input, whatever the loss says: a
+Siamese or triplet encoder whose embeddings all went to one point, a VAE
+whose posterior means all went to the prior's 0. ``sample_spread`` is the
+share of a module's output spread that lies between the samples of the
+batch (docs/FORMAT.md); with ``act_std`` it gives the output's
+between-sample std, ``b = sample_spread * act_std``.
+
+Each module is judged against itself before any update (its first
+measurement): a randomly initialised network's output already depends on
+its input, and a trained one should not depend on it less. A module *lost
+the sample* when, with its input still varying between samples, either its
+between-sample std fell an order of magnitude below its first one (the
+output shrank to a point: the VAE's means going to the prior), or the
+between-sample share of its variance fell an order of magnitude below its
+first one (``sample_spread`` by sqrt(10): the output grew a common part that
+every sample shares, which a normalisation after it turns into one point:
+a triplet net's embeddings). An order of magnitude is the factor the other
+aspects take as a module's healthy band around its own history
+(``act_explode_vs_max``).
+
+That alone is not a failure: a branch, a gate or an idle expert may go quiet
+while the model's output still depends on the input (ReZero, LayerScale,
+MoE). So the loss must reach the output: only while the model's output
+(its last module with parameters before ``<loss>``) differs between samples
+less than it did at its first measurement, by either measure, is a module
+judged. The root is the first module in forward order that lost the sample
+while its input (the previous row, or the batch) had not (DESIGN.md: the
+first collapsed link whose own input is alive): the modules after it only
+pass the loss on. Not judged: modules whose first output was already the
+same for every sample (positional embeddings, CLS or query tokens, constant
+buffers: their input does not vary with the sample), outputs with no
+spread (a head at zero init: NaN until it has one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, grow
+from .gain import output_rows
+
+__all__ = ["Samples", "SAMPLE_FALL", "SAMPLES_DIFFER"]
+
+#: the factor by which a module's between-sample std, or the between-sample
+#: share of its variance, must fall below its first value: an order of
+#: magnitude (the healthy band around a module's own history elsewhere)
+SAMPLE_FALL = 10.0
+#: a first ``sample_spread`` at or below this is an output already the same
+#: for every sample (float32 rounding of identical outputs is ~1e-3): never
+#: judged (the same floor as identical units, ``units.UNITS_IDENTICAL``)
+SAMPLES_DIFFER = 0.02
+
+_SS, _STD = METRIC["sample_spread"], METRIC["act_std"]
+
+
+class Samples(Aspect):
+    """``samples``: collapsed at the first module whose output lost its
+    dependence on the sample while its input kept it, while the model's
+    output depends on the input less than at its first measurement
+    (full-statistics steps)."""
+
+    EVIDENCE = {"samples": ("sample_spread", None)}
+
+    def __init__(self, thresholds: Thresholds):
+        super().__init__()
+        self.t = thresholds
+        self.row = None
+        self.s0 = np.zeros(0)  # first finite sample_spread of each row
+        self.b0 = np.zeros(0)  # first between-sample std of each row
+        self.b = np.zeros(0)  # between-sample std at this step (for the events)
+
+    def grow(self, kinds: RowKinds) -> None:
+        super().grow(kinds)
+        n = kinds.n
+        self.s0 = grow(self.s0, n, np.nan)
+        self.b0 = grow(self.b0, n, np.nan)
+        self.b = grow(self.b, n, np.nan)
+
+    def classify(self, row, has_param) -> dict:
+        """{"samples": (raw, None)}; ``has_param``: bool [L], rows with parameters."""
+        raw = blank(self.kinds.n)
+        s = row[:, _SS]
+        if np.isnan(s).all():  # a cheap step (nine in ten): nothing measured
+            return {"samples": (raw, None)}
+        self.row = row
+        k = self.kinds
+        with np.errstate(invalid="ignore"):
+            b = s * row[:, _STD]
+            known = np.isfinite(s) & np.isfinite(b)
+            first = known & np.isnan(self.s0)
+            self.s0 = np.where(first, s, self.s0)
+            self.b0 = np.where(first, b, self.b0)
+            self.b = b
+            lost = known & ((b * SAMPLE_FALL <= self.b0) | (s * s * SAMPLE_FALL <= self.s0 * self.s0))
+            lost &= self.s0 > SAMPLES_DIFFER
+            # the input of each row: the previous one (a module, or the batch)
+            src = np.full(k.n, -1)
+            src[1:] = np.where(k.prev_is_mod[1:] | (np.arange(k.n - 1) == k.input_index), np.arange(k.n - 1), -1)
+            alive = np.zeros(k.n, dtype=bool)
+            has_src = src >= 0
+            alive[has_src] = known[src[has_src]] & ~lost[src[has_src]] & (s[src[has_src]] > SAMPLES_DIFFER)
+            measured = k.is_mod & known
+            raw[measured] = HEALTHY
+            heads = np.flatnonzero(output_rows(has_param, k))
+            out = int(heads[0]) if len(heads) else -1
+            if out < 0 or not known[out] or not (b[out] < self.b0[out] or s[out] < self.s0[out]):
+                return {"samples": (raw, None)}
+            roots = np.flatnonzero(measured & lost & alive)
+            if len(roots):
+                raw[roots[0]] = STATE["collapsed"]
+        return {"samples": (raw, None)}
+
+    def evidence(self, name: str, code, value, before) -> tuple:
+        """The sample spread now, and at the row's first measurement."""
+        return (self.row[:, _SS] if self.row is not None else value), self.s0
+
+    def event_fields(self, name: str, kind: str, tr, row) -> tuple:
+        """The sample spread as the event's value (its first as the value
+        before), the between-sample std now and first in the extra fields."""
+        i = tr.index
+        extra = {"signal": "sample_spread", "cause": "samples_alike",
+                 "between_std": float(self.b[i]), "between_std_first": float(self.b0[i])}
+        return tr.value, float(self.s0[i]), extra
