@@ -12,28 +12,32 @@ between-sample std, ``b = sample_spread * act_std``.
 Each module is judged against itself before any update (its first
 measurement): a randomly initialised network's output already depends on
 its input, and a trained one should not depend on it less. A module *lost
-the sample* when, with its input still varying between samples, either its
-between-sample std fell an order of magnitude below its first one (the
-output shrank to a point: the VAE's means going to the prior), or the
-between-sample share of its variance fell an order of magnitude below its
-first one (``sample_spread`` by sqrt(10): the output grew a common part that
-every sample shares, which a normalisation after it turns into one point:
-a triplet net's embeddings). An order of magnitude is the factor the other
-aspects take as a module's healthy band around its own history
-(``act_explode_vs_max``).
+the sample* when either its between-sample variance (``b**2``) fell an
+order of magnitude below its first one (the output shrank towards one
+point: a VAE's means going to the prior, a Siamese encoder without
+negatives), or the between-sample share of its variance
+(``sample_spread**2``) did (the output grew a part that every sample
+shares, which a normalisation after it turns into one point: a triplet
+net's embeddings). An order of magnitude is the factor the other aspects
+take as a module's healthy band around its own history
+(``act_explode_vs_max``); variances, because ``sample_spread`` is the
+square root of a share of variance.
 
 That alone is not a failure: a branch, a gate or an idle expert may go quiet
 while the model's output still depends on the input (ReZero, LayerScale,
-MoE). So the loss must reach the output: only while the model's output
-(its last module with parameters before ``<loss>``) differs between samples
-less than it did at its first measurement, by either measure, is a module
-judged. The root is the first module in forward order that lost the sample
-while its input (the previous row, or the batch) had not (DESIGN.md: the
-first collapsed link whose own input is alive): the modules after it only
-pass the loss on. Not judged: modules whose first output was already the
-same for every sample (positional embeddings, CLS or query tokens, constant
-buffers: their input does not vary with the sample), outputs with no
-spread (a head at zero init: NaN until it has one).
+MoE). So the model's output (its last module with parameters before
+``<loss>``) must have lost the sample by the same measure; then the root is
+the first module in forward order that lost it while its input (the
+previous row, or the batch) had not (DESIGN.md: the first collapsed link
+whose own input is alive), the output itself when nothing before it did.
+For a VAE whose KL term dominates, that is ``fc_mu`` (the means went to the
+prior's 0 for every input), not the decoder: the decoder's input ``z`` still
+differs between samples (the prior's noise) and its output follows what it
+can still learn from it, the mean image. Not judged: modules whose first
+output was already the same for every sample (positional embeddings, CLS
+or query tokens, constant buffers: their input does not vary with the
+sample), outputs with no spread (a head at zero init: NaN until it has
+one, then judged against its first spread).
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ from .gain import output_rows
 
 __all__ = ["Samples", "SAMPLE_FALL", "SAMPLES_DIFFER"]
 
-#: the factor by which a module's between-sample std, or the between-sample
-#: share of its variance, must fall below its first value: an order of
-#: magnitude (the healthy band around a module's own history elsewhere)
+#: the factor by which a module's between-sample variance, or the
+#: between-sample share of its variance, must fall below its first value:
+#: an order of magnitude (the healthy band around a module's own history
+#: elsewhere, ``act_explode_vs_max``)
 SAMPLE_FALL = 10.0
 #: a first ``sample_spread`` at or below this is an output already the same
 #: for every sample (float32 rounding of identical outputs is ~1e-3): never
@@ -60,9 +65,8 @@ _SS, _STD = METRIC["sample_spread"], METRIC["act_std"]
 
 class Samples(Aspect):
     """``samples``: collapsed at the first module whose output lost its
-    dependence on the sample while its input kept it, while the model's
-    output depends on the input less than at its first measurement
-    (full-statistics steps)."""
+    dependence on the sample while its input kept it, once the model's
+    output lost it too (full-statistics steps)."""
 
     EVIDENCE = {"samples": ("sample_spread", None)}
 
@@ -96,7 +100,7 @@ class Samples(Aspect):
             self.s0 = np.where(first, s, self.s0)
             self.b0 = np.where(first, b, self.b0)
             self.b = b
-            lost = known & ((b * SAMPLE_FALL <= self.b0) | (s * s * SAMPLE_FALL <= self.s0 * self.s0))
+            lost = known & ((b * b * SAMPLE_FALL <= self.b0 * self.b0) | (s * s * SAMPLE_FALL <= self.s0 * self.s0))
             lost &= self.s0 > SAMPLES_DIFFER
             # the input of each row: the previous one (a module, or the batch)
             src = np.full(k.n, -1)
@@ -108,7 +112,7 @@ class Samples(Aspect):
             raw[measured] = HEALTHY
             heads = np.flatnonzero(output_rows(has_param, k))
             out = int(heads[0]) if len(heads) else -1
-            if out < 0 or not known[out] or not (b[out] < self.b0[out] or s[out] < self.s0[out]):
+            if out < 0 or not lost[out]:
                 return {"samples": (raw, None)}
             roots = np.flatnonzero(measured & lost & alive)
             if len(roots):
