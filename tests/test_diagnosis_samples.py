@@ -201,3 +201,35 @@ def test_a_head_without_spread_at_first_is_judged_from_its_first_spread():
     eng = Engine(run.layers)
     feed(eng, run, range(200), plant)
     assert failures(eng) == []
+
+
+def test_an_output_that_passes_through_the_prior_on_the_way_to_learning_is_silent():
+    """A classifier whose random initial logits shrink to its prior in its
+    first steps (every module from fc1 on varies 30x less), then learns: it
+    lost the sample for less time than it had trained before plus lr_window."""
+    run = SampleRun()
+    eng = Engine(run.layers)
+    shrink = _shrink(run, ("fc1", "relu1", "fc2"), 4, 1 / 30)
+
+    def plant(step, r):
+        if step < 30:
+            shrink(step, r)
+
+    feed(eng, run, range(200), plant)
+    assert failures(eng) == []
+
+
+def test_a_collapse_is_dated_from_the_step_its_root_lost_the_sample():
+    """The root lost it at step 40; the output only from step 80 (a VAE's
+    means at the prior before its decoder settles on the mean image)."""
+    run = SampleRun()
+    eng = Engine(run.layers)
+    early, late = _shrink(run, ("fc1", "relu1"), 40, 1 / 30), _shrink(run, ("fc2",), 80, 1 / 30)
+
+    def plant(step, r):
+        early(step, r)
+        late(step, r)
+
+    feed(eng, run, range(200), plant)
+    rc = eng.root_cause
+    assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_collapse", "fc1", 40)

@@ -103,7 +103,7 @@ class Classifier:
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))
             out.update(self.units.classify(row))
-            out.update(self.samples.classify(row, self.gradient.has_param))
+            out.update(self.samples.classify(row, self.gradient.has_param, step))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out

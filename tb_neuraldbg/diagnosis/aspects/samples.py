@@ -77,6 +77,8 @@ class Samples(Aspect):
         self.s0 = np.zeros(0)  # first finite sample_spread of each row
         self.b0 = np.zeros(0)  # first between-sample std of each row
         self.b = np.zeros(0)  # between-sample std at this step (for the events)
+        self.start = np.zeros(0, np.int64)  # step of each row's first measurement
+        self.since = np.zeros(0, np.int64)  # first step of each row's current run of lost measurements (-1: none)
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -84,9 +86,12 @@ class Samples(Aspect):
         self.s0 = grow(self.s0, n, np.nan)
         self.b0 = grow(self.b0, n, np.nan)
         self.b = grow(self.b, n, np.nan)
+        self.start = grow(self.start, n, -1)
+        self.since = grow(self.since, n, -1)
 
-    def classify(self, row, has_param) -> dict:
-        """{"samples": (raw, None)}; ``has_param``: bool [L], rows with parameters."""
+    def classify(self, row, has_param, step: int) -> dict:
+        """{"samples": (raw, onset)}; ``has_param``: bool [L], rows with
+        parameters; the onset of a collapse is the step its row lost the sample."""
         raw = blank(self.kinds.n)
         s = row[:, _SS]
         if np.isnan(s).all():  # a cheap step (nine in ten): nothing measured
@@ -97,6 +102,7 @@ class Samples(Aspect):
             b = s * row[:, _STD]
             known = np.isfinite(s) & np.isfinite(b)
             first = known & np.isnan(self.s0)
+            self.start = np.where(first, step, self.start)
             self.s0 = np.where(first, s, self.s0)
             self.b0 = np.where(first, b, self.b0)
             self.b = b
@@ -109,15 +115,23 @@ class Samples(Aspect):
             has_src = src >= 0
             alive[has_src] = known[src[has_src]] & ~lost[src[has_src]] & (s[src[has_src]] > SAMPLES_DIFFER)
             measured = k.is_mod & known
-            raw[measured] = HEALTHY
+            # since when each row has lost it (-1: it has not; a row not
+            # measured at this step keeps its run)
+            self.since = np.where(known, np.where(lost, np.where(self.since >= 0, self.since, step), -1), self.since)
+            # a row that lost it is not healthy; it is collapsed only as a root (below)
+            raw[measured & ~lost] = HEALTHY
             heads = np.flatnonzero(output_rows(has_param, k))
             out = int(heads[0]) if len(heads) else -1
             if out < 0 or not lost[out]:
                 return {"samples": (raw, None)}
-            roots = np.flatnonzero(measured & lost & alive)
-            if len(roots):
-                raw[roots[0]] = STATE["collapsed"]
-        return {"samples": (raw, None)}
+            # for good: for lr_window steps, and for at least as long as the
+            # row had trained before it lost it (a classifier that passes
+            # through its prior on the way to learning is no collapse)
+            held = step - self.since
+            lasting = held >= np.maximum(self.t.lr_window, self.since - self.start)
+            roots = measured & lost & alive & lasting
+            raw[roots] = STATE["collapsed"]
+        return {"samples": (raw, np.where(roots, self.since, -1))}
 
     def evidence(self, name: str, code, value, before) -> tuple:
         """The sample spread now, and at the row's first measurement."""
