@@ -134,7 +134,7 @@ def test_an_output_that_shrank_to_a_point_is_a_collapse_at_the_first_module_that
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_collapse", "fc1", 50)
     ev = next(e for e in eng.events if e.layer == "fc1")
-    assert "same for every sample" in ev.message and "negatives" in ev.message
+    assert "stopped differing between the samples" in ev.message and "negatives" in ev.message
     assert value_label(ev.kind, ev.layer, ev.extra) == "Sample spread"
 
 

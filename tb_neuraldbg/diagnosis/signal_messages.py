@@ -51,10 +51,10 @@ def _samples_head(where: str, step: int, value, extra: dict) -> str:
     nums = f"sample spread {fmt(value)}" + (f", {fmt(first)} at first" if _finite(first) else "")
     if _finite(b) and _finite(b0):
         nums += f"; std between samples {fmt(b)}, {fmt(b0)} at first"
-    return (f"{where}: its output is nearly the same for every sample of the batch from step {step} ({nums}) "
-            "while its input still differs, and the model's output depends on the input less than at "
-            "initialisation: the representation collapsed (every input maps to about one point), so "
-            "nothing after it can tell the inputs apart, whatever the loss says.")
+    return (f"{where}: its output has stopped differing between the samples of the batch from step {step} "
+            f"({nums}) while its input still differs, and the model's output lost that too: the representation "
+            "collapsed (every input maps to about one point), so nothing after it can tell the inputs apart, "
+            "whatever the loss says.")
 
 
 def _finite(x) -> bool:
