@@ -233,3 +233,21 @@ def test_a_collapse_is_dated_from_the_step_its_root_lost_the_sample():
     feed(eng, run, range(200), plant)
     rc = eng.root_cause
     assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_collapse", "fc1", 40)
+
+
+def test_a_regression_output_that_falls_to_its_targets_spread_is_silent():
+    """A random first output that varied 30x more than the targets (MSE: their
+    variance recorded) falls to their spread as it learns: it fits them."""
+    run = SampleRun()
+    eng = Engine(run.layers)
+    shrink = _shrink(run, ("fc1", "relu1", "fc2"), 20, 1 / 30)
+
+    def plant(step, r):
+        shrink(step, r)
+        k = run.i("fc2")
+        if run.full(step):
+            b = r[k, M["sample_spread"]] * r[k, M["act_std"]]
+            r[run.i("<loss>"), M["target_var"]] = (b if step >= 20 else b / 30) ** 2
+
+    feed(eng, run, range(200), plant)
+    assert failures(eng) == []

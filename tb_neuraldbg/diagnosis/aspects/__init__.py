@@ -15,5 +15,5 @@ from .samples import Samples
 from .units import Units
 from .weight import Weight
 
-__all__ = ["Aspect", "RowKinds", "Gradient", "Activation", "Weight", "Input", "Loss", "Optimizer", "Rate", "Gain", "Units",
-           "Samples"]
+__all__ = ["Aspect", "RowKinds", "Gradient", "Activation", "Weight", "Input", "Loss", "Optimizer", "Rate", "Gain",
+           "Units", "Samples"]

@@ -26,7 +26,10 @@ square root of a share of variance.
 That alone is not a failure: a branch, a gate or an idle expert may go quiet
 while the model's output still depends on the input (ReZero, LayerScale,
 MoE). So the model's output (its last module with parameters before
-``<loss>``) must have lost the sample by the same measure; then the root is
+``<loss>``) must have lost the sample by the same measure, and, for a
+regression whose targets' variance is recorded, vary an order of magnitude
+less than its targets do (a random first output that varied more than the
+targets falls to their spread as it learns); then the root is
 the first module in forward order that lost it while its input (the
 previous row, or the batch) had not (DESIGN.md: the first collapsed link
 whose own input is alive), the output itself when nothing before it did.
@@ -60,7 +63,7 @@ SAMPLE_FALL = 10.0
 #: judged (the same floor as identical units, ``units.UNITS_IDENTICAL``)
 SAMPLES_DIFFER = 0.02
 
-_SS, _STD = METRIC["sample_spread"], METRIC["act_std"]
+_SS, _STD, _TV = METRIC["sample_spread"], METRIC["act_std"], METRIC["target_var"]
 
 
 class Samples(Aspect):
@@ -122,7 +125,11 @@ class Samples(Aspect):
             raw[measured & ~lost] = HEALTHY
             heads = np.flatnonzero(output_rows(has_param, k))
             out = int(heads[0]) if len(heads) else -1
-            if out < 0 or not lost[out]:
+            # a regression's output varies between samples as its targets do
+            # (MSE: their variance is recorded): a random first output that
+            # varied more than they do has not lost the sample by falling to them
+            tv = row[k.loss_index, _TV] if k.loss_index >= 0 else np.nan
+            if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv:
                 return {"samples": (raw, None)}
             # for good: for lr_window steps, and for at least as long as the
             # row had trained before it lost it (a classifier that passes
