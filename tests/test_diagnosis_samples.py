@@ -138,20 +138,22 @@ def test_an_output_that_shrank_to_a_point_is_a_collapse_at_the_first_module_that
     assert value_label(ev.kind, ev.layer, ev.extra) == "Sample spread"
 
 
-def test_an_output_that_grew_a_common_part_is_a_collapse():
-    """The between-sample share of the head's variance falls 30x (sample
-    spread by sqrt(30)): every sample maps near one point, which a
-    normalisation after it makes exactly one."""
+def test_an_output_that_grew_a_common_part_while_its_samples_differ_as_before_is_silent():
+    """The between-sample share of the head's variance falls 30x because a part
+    every sample shares grew 30x, while the samples differ as much as before:
+    a language model's logits learning each position's prior (its samples'
+    differences are intact), not a collapse."""
     run = SampleRun()
 
     def plant(step, r):
         if run.full(step) and step >= 40:
-            r[run.i("fc2"), M["sample_spread"]] /= math.sqrt(30.0)
+            k = run.i("fc2")
+            r[k, M["sample_spread"]] /= math.sqrt(30.0)
+            r[k, M["act_std"]] *= math.sqrt(30.0)
 
     eng = Engine(run.layers)
     feed(eng, run, range(200), plant)
-    rc = eng.root_cause
-    assert (rc["kind"], rc["layer"], rc["step"]) == ("activation_collapse", "fc2", 40)
+    assert failures(eng) == []
 
 
 def test_a_branch_that_goes_quiet_while_the_output_still_depends_on_the_input_is_silent():

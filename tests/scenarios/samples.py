@@ -3,9 +3,10 @@ layer's output still differs between samples"), and healthy runs built to
 look like it.
 
 A model is useful only while its output depends on its input. The failure:
-a small conv net trained SimSiam-style (two noisy views of each image, the
-negative cosine between their embeddings) without a predictor or a
-stop-gradient: the cheapest minimum maps every image to one point. The
+a small conv net trained BYOL-style (two noisy views of each image, the
+squared distance between their embeddings) without a predictor, a
+stop-gradient or negatives: the cheapest minimum maps every image to one
+point. The
 controls: the same net with a variance term that keeps the embeddings apart
 (VICReg's), an autoencoder whose code has inactive dimensions (an L1 penalty
 on it) while it reconstructs, and a classifier whose head starts at zero
@@ -57,9 +58,11 @@ class _TwinConv(nn.Module):
         return self.proj(self.flat(self.act2(self.conv2(self.act1(self.conv1(x))))))
 
 
-def _neg_cosine(z, _ids):
+def _views_apart(z, _ids):
+    """The squared distance between the two views' embeddings (BYOL's loss,
+    here without the predictor, the stop-gradient and the normalisation)."""
     a, b = z.chunk(2)
-    return -F.cosine_similarity(a, b, dim=1).mean()
+    return (a - b).pow(2).sum(1).mean()
 
 
 def _variance_term(z):
@@ -68,18 +71,20 @@ def _variance_term(z):
 
 
 def conv_siamese_without_stop_gradient():
-    """SimSiam without its predictor and its stop-gradient (Chen & He, CVPR 2021,
-    sec. 4.1: "without stop-gradient, the optimizer quickly finds a degenerated
-    solution"): the negative cosine between two views' embeddings is minimised by
-    one embedding for every image. The projector's output stops differing between
-    samples while its input still does. Fixed: a variance term (VICReg)."""
+    """BYOL without its predictor and its stop-gradient (Grill et al., NeurIPS 2020,
+    sec. 3.1: the loss alone "admits collapsed solutions, e.g. outputting the same
+    vector for all images"; Chen & He, CVPR 2021, sec. 4.1): the squared distance
+    between two views' embeddings is minimised by one embedding for every image.
+    The collapse begins at ``conv2``: its between-sample variance falls an order
+    of magnitude below its first while its input's (``act1``) does not, and the
+    projector's after it falls further. Fixed: a variance term (VICReg)."""
     def spec(fixed):
         def build():
             torch.manual_seed(0)
             model = _TwinConv()
 
             def loss(z, ids):
-                out = _neg_cosine(z, ids)
+                out = _views_apart(z, ids)
                 return out + _variance_term(z) if fixed else out
 
             return model, torch.optim.Adam(model.parameters(), lr=3e-3), loss, None
@@ -88,24 +93,32 @@ def conv_siamese_without_stop_gradient():
                     steps=150)
 
     def truth(bug, fixed):
-        _, ss = bug.series("proj", "sample_spread")
-        _, ss_in = bug.series("act1", "sample_spread")
-        _, ss_f = fixed.series("proj", "sample_spread")
-        ss, ss_in, ss_f = (v[np.isfinite(v)] for v in (ss, ss_in, ss_f))
-        assert ss[-1] ** 2 * 10 <= ss[0] ** 2, (ss[0], ss[-1])  # the embeddings' spread is a common part's
-        assert ss_in[-1] ** 2 * 10 > ss_in[0] ** 2, (ss_in[0], ss_in[-1])  # the images still differ
-        assert ss_f[-1] >= ss_f[0], (ss_f[0], ss_f[-1])
+        proj, conv2, act1 = (_between_var(bug, n) for n in ("proj", "conv2", "act1"))
+        assert proj[-1] * 10 <= proj[0] and conv2[-1] * 10 <= conv2[0], (proj, conv2)  # collapsed
+        assert act1[-1] * 10 > act1[0], act1  # the images still differ before conv2
+        proj_f = _between_var(fixed, "proj")
+        assert proj_f[-1] >= proj_f[0], proj_f
 
-    return Case(spec(False), ("activation_collapse",), "proj", None, fixed=spec(True), truth=truth,
+    return Case(spec(False), ("activation_collapse",), "conv2", None, fixed=spec(True), truth=truth,
                 measure_onset=_collapse_step, tolerance=20)
 
 
+def _between_var(result, layer):
+    """The between-sample variance of ``layer``'s output at each full step."""
+    _, ss = result.series(layer, "sample_spread")
+    _, std = result.series(layer, "act_std")
+    b = ss * std
+    return b[np.isfinite(b)] ** 2
+
+
 def _collapse_step(result):
-    """The first full step at which the projector's between-sample share of
-    variance (sample_spread squared) is below a tenth of its first."""
-    steps, ss = result.series("proj", "sample_spread")
-    ok = np.isfinite(ss)
-    return int(steps[ok][np.argmax(ss[ok] ** 2 * 10 <= ss[ok][0] ** 2)])
+    """The first full step at which conv2's between-sample variance is below a
+    tenth of its first."""
+    steps, ss = result.series("conv2", "sample_spread")
+    _, std = result.series("conv2", "act_std")
+    b2 = (ss * std) ** 2
+    ok = np.isfinite(b2)
+    return int(steps[ok][np.argmax(b2[ok] * 10 <= b2[ok][0])])
 
 
 # --- healthy: outputs that keep depending on the input -------------------------
