@@ -50,7 +50,7 @@ def _samples_head(where: str, step: int, value, extra: dict) -> str:
     b, b0 = extra.get("between_std"), extra.get("between_std_first")
     nums = f"sample spread {fmt(value)}" + (f", {fmt(first)} at first" if _finite(first) else "")
     if _finite(b) and _finite(b0):
-        nums += f"; std between samples {fmt(b)}, {fmt(b0)} at first"
+        nums = f"std between samples {fmt(b)}, {fmt(b0)} at first; {nums}"
     return (f"{where}: its output has stopped differing between the samples of the batch from step {step} "
             f"({nums}) while its input still differs, and the model's output lost that too: the representation "
             "collapsed (every input maps to about one point), so nothing after it can tell the inputs apart, "
