@@ -253,3 +253,19 @@ def test_a_regression_output_that_falls_to_its_targets_spread_is_silent():
 
     feed(eng, run, range(200), plant)
     assert failures(eng) == []
+
+
+def test_outputs_that_shrink_while_the_loss_stays_where_it_began_are_no_collapse():
+    """Every layer's output shrinks 30x (weight decay far too strong) while the
+    loss never falls: no objective is met by ignoring the input (the plateau
+    rules speak for that run)."""
+    run = SampleRun()
+    eng = Engine(run.layers)
+    shrink = _shrink(run, ("fc0", "relu0", "fc1", "relu1", "fc2"), 20, 1 / 30)
+
+    def plant(step, r):
+        shrink(step, r)
+        r[run.i("<loss>"), M["value"]] = 1.6 + 0.01 * run.rng.random()
+
+    feed(eng, run, range(200), plant)
+    assert not [e for e in failures(eng) if e.kind == "activation_collapse"]

@@ -31,7 +31,12 @@ MoE). So the model's output (its last module with parameters before
 ``<loss>``) must have lost the sample by the same measure, and, for a
 regression whose targets' variance is recorded, vary an order of magnitude
 less than its targets do (a random first output that varied more than the
-targets falls to their spread as it learns); then the root is
+targets falls to their spread as it learns). And the loss must have
+fallen clearly below its first value (when it is known and positive): a
+collapse is the objective met by ignoring the input, which the loss pays
+for; outputs that shrink while the loss stays where it began (weight decay
+of 0.5 shrinking every layer of a classifier at ln K) are the plateau's
+story, whose cause is not the objective. Then the root is
 the first module in forward order that lost it while its input (the
 previous row, or the batch) had not (DESIGN.md: the first collapsed link
 whose own input is alive), the output itself when nothing before it did.
@@ -93,9 +98,11 @@ class Samples(Aspect):
         self.start = grow(self.start, n, -1)
         self.since = grow(self.since, n, -1)
 
-    def classify(self, row, has_param, step: int) -> dict:
+    def classify(self, row, has_param, step: int, loss_fell: bool | None = None) -> dict:
         """{"samples": (raw, onset)}; ``has_param``: bool [L], rows with
-        parameters; the onset of a collapse is the step its row lost the sample."""
+        parameters; ``loss_fell``: whether the loss fell clearly below its
+        first value (None: unknown); the onset of a collapse is the step its
+        row lost the sample."""
         raw = blank(self.kinds.n)
         s = row[:, _SS]
         if np.isnan(s).all():  # a cheap step (nine in ten): nothing measured
@@ -130,7 +137,7 @@ class Samples(Aspect):
             # (MSE: their variance is recorded): a random first output that
             # varied more than they do has not lost the sample by falling to them
             tv = row[k.loss_index, _TV] if k.loss_index >= 0 else np.nan
-            if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv:
+            if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv or loss_fell is False:
                 return {"samples": (raw, None)}
             # for good: for lr_window steps, and for at least as long as the
             # row had trained before it lost it (a classifier that passes
