@@ -34,12 +34,27 @@ def signal_head(kind: str, where: str, step: int, value, extra: dict) -> str | N
     if signal == "unit_spread":
         return (f"{where}: its output units are all the same from step {step} (unit spread {fmt(value)}; "
                 "healthy layers are near 1): it passes on one feature at most.")
+    if signal == "sample_spread":
+        return _samples_head(where, step, value, extra)
     if signal not in _GAIN_WORDS or kind not in _GAIN_ONSET:
         return None
     med = extra.get("network_median")
     vs = (f", {fmt(value / med)}x the median of the network's modules ({fmt(med)})"
           if _finite(value) and _finite(med) and med else "")
     return f"{where}: {_GAIN_ONSET[kind]} from step {step}: its {_GAIN_WORDS[signal]} is {fmt(value)}{vs}."
+
+
+def _samples_head(where: str, step: int, value, extra: dict) -> str:
+    """An output that stopped differing between samples (aspects/samples.py)."""
+    first = extra.get("value_before")
+    b, b0 = extra.get("between_std"), extra.get("between_std_first")
+    nums = f"sample spread {fmt(value)}" + (f", {fmt(first)} at first" if _finite(first) else "")
+    if _finite(b) and _finite(b0):
+        nums = f"std between samples {fmt(b)}, {fmt(b0)} at first; {nums}"
+    return (f"{where}: its output has stopped differing between the samples of the batch from step {step} "
+            f"({nums}) while its input still differs, and the model's output lost that too: the representation "
+            "collapsed (every input maps to about one point), so nothing after it can tell the inputs apart, "
+            "whatever the loss says.")
 
 
 def _finite(x) -> bool:
@@ -67,6 +82,14 @@ SIGNAL_ADVICE = {
         "Likely cause: its weights or its scale are orders of magnitude too small (an initialisation "
         "divided by mistake, a scale of ~0). Try: a standard initialisation (Kaiming/Xavier) and checking "
         "its scale factors."),
+    ("activation_collapse", "samples_alike"): (
+        "Likely cause: the objective is best met by ignoring the input. A contrastive or Siamese loss "
+        "without a term that pushes different inputs apart (negatives, a margin on negative pairs), or "
+        "triplets mined hardest-first from the start; self-distillation without a predictor, stop-gradient "
+        "or centering; a VAE whose KL term outweighs the reconstruction (KL summed, reconstruction "
+        "averaged: posterior collapse); a rate so high that the weights fall to the trivial solution. "
+        "Try: negatives (or a variance term, VICReg), semi-hard or batch-all mining, KL annealing or a "
+        "lower KL weight, the reconstruction summed as the KL is, a lower learning rate."),
     ("activation_collapse", "identical_units"): (
         "Likely cause: its weight rows, or the units it receives, are all equal: a constant "
         "initialisation (nn.init.constant_), one row broadcast to all, or an expand where a per-unit "

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKinds, Units, Weight
+from .aspects import Activation, Gain, Gradient, Input, Loss, Optimizer, RowKinds, Samples, Units, Weight
 from .rootcause import RunFacts
 from .thresholds import Thresholds
 
 __all__ = ["Classifier", "ASPECTS", "EVIDENCE", "FINAL", "RowKinds"]
 
-_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units)
+_ASPECT_TYPES = (Gradient, Activation, Weight, Input, Loss, Optimizer, Gain, Units, Samples)
 #: hysteresis aspect -> (default evidence metric, metric of its non-finite
 #: state or None), in the order the classifier returns them
 EVIDENCE = {name: ev for a in _ASPECT_TYPES for name, ev in a.EVIDENCE.items()}
@@ -58,8 +58,9 @@ class Classifier:
         self.optimizer = Optimizer(thresholds)
         self.gain = Gain(thresholds)
         self.units = Units(thresholds)
+        self.samples = Samples(thresholds)
         self._aspects = (self.gradient, self.activation, self.weight, self.input, self.loss, self.optimizer,
-                         self.gain, self.units)
+                         self.gain, self.units, self.samples)
         # the aspect object behind each hysteresis aspect
         self._owner = {name: a for a in self._aspects for name in a.EVIDENCE}
         self.grow(layers)
@@ -104,9 +105,18 @@ class Classifier:
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))
             out.update(self.units.classify(row))
+            out.update(self.samples.classify(row, self.gradient.has_param, step, self._loss_fell()))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out
+
+    def _loss_fell(self) -> bool | None:
+        """Whether the loss fell clearly below its first value (plateau_min_drop);
+        None while its first value is unknown or not positive."""
+        first = self.loss.first_loss
+        if first is None or not first[1] > 0:
+            return None
+        return self.loss.improved_step is not None
 
     def _nonfinite_origin(self, row):
         """Where this step's inf/NaN first appear: ("forward", row) of the first

@@ -208,6 +208,10 @@ METRIC_TABLE = (
     MetricInfo("prior_loss", "log", "Prior loss",
                "<loss>: the loss of predicting the label frequencies (over the run so far) for every sample "
                "(CrossEntropyLoss, BCEWithLogitsLoss): a classifier that learned only them sits there"),
+    # Whether the output depends on the input (full steps; docs/FORMAT.md).
+    MetricInfo("sample_spread", "log", "Sample spread",
+               "share of the output's spread that lies between the samples of the batch at the same position "
+               "(sqrt of between-sample over total variance): 0 when every sample gives the same output"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
 #: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')

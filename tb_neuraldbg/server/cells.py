@@ -41,7 +41,7 @@ PARAM_METRICS = frozenset(("grad_norm", "grad_nonfinite", "grad_missing", "weigh
 FULL_STEP_METRICS = frozenset(("weight_norm", "act_mean", "act_std", "act_absmax", "act_zero_frac",
                                "act_dead_frac", "act_sat_frac", "in_zero_frac", "in_dead_frac", "fwd_gain",
                                "bwd_gain", "unit_spread", "gout_norm", "target_var", "input_integers",
-                               "prior_loss"))
+                               "prior_loss", "sample_spread"))
 UPDATE_STEP_METRICS = frozenset(("update_ratio", "update_lost_frac", "update_elements"))
 #: what a GradScaler's skipped steps are told by (``scaler_skipped``)
 SKIP_TAGS = (metadata.stats_tag("scale"), metadata.stats_tag("grad_nonfinite"))

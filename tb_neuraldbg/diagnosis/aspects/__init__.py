@@ -11,7 +11,9 @@ from .gradient import Gradient
 from .input import Input
 from .loss import Loss
 from .optimizer import Optimizer, Rate
+from .samples import Samples
 from .units import Units
 from .weight import Weight
 
-__all__ = ["Aspect", "RowKinds", "Gradient", "Activation", "Weight", "Input", "Loss", "Optimizer", "Rate", "Gain", "Units"]
+__all__ = ["Aspect", "RowKinds", "Gradient", "Activation", "Weight", "Input", "Loss", "Optimizer", "Rate", "Gain",
+           "Units", "Samples"]

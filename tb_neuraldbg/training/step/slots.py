@@ -93,7 +93,11 @@ class Key:
     # (UPD_LOST: an update the weights' precision rounded away).
     UPD_GRADED = 45
     UPD_LOST = 46
-    # 47, 48: sample_spread (another change)
+    # Full steps: whether the output differs between the samples of the
+    # batch (sample_spread): the L2 norm of its sum over the batch (dim 0),
+    # and the batch size (a host constant); docs/FORMAT.md.
+    SAMPLE_SUMS = 47
+    SAMPLES = 48
     # Host constant at a run's end: backward passes followed while the watched
     # optimizer never stepped (<optimizer>; Instrument.commit_never_stepped).
     STEPS_MISSING = 49
@@ -295,6 +299,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
                                                      row[..., _M["act_nonfinite"]])
 
         _signal_metrics(row, slots, ref, has_ref)
+        if slots.present(Key.SAMPLE_SUMS).any():  # full steps (and the batch's on them)
+            row[..., _M["sample_spread"]] = _spread_share(slots, Key.SAMPLE_SUMS, Key.SAMPLES)
 
         # Gradient w.r.t. the output (a tensor hook in backward).
         gout_nf = pick(Key.GOUT_NF)
@@ -381,14 +387,26 @@ def _signal_metrics(row: np.ndarray, slots: "_Slots", ref: np.ndarray, has_ref: 
     row[..., _M["bwd_gain"]] = _ratio(gin, gout)
     # Variance within each position (sample, pixel, token) across the units,
     # over the whole variance: sum of squares less the positions' own means'.
+    row[..., _M["unit_spread"]] = _spread_share(slots, Key.UNIT_SUMS, Key.UNITS)
+
+
+def _spread_share(slots: "_Slots", sums_key: int, count_key: int) -> np.ndarray:
+    """sqrt(part / total) of the output's spread ([n, L]; NaN where not
+    measured, with fewer than 2 along the axis, or for a constant output):
+    total is its sum of squared deviations from its mean, part the same from
+    the means taken along one axis (``sums_key``: the L2 norm of the sums
+    along it, ``count_key``: its length), i.e. the spread along that axis:
+    between the units of each position (unit_spread), between the samples
+    at each position (sample_spread)."""
+    pick = slots.pick
     n, s, q = pick(Key.OUT_N), pick(Key.OUT_SUM), pick(Key.OUT_NORM)
-    units = pick(Key.UNITS)
+    count = pick(count_key)
     qq = q * q
     total = qq - s * (s / n)
-    within = qq - pick(Key.UNIT_SUMS) ** 2 / units
-    ok = (units >= 2) & (total > UNIT_SPREAD_MIN_VARIANCE * qq)
-    spread = np.sqrt(np.clip(within / np.where(ok, total, 1.0), 0.0, 1.0))
-    row[..., _M["unit_spread"]] = np.where(ok, spread, np.nan)
+    part = qq - pick(sums_key) ** 2 / count
+    ok = (count >= 2) & (total > UNIT_SPREAD_MIN_VARIANCE * qq)
+    share = np.sqrt(np.clip(part / np.where(ok, total, 1.0), 0.0, 1.0))
+    return np.where(ok, share, np.nan)
 
 
 def _resolve_refs(row: np.ndarray, has_ref: np.ndarray, src: np.ndarray, inherit: np.ndarray) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "nonfinite_count",
     "nonzero_count",
     "unit_axis",
+    "sample_sums_norm",
     "unit_sums_norm",
     "l2_norm",
     "histogram",
@@ -196,6 +197,15 @@ def unit_sums_norm(x: torch.Tensor, axis: int) -> torch.Tensor:
     x = float_view(x)
     acc = acc_dtype(x)
     return torch.linalg.vector_norm(x.sum(dim=axis, dtype=acc))
+
+
+def sample_sums_norm(x: torch.Tensor) -> torch.Tensor:
+    """L2 norm of the sum of ``x`` over its batch (dim 0): one sum per
+    position (unit x pixel/token). With the sum of squares and the batch
+    size, the spread of ``x`` between its samples (see
+    ``slots._spread_share``, ``sample_spread``): one reduction, one small norm."""
+    x = float_view(x)
+    return torch.linalg.vector_norm(x.sum(dim=0, dtype=acc_dtype(x)))
 
 
 def l2_norm(x: torch.Tensor) -> torch.Tensor:
