@@ -469,7 +469,7 @@ def test_stats_info_says_what_the_writer_costs_a_step(tmp_path, monkeypatch):
 # -- size ---------------------------------------------------------------------
 
 
-def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
+def test_100k_steps_of_a_100_layer_model_fit_in_72_mb(tmp_path):
     """Bytes = (rows the default schedule writes for 100,000 steps) x (bytes of
     one written row, measured in a real event file) + histograms likewise."""
     cfg = WatchConfig()
@@ -516,7 +516,7 @@ def test_100k_steps_of_a_100_layer_model_fit_in_64_mb(tmp_path):
     # no metadata after the first row, and a block summary (as wide) per BLOCK_ROWS rows
     assert per_row < (len(metadata.METRICS) + 2) * (4 * L + 64) * (1 + 1 / metadata.BLOCK_ROWS)
     print(f"budget: {rows} rows x {per_row:.0f} B + {hists} x {L - 3} histograms x {per_hist:.0f} B = {total / 2**20:.1f} MB")
-    assert total < 64 * 2**20, f"{rows} rows x {per_row:.0f} B + {hists} histograms: {total / 2**20:.1f} MB"
+    assert total < 72 * 2**20, f"{rows} rows x {per_row:.0f} B + {hists} histograms: {total / 2**20:.1f} MB"
     assert rows < n_steps / 10  # the stride does thin the run out
 
 
