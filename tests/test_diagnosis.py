@@ -1190,3 +1190,21 @@ def test_a_quiet_step_noted_alone_leaves_the_hysteresis_as_a_full_update_does(se
             np.testing.assert_array_equal(getattr(quick, name), getattr(full, name), err_msg=name)
         assert (quick._pending, quick._all_seen) == (full._pending, full._all_seen)
     assert 30 < quiet_steps < 280
+
+
+def test_a_scaler_started_far_too_high_backs_off_until_it_fits_and_is_not_a_collapse():
+    """GradScaler(init_scale=2**32): the first dozen steps overflow and are
+    skipped while the scale halves to ~2**20, then it fits and training goes
+    on; the same dozen back-offs from the default 2**16 that never stop are a
+    collapse (test_scaler_collapse_onset_and_origin)."""
+    run = Run(scaler=True)
+    eng = Engine(run.layers)
+
+    def plant(s, r):
+        if s < 12:  # scaled gradients overflow: skipped, the scale halves
+            r[run.params, M["grad_norm"]] = np.inf
+            r[run.params, M["grad_nonfinite"]] = 1
+        r[-1, M["scale"]] = 2.0 ** 32 / 2 ** min(s, 12)
+
+    feed(eng, run, range(200), plant)
+    assert [e for e in failures(eng)] == [] and eng.status == "healthy"

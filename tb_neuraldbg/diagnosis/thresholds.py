@@ -187,8 +187,9 @@ class Thresholds:
     initial_loss_rel: float = 0.5
 
     # --- <optimizer> -----------------------------------------------------------
-    #: GradScaler collapse: this many consecutive scale decreases (each one a
-    #: skipped step with inf/NaN gradients; 2**12 = 4096x in all).
+    #: GradScaler collapse: consecutive scale decreases (each one a skipped
+    #: step with inf/NaN gradients) that take the scale this many halvings
+    #: (2**12 = 4096x) below where it worked, counted from 2**16 at most.
     scaler_backoffs: int = 12
     #: a learning-rate rise by at least this factor (after a few steps of a
     #: slowly varying rate: not the first steps of a warmup from ~0) within

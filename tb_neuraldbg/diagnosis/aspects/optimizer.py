@@ -17,6 +17,9 @@ from ._base import HEALTHY, METRIC, STATE, UNMEASURED, Aspect, blank
 __all__ = ["Optimizer", "Rate"]
 
 _M = METRIC
+#: GradScaler's default init_scale: the top of the range a scale is judged
+#: against (``Optimizer._observe``; tests/test_diagnosis.py, scaler tests)
+_SCALE_WORKING = 2.0 ** 16
 #: The columns of a param group's hyperparameters (its id first).
 _FACTS = np.array([_M["opt_group"], _M["lr"], _M["weight_decay"], _M["momentum"]])
 
@@ -199,9 +202,15 @@ class Optimizer(Aspect):
             self.dec_run += 1
         elif scale > prev:
             self.dec_run = 0
-        collapsed = self.dec_run >= t.scaler_backoffs or (
-            self.dec_run > 0 and scale <= self.scale_max * 2.0 ** -t.scaler_backoffs)
-        if scale == prev and self.dec_run >= t.scaler_backoffs:
+        # Back-offs are the scaler's search until the scaled gradients fit: a
+        # scale started far above its working range (init_scale=2**32) halves
+        # a dozen times and settles. A collapse is a run of back-offs that
+        # takes the scale 2**scaler_backoffs below where it worked, counted
+        # from GradScaler's default 2**16 at most (a scale that never fits
+        # keeps halving: a non-finite value the scale does not cause).
+        floor = min(self.scale_max, _SCALE_WORKING) * 2.0 ** -t.scaler_backoffs
+        collapsed = self.dec_run > 0 and scale <= floor
+        if scale == prev and self.dec_run >= t.scaler_backoffs and scale <= floor:
             collapsed = True  # stuck at the bottom (e.g. underflowed to 0)
         elif scale == prev:
             self.dec_run = 0
