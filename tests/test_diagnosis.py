@@ -1192,7 +1192,7 @@ def test_a_quiet_step_noted_alone_leaves_the_hysteresis_as_a_full_update_does(se
     assert 30 < quiet_steps < 280
 
 
-def test_a_scaler_started_far_too_high_backs_off_until_it_fits_and_is_not_a_collapse():
+def test_a_scaler_started_far_too_high_backs_off_until_it_fits():
     """GradScaler(init_scale=2**32): the first dozen steps overflow and are
     skipped while the scale halves to ~2**20, then it fits and training goes
     on; the same dozen back-offs from the default 2**16 that never stop are a
