@@ -26,7 +26,7 @@ from tests.test_diagnosis import M, Run, failures, feed
 def _sample_spread(x: torch.Tensor) -> float:
     """The writer's slots for one output ``x`` assembled into its row's sample_spread."""
     keys = [Key.OUT_N, Key.OUT_SUM, Key.OUT_NORM, Key.SAMPLE_SUMS, Key.SAMPLES]
-    vals = [x.numel(), float(x.sum()), float(torch.linalg.vector_norm(x)), float(stats.sample_sums_norm(x)),
+    vals = [x.numel(), float(x.sum()), float(torch.linalg.vector_norm(x)), float(stats.sums_norm(x, 0)),
             x.shape[0]]
     row = assemble(np.array(vals, dtype=np.float64), np.zeros(len(keys), np.int64), np.array(keys), 1)
     return float(row[0, M["sample_spread"]])

@@ -114,10 +114,10 @@ def _measure_output(
         col.add_row(row, _MOMENT_KEYS, vals)
         axis = stats.unit_axis(y)
         if axis is not None and y.shape[axis] >= 2:  # (one unit: nothing to differ from)
-            col.add(stats.unit_sums_norm(y, axis), row, Key.UNIT_SUMS)
+            col.add(stats.sums_norm(y, axis), row, Key.UNIT_SUMS)
             col.const(row, Key.UNITS, y.shape[axis])
         if axis is not None and y.shape[0] >= 2:  # (one sample: nothing to differ from)
-            col.add(stats.sample_sums_norm(y), row, Key.SAMPLE_SUMS)
+            col.add(stats.sums_norm(y, 0), row, Key.SAMPLE_SUMS)
             col.const(row, Key.SAMPLES, y.shape[0])
         if behaviour.saturation is not None:
             col.add(stats.saturated(y, *behaviour.saturation(module)), row, Key.OUT_SAT)

@@ -58,7 +58,7 @@ def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> N
         else:
             col.const(0, Key.INT_INPUT, 1.0)
         if x.dim() >= 2 and x.shape[0] >= 2:  # whether the batch's samples differ (sample_spread)
-            col.add(stats.sample_sums_norm(xf), 0, Key.SAMPLE_SUMS)
+            col.add(stats.sums_norm(xf, 0), 0, Key.SAMPLE_SUMS)
             col.const(0, Key.SAMPLES, x.shape[0])
     if exact:
         col.add(stats.nonfinite_count(x), 0, Key.OUT_NF)

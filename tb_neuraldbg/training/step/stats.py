@@ -37,8 +37,7 @@ __all__ = [
     "nonfinite_count",
     "nonzero_count",
     "unit_axis",
-    "sample_sums_norm",
-    "unit_sums_norm",
+    "sums_norm",
     "l2_norm",
     "histogram",
     "foreach_norm",
@@ -189,23 +188,15 @@ def unit_axis(x: torch.Tensor) -> int | None:
     return 1 if d >= 4 else d - 1
 
 
-def unit_sums_norm(x: torch.Tensor, axis: int) -> torch.Tensor:
-    """L2 norm of the sums of ``x`` over ``axis`` (one sum per position: per
-    sample, pixel, token). With the sum of squares and the unit count, the
-    variance of ``x`` within each position across its units (see
-    ``slots.unit_spread``): one reduction and one small norm."""
+def sums_norm(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """L2 norm of the sums of ``x`` over ``axis`` (one sum per position along
+    the other dimensions). With the sum of squares and the length along
+    ``axis``, the spread of ``x`` along it (``slots._spread_share``): across
+    the units of each sample, pixel or token (``axis`` the unit axis:
+    unit_spread), or between the samples at each position (``axis`` 0, the
+    batch: sample_spread). One reduction and one small norm."""
     x = float_view(x)
-    acc = acc_dtype(x)
-    return torch.linalg.vector_norm(x.sum(dim=axis, dtype=acc))
-
-
-def sample_sums_norm(x: torch.Tensor) -> torch.Tensor:
-    """L2 norm of the sum of ``x`` over its batch (dim 0): one sum per
-    position (unit x pixel/token). With the sum of squares and the batch
-    size, the spread of ``x`` between its samples (see
-    ``slots._spread_share``, ``sample_spread``): one reduction, one small norm."""
-    x = float_view(x)
-    return torch.linalg.vector_norm(x.sum(dim=0, dtype=acc_dtype(x)))
+    return torch.linalg.vector_norm(x.sum(dim=axis, dtype=acc_dtype(x)))
 
 
 def l2_norm(x: torch.Tensor) -> torch.Tensor:
