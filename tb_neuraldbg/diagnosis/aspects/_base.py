@@ -15,7 +15,7 @@ from ...format import metadata
 from ..transitions import UNMEASURED
 
 __all__ = ["METRIC", "STATE", "HEALTHY", "UNMEASURED", "RowKinds", "Aspect", "LogTrack", "Window",
-           "grow", "blank", "log10", "nonfinite_before"]
+           "grow", "blank", "for_good", "log10", "nonfinite_before"]
 
 #: column of each metric in a statistics row
 METRIC = metadata.METRIC_INDEX
@@ -174,6 +174,15 @@ def grow(a: np.ndarray, n: int, fill) -> np.ndarray:
     """``a`` extended to ``n`` elements with ``fill``."""
     k = n - len(a)
     return a if k <= 0 else np.concatenate([a, np.full(k, fill, a.dtype)])
+
+
+def for_good(step, since, start, window):
+    """Whether a change that began at ``since`` is for good at ``step``: it
+    held for ``window`` steps and for at least as long as the row ran before
+    it (from ``start``), so that a schedule annealing to 0 at a run's end or
+    a classifier passing through its prior is not one (``weight.Moves``,
+    ``samples.Samples``; scalars or arrays)."""
+    return step - since >= np.maximum(window, since - start)
 
 
 def blank(n: int) -> np.ndarray:

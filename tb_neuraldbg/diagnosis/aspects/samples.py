@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..thresholds import Thresholds
-from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, grow
+from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, for_good, grow
 from .gain import output_rows
 
 __all__ = ["Samples", "SAMPLE_FALL", "SAMPLES_DIFFER"]
@@ -142,8 +142,7 @@ class Samples(Aspect):
             # for good: for lr_window steps, and for at least as long as the
             # row had trained before it lost it (a classifier that passes
             # through its prior on the way to learning is no collapse)
-            held = step - self.since
-            lasting = held >= np.maximum(self.t.lr_window, self.since - self.start)
+            lasting = for_good(step, self.since, self.start, self.t.lr_window)
             roots = measured & lost & alive & lasting
             raw[roots] = STATE["collapsed"]
         return {"samples": (raw, np.where(roots, self.since, -1))}

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..thresholds import Thresholds
-from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, grow
+from ._base import HEALTHY, METRIC, STATE, Aspect, RowKinds, blank, for_good, grow
 from .rounding import Rounding
 
 __all__ = ["Weight"]
@@ -260,7 +260,7 @@ class Moves:
         self.reason = reason
         if self.since is None:
             self.since = int(step)
-        if step - self.since < max(t.lr_window, self.since - self.first):
+        if not for_good(step, self.since, self.first, t.lr_window):
             return raw, None  # (not judged yet: neither healthy nor frozen)
         raw[i] = STATE["frozen"]
         onset = np.full(n, -1, np.int64)
