@@ -105,18 +105,10 @@ class Classifier:
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))
             out.update(self.units.classify(row))
-            out.update(self.samples.classify(row, self.gradient.has_param, step, self._loss_fell()))
+            out.update(self.samples.classify(row, self.gradient.has_param, step, self.loss.fell_clearly()))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out
-
-    def _loss_fell(self) -> bool | None:
-        """Whether the loss fell clearly below its first value (plateau_min_drop);
-        None while its first value is unknown or not positive."""
-        first = self.loss.first_loss
-        if first is None or not first[1] > 0:
-            return None
-        return self.loss.improved_step is not None
 
     def _nonfinite_origin(self, row):
         """Where this step's inf/NaN first appear: ("forward", row) of the first

@@ -86,6 +86,14 @@ class Loss(Aspect):
         med = self.hist.median()
         return bool(math.isfinite(med) and med < self.first_loss[1])
 
+    def fell_clearly(self) -> bool | None:
+        """Whether the loss fell clearly below its first value (by
+        plateau_min_drop: ``improved_step``); None while its first value is
+        unknown or not positive."""
+        if self.first_loss is None or not self.first_loss[1] > 0:
+            return None
+        return self.improved_step is not None
+
     def classify(self, step: int, row, lr: float, plateau_conf) -> dict:
         """{"loss", "plateau", "init": (raw, onset | None)}; ``lr``: the
         learning rate (NaN: unknown); ``plateau_conf``: the confirmed plateau
