@@ -376,7 +376,7 @@ class Plateau:
         first = self.first_losses
         if len(first) < 3:
             return False
-        noise = 1.4826 * float(np.median(np.abs(np.diff(first)))) / math.sqrt(2.0)
+        noise = _diff_sigma(first)
         return float(np.median(first[:3])) > level + 3.0 * t.plateau_min_drop * abs(level) + 3.0 * noise
 
     def _never_fell(self, lev, first_step, noise: float, need: int, t) -> bool:
@@ -404,9 +404,7 @@ class Plateau:
         k = next((i for i, first in enumerate(s) if first >= step), None)
         if k is None or len(b) - k < 2:
             return False
-        noise = 0.0
-        if len(b) >= 3:
-            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(b)))) / math.sqrt(2.0)
+        noise = 3.0 * _diff_sigma(b) if len(b) >= 3 else 0.0
         return b[-1] < b[k] - self.t.plateau_never_drop * abs(b[k]) - noise
 
     def climb(self):
@@ -472,7 +470,7 @@ class Plateau:
         # the span counts only beyond 3 sigma of it
         noise = 0.0
         if len(blocks) >= 3:
-            noise = 3.0 * 1.4826 * float(np.median(np.abs(np.diff(blocks)))) / math.sqrt(2.0 * per)
+            noise = 3.0 * _diff_sigma(blocks, per)
         suf_min = np.minimum.accumulate(lev[::-1])[::-1]
         suf_max = np.maximum.accumulate(lev[::-1])[::-1]
         flat_from = (
@@ -506,3 +504,10 @@ class Plateau:
         trivial = self.trivial > 0 and recent > (1.0 - drop) * self.trivial
         self.reason = "chance" if chance else ("trivial" if trivial else "flat")
         return STATE["loss_plateau"] if (flat or chance or trivial) else HEALTHY
+
+
+def _diff_sigma(values, per: int = 1) -> float:
+    """The noise (a robust std) of one of ``values`` from the differences of
+    consecutive ones, robust to a trend (1.4826 x their median absolute
+    size / sqrt 2); of a median of ``per`` of them with ``per``."""
+    return 1.4826 * float(np.median(np.abs(np.diff(values)))) / math.sqrt(2.0 * per)
