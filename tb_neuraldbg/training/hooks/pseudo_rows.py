@@ -17,7 +17,7 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance", "squashing_of", "target_range", "recorded_loss"]
+           "target_variance", "squashing_of", "target_range", "recorded_loss", "LabelFrequencies", "target_facts"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -152,8 +152,8 @@ class LabelFrequencies:
     low). None for other criteria and targets."""
 
     def __init__(self):
-        self.sums: torch.Tensor | None = None  # per class (CE), or [sum, count] (BCE)
-        self.count: torch.Tensor | None = None
+        self.sums: torch.Tensor | None = None  # targets summed per class (CE), or all of them (BCE: one value)
+        self.count: torch.Tensor | None = None  # targets counted
         self.kind = None  # ("ce", K, hard) or ("bce",): a change starts the count again
 
     def add(self, criterion: nn.Module, args) -> torch.Tensor | None:
