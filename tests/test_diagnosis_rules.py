@@ -237,6 +237,25 @@ def test_a_chain_of_constant_layers_starts_at_its_first_link():
     assert _root(eng) == ("activation_collapse", "fc1", 100)
 
 
+def test_a_constant_output_that_was_all_zeros_before_is_constant_since_then():
+    """A LayerNorm over one feature outputs its bias for every input: 0 at
+    step 0 (all zeros: dead), then the one value its bias moved to
+    (collapsed). It carried nothing since step 0, where fc2 after it turned
+    constant too: the root is fc1 at step 0, not its consequence."""
+    run = Run(hidden=2)
+    eng = Engine(run.layers)
+    i, after = run.i("fc1"), [run.i(n) for n in ("relu1", "fc2")]
+
+    def plant(s, r):
+        if run.full(s):
+            r[i, M["act_mean"]] = r[i, M["act_absmax"]] = 0.0 if s == 0 else 0.003 * (s + 1)
+            r[i, [M["act_std"], M["act_zero_frac"]]] = [0.0, 1.0 if s == 0 else 0.0]
+            r[after, M["act_std"]] = 0.0
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng) == ("activation_collapse", "fc1", 0)
+
+
 def test_gradients_exactly_zero_below_a_layer_name_that_layer():
     """A pruning mask of 100 % on fc1: fc0's gradient is exactly 0 while
     fc1's own (its bias) is not, and nothing before it is dead."""

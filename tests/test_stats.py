@@ -55,6 +55,24 @@ def test_moments_give_mean_std_absmax_zero_frac(shape):
     assert row[M["act_nonfinite"]] == 0
 
 
+@pytest.mark.parametrize("value", [1.0, 0.01645, 3.7e4], ids=["ids", "small", "large"])
+def test_a_constant_output_has_std_exactly_zero(value):
+    """The sum of squares less the squared sum loses float32's digits (a
+    constant batch of 32 x 12 ids read std 2.7e-4): the range bounds it."""
+    x = torch.full((32, 12), value)
+    mn, mx, s, q, nz = _host(S.moments(x))
+    assert (q * q - s * s / x.numel()) != 0.0  # the rounding this guards against is there
+    row = _assemble(_out_slots(0, x), 1)[0]
+    assert row[M["act_std"]] == 0.0
+    assert row[M["act_absmax"]] == pytest.approx(value)
+
+
+def test_the_range_bound_leaves_a_spread_output_alone():
+    x = torch.tensor([0.0, 1.0] * 50)  # std at Popoviciu's bound exactly
+    row = _assemble(_out_slots(0, x), 1)[0]
+    assert row[M["act_std"]] == pytest.approx(x.std().item(), rel=1e-6)
+
+
 def test_zero_and_dead_counts_units_dead_for_the_whole_batch():
     x = torch.randn(16, 10).relu()
     x[:, 3] = 0

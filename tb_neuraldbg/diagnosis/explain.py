@@ -316,6 +316,10 @@ BY_CAUSE = {
         "or torch.nan_to_num on the batch while you look."),
     ("data_anomaly", "constant"): (
         "Try: checking the data pipeline for an empty or padded batch or a broken augmentation."),
+    ("data_anomaly", "targets"): (
+        "Try: mapping the labels into [0, 1] (a {-1, 1} label to {0, 1}: (y + 1) / 2; a mask in 0..255 "
+        "divided by 255), and passing the model's output first and the targets second "
+        "(criterion(logits, targets))."),
     ("data_anomaly", "outlier"): (
         "Try: checking the normalisation and the data source of that batch (a corrupt sample, "
         "a different scale or unit)."),
@@ -336,7 +340,7 @@ def variant(kind: str, extra: dict | None) -> str | None:
             return "loss" if extra.get("in_loss") else "backward"
         return "received" if extra.get("from_layer") else "forward"
     if kind == "data_anomaly":
-        return extra.get("reason") if extra.get("reason") in ("nonfinite", "constant") else "outlier"
+        return extra.get("reason") if extra.get("reason") in ("nonfinite", "constant", "targets") else "outlier"
     for key in ("cause", "reason"):
         if (kind, extra.get(key)) in BY_CAUSE:
             return extra.get(key)
@@ -549,6 +553,10 @@ def _head(kind, where, from_state, to_state, step, value, before, extra) -> str:
                 f"{fmt(value)}).")
     if kind == "data_anomaly":
         reason = extra.get("reason")
+        if reason == "targets":
+            return (f"<loss>: the criterion takes probabilities as its targets (each in [0, 1]), but they range "
+                    f"from {fmt(extra.get('target_min'))} to {fmt(extra.get('target_max'))} at step {step}: "
+                    "its loss has no floor there and falls below 0 by driving the logits to infinity.")
         if reason in _BATCH_CHECKS:
             what = ("contains non-finite values" if reason == "nonfinite"
                     else f"is constant (std {fmt(extra.get('std'))})")

@@ -191,9 +191,11 @@ METRIC_TABLE = (
                "floating-point batch holds only integers, 0 otherwise"),
     # What the output must be able to reach (a range its last layer may not cover).
     MetricInfo("target_min", "linear", "Target minimum",
-               "<loss>: the smallest of the criterion's targets (MSELoss)"),
+               "<loss>: the smallest of the criterion's targets (MSELoss; and floating-point "
+               "targets that must lie in [0, 1]: CrossEntropyLoss, BCE)"),
     MetricInfo("target_max", "linear", "Target maximum",
-               "<loss>: the largest of the criterion's targets (MSELoss)"),
+               "<loss>: the largest of the criterion's targets (MSELoss; and floating-point "
+               "targets that must lie in [0, 1]: CrossEntropyLoss, BCE)"),
     # Whether the weights can hold their updates (update steps; docs/FORMAT.md).
     MetricInfo("update_lost_frac", "linear", "Update rounded away",
                "fraction of the elements with a non-zero gradient that the optimizer's step left exactly "
@@ -214,8 +216,9 @@ METRIC_TABLE = (
                "(sqrt of between-sample over total variance): 0 when every sample gives the same output"),
 )
 #: optional string keys of a layer entry beside "name" and "type" (docs/FORMAT.md): ``<loss>``'s
-#: "squash" (what the criterion squashes its input with) and a module's "dtype" (its parameters')
-LAYER_EXTRAS = ("squash", "dtype")
+#: "squash" (what the criterion squashes its input with) and "targets" ("probabilities": its
+#: floating-point targets must lie in [0, 1]), and a module's "dtype" (its parameters')
+LAYER_EXTRAS = ("squash", "targets", "dtype")
 METRICS = tuple(m.name for m in METRIC_TABLE)
 METRIC_INFO = {m.name: m for m in METRIC_TABLE}
 METRIC_INDEX = {name: i for i, name in enumerate(METRICS)}

@@ -51,6 +51,8 @@ class RowKinds:
         self.opt_index = int(np.flatnonzero(self.is_opt)[0]) if self.is_opt.any() else -1
         #: what the criterion applies to its input itself ("softmax", "sigmoid"; None: unknown)
         self.squash = layers[self.loss_index].get("squash") if self.loss_index >= 0 else None
+        #: the domain of the criterion's targets ("probabilities": each in [0, 1]; None: unknown)
+        self.targets = layers[self.loss_index].get("targets") if self.loss_index >= 0 else None
 
 
 class Aspect:

@@ -41,6 +41,9 @@ class Activation(Aspect):
         self.dead_last = np.zeros(0)
         self.dead_via = np.zeros(0, bool)
         self.all_zero = np.zeros(0, bool)  # rows whose whole output was exactly 0 (last measurement)
+        # the first step of each row's current run of measurements with one
+        # value in the whole output, 0 (dead) or not (collapsed): -1 for none
+        self.flat_since = np.zeros(0, np.int64)
         # an explosion compounded over the layers up to here, not this one
         # alone (kept from the last measurement: an explosion may be confirmed
         # once the output is NaN)
@@ -66,6 +69,7 @@ class Activation(Aspect):
         self.dead_last = grow(self.dead_last, n, np.nan)
         self.dead_via = np.zeros(n, dtype=bool)
         self.all_zero = np.zeros(n, dtype=bool)
+        self.flat_since = grow(self.flat_since, n, -1)
         self.cumulative = np.zeros(n, dtype=bool)
         self.origin.grow(n)
         self.loss_alive = grow(self.loss_alive, n, np.nan)
@@ -77,8 +81,11 @@ class Activation(Aspect):
         ``step``: the step classified (None: one past the last)."""
         self.step = self.step + 1 if step is None else int(step)
         self._note_loss(row)
-        return {"fwd": (self._forward(row), None),
-                "act": (self._act(row, conf, has_param, loss_below_first), None)}
+        act = self._act(row, conf, has_param, loss_below_first)
+        # a constant output that was all zeros before (a LayerNorm over one
+        # feature: 0 until its bias moves) has carried nothing since then
+        onset = np.where(act == STATE["collapsed"], self.flat_since, -1)
+        return {"fwd": (self._forward(row), None), "act": (act, onset)}
 
     def _forward(self, row):
         """Non-finite outputs: checked at every step (a flag from the sum)."""
@@ -156,6 +163,9 @@ class Activation(Aspect):
             eff = np.where(zero, 1.0, eff)
             via &= ~zero
             self.all_zero = np.where(measured, zero, self.all_zero)
+            flat = zero | collapsed
+            self.flat_since = np.where(measured, np.where(flat, np.where(self.flat_since >= 0, self.flat_since,
+                                                                             self.step), -1), self.flat_since)
             self.dead_last = np.where(np.isnan(self.dead_eff), self.dead_last, self.dead_eff)
             self.dead_eff, self.dead_via = eff, via
             batch = row[k.input_index, _M["value"]] if k.input_index >= 0 else np.nan

@@ -22,6 +22,9 @@ _PLATEAU_BLOCK = 10
 _PROBS_MEASURED = 3
 #: relative tolerance of "the mean is 1/K" (float32/bfloat16 sums of the rows)
 _PROBS_TOL = 1e-3
+#: how far outside [0, 1] a probability target must lie to be outside it
+#: (not a float16 rounding of 1): no probability is 1.001 or -0.001
+_TARGETS_TOL = 1e-3
 #: module types whose output lies in [0, 1] by construction (a squashing)
 _UNIT_RANGE = ("Sigmoid", "Softmax", "Hardsigmoid")
 #: the range of a module's output by its type (activations without a
@@ -32,14 +35,16 @@ _OUT_RANGE = {"ReLU": (0.0, math.inf), "ReLU6": (0.0, 6.0), "Softplus": (0.0, ma
 
 
 class Loss(Aspect):
-    """The <loss> row, three hysteresis aspects: ``loss`` (non-finite, spike),
-    ``plateau`` and ``init`` (the initial loss against ln K).
+    """The <loss> row, four hysteresis aspects: ``loss`` (non-finite, spike),
+    ``plateau``, ``init`` (the initial loss against ln K) and ``targets``
+    (targets outside the criterion's domain).
 
     ``num_classes`` (K of a K-class cross-entropy, if known) may be set until
     the first loss is seen.
     """
 
-    EVIDENCE = {"loss": ("value", "value"), "plateau": ("value", None), "init": ("value", None)}
+    EVIDENCE = {"loss": ("value", "value"), "plateau": ("value", None), "init": ("value", None),
+                "targets": ("target_min", None)}
 
     def __init__(self, thresholds: Thresholds, num_classes: int | None = None):
         super().__init__()
@@ -101,13 +106,15 @@ class Loss(Aspect):
         if self.first_step is None:
             self.first_step = step
         n = self.kinds.n
-        out = {"loss": (blank(n), None), "plateau": (blank(n), None), "init": (blank(n), None)}
+        out = {"loss": (blank(n), None), "plateau": (blank(n), None), "init": (blank(n), None),
+               "targets": (blank(n), None)}
         j = self.kinds.input_index
         if j >= 0 and row[j, _M["value"]] == 0:
             self.empty_steps.append(step)
         i = self.kinds.loss_index
         if i >= 0:
             self._loss(step, row[i], lr, plateau_conf[i] == STATE["loss_plateau"], out)
+            self._targets(row[i], out["targets"][0])
             self._probabilities(step, row, out)
             if self.probs_count < _PROBS_MEASURED:
                 self._out_of_reach(step, row, out)
@@ -158,6 +165,19 @@ class Loss(Aspect):
         onset = np.full(self.kinds.n, -1, np.int64)
         onset[i] = self.probs_from
         out["plateau"] = (raw, onset)
+
+    def _targets(self, r, raw) -> None:
+        """Targets outside the criterion's domain: a criterion that takes
+        probabilities (``RowKinds.targets``: CrossEntropyLoss, BCE) given
+        a target below 0 or above 1 (labels in {-1, 1}, a mask in 0..255,
+        the logits passed as the target). Its loss has no floor there: it
+        falls below 0 without bound, driving the logits to infinity, and no
+        rate or architecture fixes that (tests/test_diagnosis_targets.py)."""
+        lo, hi = float(r[_M["target_min"]]), float(r[_M["target_max"]])
+        if self.kinds.targets != "probabilities" or not (math.isfinite(lo) and math.isfinite(hi)):
+            return
+        out = lo < -_TARGETS_TOL or hi > 1.0 + _TARGETS_TOL
+        raw[self.kinds.loss_index] = STATE["data_anomaly"] if out else HEALTHY
 
     def _out_of_reach(self, step, row, out):
         """A regression whose output cannot reach its targets (see
@@ -305,6 +325,10 @@ class Loss(Aspect):
                     extra["trivial_loss"] = self.plateau.trivial
                     extra["trivial_of"] = self.plateau.trivial_of
             before, value = self.plateau.level_before, self.plateau.level
+        elif name == "targets" and failing:
+            r = row[tr.index]
+            extra.update(reason="targets", target_min=float(r[_M["target_min"]]),
+                         target_max=float(r[_M["target_max"]]))
         elif name == "init":
             k = self.num_classes
             extra["num_classes"] = k

@@ -45,7 +45,7 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import LabelFrequencies, add_step_scalars, classes_of, recorded_loss, squashing_of, target_facts
+from .pseudo_rows import LabelFrequencies, add_step_scalars, classes_of, recorded_loss, loss_layer_extras, target_facts
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -540,8 +540,8 @@ class Instrument:
         full = self.config.is_stats(step)
         loss_row, opt_row = self.rows.pseudo_rows()
         if self.criterion is not None and "squash" not in self.rows.layers[loss_row]:
-            # what the criterion applies to its input itself (the diagnosis' loss floor)
-            self.rows.layers[loss_row]["squash"] = squashing_of(self.criterion)
+            # what the criterion applies to its input itself (the diagnosis' loss floor), its targets' domain
+            self.rows.layers[loss_row].update(loss_layer_extras(self.criterion))
         fwd = self.fwd
         col = fwd.col
         self.guard.run("replay", self._check_step, True)

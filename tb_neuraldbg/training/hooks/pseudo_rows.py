@@ -17,7 +17,8 @@ from ..step.collector import Collector
 from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
-           "target_variance", "squashing_of", "target_range", "recorded_loss", "LabelFrequencies", "target_facts"]
+           "target_variance", "squashing_of", "loss_layer_extras", "target_range", "recorded_loss",
+           "LabelFrequencies", "target_facts"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -109,6 +110,25 @@ def squashing_of(criterion) -> str | None:
     if isinstance(criterion, (nn.BCEWithLogitsLoss, nn.MultiLabelSoftMarginLoss)):
         return "sigmoid"
     return None
+
+
+#: criteria whose floating-point targets are probabilities: each in [0, 1]
+#: (a class's share for CrossEntropyLoss, a label's for the binary ones),
+#: where the loss is never below 0
+_PROBABILITY_TARGETS = (nn.CrossEntropyLoss, nn.BCEWithLogitsLoss, nn.BCELoss, nn.MultiLabelSoftMarginLoss)
+
+
+def loss_layer_extras(criterion) -> dict:
+    """What the ``<loss>`` layer entry records of its criterion
+    (docs/FORMAT.md): ``"squash"`` (``squashing_of``, None included), and
+    ``"targets": "probabilities"`` for a criterion whose floating-point
+    targets must each lie in [0, 1] (``target_range`` then records their
+    range: labels in {-1, 1} or 0..255 fed to a binary cross-entropy, a
+    CrossEntropyLoss given the logits as its target)."""
+    extras = {"squash": squashing_of(criterion)}
+    if isinstance(criterion, _PROBABILITY_TARGETS):
+        extras["targets"] = "probabilities"
+    return extras
 
 
 def target_variance(criterion: nn.Module, args) -> torch.Tensor | None:
@@ -234,9 +254,13 @@ def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
     """The smallest and largest of a mean-reduced ``MSELoss``'s targets (a
     tensor of two, on their device; the criteria and targets of
     ``target_variance``): the range the model's output must be able to
-    reach. None otherwise."""
+    reach; or of the floating-point targets of a criterion that takes
+    probabilities (``loss_layer_extras``), which must lie in [0, 1]. None
+    otherwise."""
     y = _regression_targets(criterion, args)
-    if y is None:
+    if y is None and isinstance(criterion, _PROBABILITY_TARGETS) and len(args) >= 2:
+        y = args[1] if isinstance(args[1], torch.Tensor) and args[1].is_floating_point() else None
+    if y is None or y.numel() == 0:
         return None
     with torch.no_grad():
         return torch.stack(torch.aminmax(y.detach().float()))

@@ -266,7 +266,7 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         s = pick(Key.OUT_SUM)
         mn, mx, q, nz = pick(Key.OUT_MIN), pick(Key.OUT_MAX), pick(Key.OUT_NORM), pick(Key.OUT_NZ)
         row[..., _M["act_mean"]] = s / n
-        row[..., _M["act_std"]] = _std(s, q, n)
+        row[..., _M["act_std"]] = _within_range(_std(s, q, n), mn, mx, n)
         row[..., _M["act_absmax"]] = np.maximum(-mn, mx)
         row[..., _M["act_zero_frac"]] = 1.0 - nz / n
         row[..., _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
@@ -348,6 +348,18 @@ def _std(s: np.ndarray, q: np.ndarray, n: np.ndarray) -> np.ndarray:
     (rounding can make a zero variance slightly negative: 0; NaN stays NaN)."""
     var = (q * q - s * (s / n)) / np.maximum(n - 1, 1)
     return np.sqrt(np.where(var < 0, 0.0, var))
+
+
+def _within_range(std: np.ndarray, mn: np.ndarray, mx: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``std`` no larger than values between ``mn`` and ``mx`` allow
+    (Popoviciu: a variance is at most (max - min)**2 / 4, times n / (n - 1)
+    for the sample's): the sum of squares less the squared sum loses float32's
+    digits, and a constant batch of token ids (every id ``<unk>``) or a
+    LayerNorm over one feature read std 1e-3 of their value, not 0, and were
+    not constant (tests/test_slots.py, the constant cases of
+    tests/test_diagnosis_input.py). NaN bounds (not taken) leave it as is."""
+    bound = (mx - mn) * 0.5 * np.sqrt(n / np.maximum(n - 1, 1))
+    return np.fmin(std, bound)
 
 
 def _from_ref(own: np.ndarray, src_values: np.ndarray, ref: np.ndarray, has_ref: np.ndarray) -> np.ndarray:
