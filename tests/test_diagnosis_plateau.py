@@ -117,3 +117,35 @@ def test_a_negative_loss_of_a_criterion_without_that_floor_is_no_finding():
     positive one of BCEWithLogitsLoss neither."""
     assert _first_loss(-0.8, None) == []
     assert _first_loss(0.8, "sigmoid") == []
+
+
+def _with_targets_variance(tv):
+    """``plant``: the targets' variance ``tv`` on the <loss> row of full steps
+    (a mean-reduced MSELoss's: the loss of predicting their mean)."""
+    def plant(run, s, r):
+        if run.full(s):
+            r[run.i("<loss>"), M["target_var"]] = tv * (1.0 + 0.05 * run.rng.normal())
+    return plant
+
+
+def test_a_loss_still_above_the_trivial_predictors_after_the_run_never_learned_that_constant():
+    """The slow learner above (a fifth down over 200 steps) on a regression
+    whose targets vary by 0.5: its loss ends near 0.88, far above what
+    predicting their mean gives. It did not learn even that constant (an
+    output bias learns it in a few steps): a plateau from step 0."""
+    plateaus, eng = _run_curve(lambda s, rng: 1.10 - 0.0011 * s + 0.02 * rng.normal(),
+                               plant=_with_targets_variance(0.5))
+    assert [(e.layer, e.step, e.extra.get("reason")) for e in plateaus] == [("<loss>", 0, "above_trivial")]
+    assert "has not learned even that constant" in eng.root_cause["message"]
+
+
+def test_a_loss_that_fell_to_the_trivial_predictors_level_or_below_is_judged_as_before():
+    """The same curve when the targets vary by 1.0 (it ends below it), and a
+    loss that starts ten times above the targets' variance and falls well
+    below it: learning, no plateau."""
+    plateaus, _ = _run_curve(lambda s, rng: 1.10 - 0.0011 * s + 0.02 * rng.normal(),
+                             plant=_with_targets_variance(1.0))
+    assert plateaus == []
+    plateaus, _ = _run_curve(lambda s, rng: 0.1 + 5.0 * np.exp(-s / 20) + 0.02 * rng.normal(),
+                             plant=_with_targets_variance(0.5))
+    assert plateaus == []

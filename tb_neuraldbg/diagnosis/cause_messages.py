@@ -34,6 +34,13 @@ CAUSE_ADVICE = {
         "unrelated to the inputs (misaligned or shuffled pairs, the wrong column), inputs that carry no "
         "signal (constant, all zero, normalised away), or a learning rate far too low. Try: overfitting a "
         "single batch; checking that each input is paired with its own target."),
+    ("loss_plateau", "above_trivial"): (
+        "Gradients flow, but the model does worse than a constant prediction (the targets' mean, or their "
+        "label frequencies), which the bias of its output alone would learn. Likely cause: updates too "
+        "small to move it (a learning rate far too low, gradients clipped to almost nothing with "
+        "clip_grad_value_, a schedule stuck near 0), or targets unrelated to the inputs. Try: printing the "
+        "update ratio ||dw||/||w|| (healthy is ~1e-3) and the gradient after clipping; overfitting a single "
+        "batch."),
     ("loss_plateau", "probabilities"): (
         "Likely cause: a Softmax (or sigmoid outputs that sum to 1) as the model's last layer before "
         "CrossEntropyLoss, which applies log-softmax itself: softmax twice, gradients that shrink as it "
@@ -85,6 +92,11 @@ def cause_head(kind, where, step, value, before, extra) -> str | None:
             return (f"{where}: its parameters get gradients but move by {fmt(value)} of their weights per step "
                     f"from step {step} (update ratio ||dw||/||w||; healthy is ~1e-3){rate}.")
         return _updates_head(where, step, value, before, extra)
+    if kind == "loss_plateau" and extra.get("reason") == "above_trivial" and known(extra.get("trivial_loss")):
+        of = "the label frequencies" if extra.get("trivial_of") == "frequencies" else "the targets' mean"
+        return (f"<loss>: the loss stays above the level of predicting {of} for every sample from step {step} "
+                f"(loss {fmt(value)}; that constant prediction's loss is {fmt(extra.get('trivial_loss'))}; it "
+                f"started at {fmt(before)}): the model has not learned even that constant.")
     if kind == "loss_plateau" and extra.get("reason") == "trivial" and known(extra.get("trivial_loss")):
         if extra.get("trivial_of") == "frequencies":
             return (f"<loss>: the loss stays at the level of predicting the label frequencies for every sample "

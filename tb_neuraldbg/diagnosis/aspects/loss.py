@@ -321,7 +321,7 @@ class Loss(Aspect):
             if failing:
                 extra["reason"] = self.plateau.reason
                 extra["num_classes"] = self.num_classes
-                if self.plateau.reason == "trivial":
+                if self.plateau.reason in ("trivial", "above_trivial"):
                     extra["trivial_loss"] = self.plateau.trivial
                     extra["trivial_of"] = self.plateau.trivial_of
             before, value = self.plateau.level_before, self.plateau.level
@@ -513,6 +513,16 @@ class Plateau:
         self.level_before = float(lev[j])
         self.level = recent
         self.onset = int(self.level_steps[j])
+        # worse than the trivial predictor after ``need`` steps, however the
+        # loss trends: clearly above (by plateau_min_drop and the levels'
+        # noise) the loss of predicting the targets' mean or the label
+        # frequencies, the constant that a model that learns learns first
+        # (its output's bias). Updates too small to move it (clipped to
+        # nothing by value, a rate far too low) leave it there while the
+        # loss drifts down (tests/test_diagnosis_plateau.py)
+        if self.trivial > 0 and recent > (1.0 + t.plateau_min_drop) * self.trivial + noise:
+            self.level_before, self.onset, self.reason = float(lev[0]), int(self.level_steps[0]), "above_trivial"
+            return STATE["loss_plateau"]
         if span < need:
             return HEALTHY
         # never fell: the flat span is the whole run (from step 0), and the
