@@ -99,6 +99,27 @@ def test_a_layer_initialised_20x_too_large_is_where_the_activations_explode():
     assert "forward gain" in ev.message and "12" in ev.message
 
 
+def test_a_large_gain_that_a_normalisation_right_after_divides_away_is_no_explosion():
+    """The same fc1 (gain 12) right before a LayerNorm, whose output is
+    back at unit scale (a weight-standardised conv before its GroupNorm,
+    a conv initialised large before BatchNorm): the signal after it never
+    grew, so nothing exploded; without the norm it is fc1's explosion above."""
+    run = GainRun(hidden=3)
+    k = run.i("fc1")
+    run.layers[k + 1]["type"] = "LayerNorm"
+
+    def plant(step, r):
+        if run.full(step):
+            r[k, M["fwd_gain"]] = 12.0
+            r[k, M["act_std"]] *= 20.0
+            r[k + 1, M["fwd_gain"]] = 1.0 / r[k, M["act_std"]]
+            r[k + 1, M["act_dead_frac"]] = np.nan
+
+    eng = _engine(run)
+    feed(eng, run, range(40), plant)
+    assert failures(eng) == []
+
+
 def test_only_the_first_departing_module_in_forward_order_is_named():
     run = GainRun(hidden=3)
 

@@ -21,7 +21,7 @@ import pytest
 
 from scenarios import (corpus_failures, corpus_healthy, corpus_loss_grad, corpus_scale, corpus_squash, failures, growth,
                        healthy)
-from scenarios import corpus_precision, corpus_prior, corpus_schedule, corpus_trivial
+from scenarios import corpus_absorbed, corpus_precision, corpus_prior, corpus_schedule, corpus_trivial
 from scenarios import samples as corpus_samples
 from scenarios.harness import read_events, train
 from tb_neuraldbg.training.worker.thread import Worker
@@ -33,7 +33,8 @@ CASES = {c.spec.name: c for c in failures.all_cases() + corpus_failures.all_case
 HEALTHY = {s.name: s for s in healthy.all_specs() + corpus_healthy.all_specs() + corpus_loss_grad.all_specs()
            + growth.all_specs() + corpus_scale.all_specs() + corpus_squash.all_specs()
            + corpus_precision.all_specs() + corpus_schedule.all_specs()
-           + corpus_prior.all_specs() + corpus_samples.all_specs() + corpus_trivial.all_specs()}
+           + corpus_prior.all_specs() + corpus_samples.all_specs() + corpus_trivial.all_specs()
+           + corpus_absorbed.all_specs()}
 TRUTHS = [name for name, c in CASES.items() if c.truth is not None]
 
 pytestmark = pytest.mark.slow  # the scenario corpus: a training a case

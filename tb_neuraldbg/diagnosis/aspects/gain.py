@@ -117,7 +117,7 @@ class Gain(Aspect):
         self.before = self.last  # ... as of the step before this one
         self.bounds = np.zeros((2, 2, 0))  # [direction, low/high, L]; NaN: not judged
         self.container = np.zeros(0, dtype=bool)
-        self.feeds_bounded = np.zeros(0, dtype=bool)
+        self.feeds_bounded = np.zeros(0, dtype=bool)  # (a bounded activation or a normalisation next)
         self.median = {name: math.nan for name in self.EVIDENCE}  # the network's median gain at the step
         # ... of the backward gains at their first measurement, before any
         # update, and the rows it judged: an explosion of the gradient raises
@@ -134,9 +134,12 @@ class Gain(Aspect):
         # A module right before a bounded activation cannot explode the
         # signal: it saturates it, the activation aspect's state (a Linear
         # scaled x30 before a Tanh: tests/scenarios/failures.py's
-        # saturated_tanh names the Tanh).
+        # saturated_tanh names the Tanh). Nor can one right before a
+        # normalisation layer, which divides its scale away whatever it is
+        # (a weight-standardised conv, of gain ~sqrt(fan_in), before its
+        # GroupNorm; tests/test_gain_units.py).
         fam = [family(t) for t in kinds.types]
-        self.feeds_bounded = np.array([i + 1 < n and kinds.is_mod[i + 1] and fam[i + 1] == "bounded"
+        self.feeds_bounded = np.array([i + 1 < n and kinds.is_mod[i + 1] and fam[i + 1] in ("bounded", "norm")
                                        for i in range(n)], dtype=bool).reshape(n)
         b = np.full((2, 2, n), np.nan)
         for i, t in enumerate(kinds.types):
