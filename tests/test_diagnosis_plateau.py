@@ -149,3 +149,12 @@ def test_a_loss_that_fell_to_the_trivial_predictors_level_or_below_is_judged_as_
     plateaus, _ = _run_curve(lambda s, rng: 0.1 + 5.0 * np.exp(-s / 20) + 0.02 * rng.normal(),
                              plant=_with_targets_variance(0.5))
     assert plateaus == []
+
+
+def test_a_loss_that_fell_tenfold_is_learning_whatever_its_level():
+    """A loss falling from 20 to ~0.9 over the run (raw features of ~1e3
+    under Adam) ends above the targets' variance of 0.5, but it fell more
+    than an order of magnitude: learning, no plateau."""
+    plateaus, _ = _run_curve(lambda s, rng: 0.8 + 20.0 * np.exp(-s / 25) + 0.02 * rng.normal(),
+                             plant=_with_targets_variance(0.5))
+    assert plateaus == []

@@ -278,8 +278,9 @@ class Loss(Aspect):
                 out["plateau"] = (out["plateau"][0], onset)
 
     def final(self, plateau_conf) -> dict:
-        """{"plateau": (raw, onset)} of a run shorter than plateau_min_steps,
-        at its end ({} when it has no plateau to report)."""
+        """{"plateau": (raw, onset)} at the run's end: the plateau of a run
+        shorter than plateau_min_steps, or a run that ended worse than the
+        trivial predictor ({} when it has no plateau to report)."""
         i = self.kinds.loss_index
         if i < 0 or plateau_conf[i] != HEALTHY:
             return {}
@@ -513,14 +514,23 @@ class Plateau:
         self.level_before = float(lev[j])
         self.level = recent
         self.onset = int(self.level_steps[j])
-        # worse than the trivial predictor after ``need`` steps, however the
+        # a run that ended worse than the trivial predictor, however the
         # loss trends: clearly above (by plateau_min_drop and the levels'
         # noise) the loss of predicting the targets' mean or the label
         # frequencies, the constant that a model that learns learns first
         # (its output's bias). Updates too small to move it (clipped to
         # nothing by value, a rate far too low) leave it there while the
-        # loss drifts down (tests/test_diagnosis_plateau.py)
-        if self.trivial > 0 and recent > (1.0 + t.plateau_min_drop) * self.trivial + noise:
+        # loss drifts down. Judged at the run's end only (a slow learner
+        # passes through that level on its way down: the healthy
+        # large_mean_regression), and only for a loss that fell by less than
+        # an order of magnitude (the factor of a module's healthy band
+        # elsewhere, act_explode_vs_max): one that fell more is learning,
+        # whatever its level (raw_features_adam, whose inputs of ~1e3 leave
+        # it far above the targets' variance after falling 75-fold;
+        # tests/test_diagnosis_plateau.py)
+        fell_tenfold = len(blocks) and float(blocks[0]) > t.act_explode_vs_max * recent
+        if final and self.trivial > 0 and recent > (1.0 + t.plateau_min_drop) * self.trivial + noise \
+                and not fell_tenfold:
             self.level_before, self.onset, self.reason = float(lev[0]), int(self.level_steps[0]), "above_trivial"
             return STATE["loss_plateau"]
         if span < need:
