@@ -565,3 +565,29 @@ def test_foreach_norm_sums_in_the_dtype_given():
     assert [n.dtype for n in out] == [torch.float64] * 2
     assert [float(n) for n in out] == pytest.approx([1e20 * math.sqrt(10), 6.0])
     assert math.isinf(float(S.foreach_norm(big)[0]))
+
+
+def test_a_batch_far_from_zero_keeps_its_spread(tmp_path):
+    """Sensor readings at 2e4 +- 1: the sum of squares less the squared sum
+    loses the whole spread in float32 (std 0: a "constant" batch); the
+    batch's std is taken by torch itself (Key.OUT_STD)."""
+    from tb_neuraldbg import DebugWriter
+    from tb_neuraldbg.offline.reader import read_run
+    from tb_neuraldbg.offline.rediagnose import diagnose_run
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(12), torch.nn.Linear(12, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model, optimizer=opt, criterion=torch.nn.MSELoss())
+        for _ in range(20):
+            z = torch.randn(128, 12, generator=g)
+            loss = torch.nn.functional.mse_loss(model(2.0e4 + z), z[:, :1])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    run = read_run(str(tmp_path))
+    batch = list(run.layer_names).index("<input>")
+    assert run.stats[0, batch, M["act_std"]] == pytest.approx(1.0, rel=0.05)
+    assert not any(e["kind"] == "data_anomaly" for e in diagnose_run(run).to_report()["events"])

@@ -426,3 +426,48 @@ def test_batches_go_through_tensorboards_file_layer(tmp_path, planned, monkeypat
     opened = [p for p in opened if p.endswith(".npz")]
     assert opened == [f"{tmp_path}/neuraldbg_batch_step4.npz"]
     assert np.load(opened[0])["arg0"].shape == (8, 4)
+
+
+def _unfreeze_at(tmp_path, step, opt_of):
+    """A backbone frozen at watch() and unfrozen at ``step``; the optimizer
+    built by ``opt_of(model)`` then. The run and its report."""
+    from tb_neuraldbg.offline.rediagnose import diagnose_run
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3))
+    for p in model[:4].parameters():
+        p.requires_grad_(False)
+    opt = opt_of(model)
+    g = torch.Generator().manual_seed(0)
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model, optimizer=opt, criterion=nn.CrossEntropyLoss())
+        for s in range(80):
+            if s == step:
+                for p in model[:4].parameters():
+                    p.requires_grad_(True)
+            x = torch.randn(32, 8, generator=g)
+            loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long() + (x[:, 1] > 0).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    run = read_run(str(tmp_path))
+    return run, diagnose_run(run).to_report()
+
+
+def test_a_backbone_unfrozen_after_watch_is_followed_from_then_on(tmp_path):
+    """Unfrozen at step 10 while the optimizer holds every parameter: its
+    gradients are recorded from step 10 (none before), and nothing is wrong."""
+    run, rep = _unfreeze_at(tmp_path, 10, lambda m: torch.optim.Adam(m.parameters(), lr=1e-2))
+    grad = run.stats[:, list(run.layer_names).index("0"), metadata.METRIC_INDEX["grad_norm"]]
+    steps = list(run.steps)
+    assert np.isnan(grad[steps.index(9)]) and grad[steps.index(10)] > 0
+    assert rep["status"] == "healthy", rep["root_cause"]
+
+
+def test_a_backbone_unfrozen_but_missing_from_the_optimizer_is_frozen_from_then_on(tmp_path):
+    """The optimizer was built from the parameters trainable then (the
+    head's): the backbone gets gradients from step 10 and never moves."""
+    run, rep = _unfreeze_at(tmp_path, 10, lambda m: torch.optim.Adam(
+        [p for p in m.parameters() if p.requires_grad], lr=1e-2))
+    rc = rep["root_cause"]
+    assert rc["kind"] == "frozen_weights" and rc["layer"] in ("0", "2") and 10 <= rc["step"] <= 20, rc

@@ -306,11 +306,13 @@ def select_added(name: str, module: nn.Module, include=None, exclude=None) -> li
 
 
 def owned_params(m: nn.Module) -> list[nn.Parameter]:
-    """The trainable parameters a watched module's row owns: its whole
-    subtree's for a leaf or an atomic module, its own otherwise (a
-    container's children are rows of their own)."""
+    """The parameters a watched module's row owns: its whole subtree's for a
+    leaf or an atomic module, its own otherwise (a container's children are
+    rows of their own). Frozen ones too: a backbone unfrozen after
+    ``watch()`` is followed from then on (each step's layout keeps those
+    that require grad now: ``hooks/params.py``; tests/test_watch_robust.py)."""
     recurse = behaviour_of(m).atomic or next(m.children(), None) is None
-    return [p for p in m.parameters(recurse=recurse) if p.requires_grad]
+    return list(m.parameters(recurse=recurse))
 
 
 # --------------------------------------------------------------------------

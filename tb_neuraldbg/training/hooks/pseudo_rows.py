@@ -47,6 +47,8 @@ def measure_batch(col: Collector, x: torch.Tensor, full: bool, exact: bool) -> N
     col.add(mx, 0, Key.OUT_MAX)
     col.add(xf.sum(dtype=acc), 0, Key.OUT_SUM)
     col.add(torch.linalg.vector_norm(xf, dtype=acc), 0, Key.OUT_NORM)
+    if xf.numel() >= 2:  # (its std from the norm loses a spread far below its offset: Key.OUT_STD)
+        col.add(torch.std(xf if acc is None else xf.to(acc)), 0, Key.OUT_STD)
     if full:
         col.add(stats.nonzero_count(xf), 0, Key.OUT_NZ)
         # integers are ids or indices, not features (the diagnosis does not

@@ -104,7 +104,11 @@ class Key:
     # The loss of the best constant prediction (a classifier's label
     # frequencies; <loss>, full steps): hooks/pseudo_rows.LabelFrequencies.
     PRIOR_LOSS = 50
-    COUNT = 51
+    # Every step: the batch's std by torch (<input>): the sum of squares less
+    # the squared sum loses every digit of a spread far below the batch's
+    # offset (readings at 2e4 +- 1 read std 0).
+    OUT_STD = 51
+    COUNT = 52
 
 
 @dataclass
@@ -266,7 +270,8 @@ def assemble_steps(values: np.ndarray, layout: SlotLayout) -> np.ndarray:
         s = pick(Key.OUT_SUM)
         mn, mx, q, nz = pick(Key.OUT_MIN), pick(Key.OUT_MAX), pick(Key.OUT_NORM), pick(Key.OUT_NZ)
         row[..., _M["act_mean"]] = s / n
-        row[..., _M["act_std"]] = _within_range(_std(s, q, n), mn, mx, n)
+        std = pick(Key.OUT_STD)  # (the batch's, where taken: exact)
+        row[..., _M["act_std"]] = np.where(np.isnan(std), _within_range(_std(s, q, n), mn, mx, n), std)
         row[..., _M["act_absmax"]] = np.maximum(-mn, mx)
         row[..., _M["act_zero_frac"]] = 1.0 - nz / n
         row[..., _M["act_dead_frac"]] = pick(Key.OUT_DEAD) / pick(Key.OUT_UNITS)
