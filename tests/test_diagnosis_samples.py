@@ -269,3 +269,22 @@ def test_outputs_that_shrink_while_the_loss_stays_where_it_began_are_no_collapse
 
     feed(eng, run, range(200), plant)
     assert not [e for e in failures(eng) if e.kind == "activation_collapse"]
+
+
+def test_a_last_layer_that_lost_the_sample_while_the_loss_beats_every_constant_is_silent():
+    """fc1 onward shrink 30x as in the collapse above, but the loss (~0.5)
+    is far below the targets' variance (2.0, MSE): the prediction beats
+    every constant, so it still depends on the input and the shrinking rows
+    are not what the loss reads (a gated side branch added to the output in
+    forward, its gate closing by design)."""
+    run = SampleRun()
+    eng = Engine(run.layers)
+    shrink = _shrink(run, ("fc1", "relu1", "fc2"), 50, 1 / 30)
+
+    def plant(step, r):
+        shrink(step, r)
+        if run.full(step):
+            r[run.i("<loss>"), M["target_var"]] = 2.0
+
+    feed(eng, run, range(200), plant)
+    assert not [e for e in failures(eng) if e.kind == "activation_collapse"]

@@ -74,3 +74,40 @@ def test_vanishing_gradients_stay_failing_whatever_the_loss(loss_after):
     eng = _saturating(loss_after, kind="vanishing_gradient")
     assert eng.root_cause is not None and eng.root_cause["kind"] == "vanishing_gradient", eng.root_cause
     assert eng.status == "failing"
+
+
+def _group_zero_at_lr_zero(loss_of):
+    """fc0 alone in param group 0 at lr 0 from the start (a pretrained
+    embedding held fixed on purpose), fc1 and fc2 in group 1 at the run's
+    rate; the loss given by ``loss_of(step, rng)``. The finished engine."""
+    from tests.test_diagnosis_rules import _facts
+
+    run = Run()
+    eng = Engine(run.layers)
+    li = run.i("<loss>")
+
+    def plant(s, r):
+        _facts(run, r, group={"fc0": 0, "fc1": 1, "fc2": 1}, lr={"fc0": 0.0})
+        r[run.i("fc0"), M["update_ratio"]] *= 0.0
+        r[li, M["value"]] = loss_of(s, run.rng)
+
+    feed(eng, run, range(400), plant)
+    eng.finish()
+    return eng
+
+
+def test_a_group_held_at_rate_0_while_the_rest_learns_is_a_warning():
+    """The loss falls from 1.4 to 0.2 while group 0 never moves: healthy,
+    with the frozen layer named (its rate is the one the user set)."""
+    eng = _group_zero_at_lr_zero(lambda s, rng: 1.2 * np.exp(-s / 100) + 0.2 + 0.02 * rng.random())
+    assert eng.root_cause["kind"] == "frozen_weights" and eng.root_cause["layer"] == "fc0"
+    assert eng.status == "healthy"
+
+
+def test_a_group_held_at_rate_0_while_the_loss_stays_is_a_failure():
+    """The same when the loss never falls (the first group's rate of 0 does
+    not make the run "frozen": the other group trains, so the plateau is
+    judged too)."""
+    eng = _group_zero_at_lr_zero(lambda s, rng: 1.4 + 0.02 * rng.random())
+    assert eng.status == "failing"
+    assert any(e.kind == "loss_plateau" for e in eng.events)

@@ -120,6 +120,25 @@ def test_a_large_gain_that_a_normalisation_right_after_divides_away_is_no_explos
     assert failures(eng) == []
 
 
+def test_gains_of_a_regression_onto_targets_far_off_unit_scale_are_the_fit():
+    """Prices of ~1000 from unit features (MSE: the targets' range and
+    variance recorded): the network must amplify its input ~1000-fold, ~10
+    at each Linear. fc1's gain of 12 is that fit, not an explosion; the
+    same gain on unit-scale targets is one (above)."""
+    run = GainRun(hidden=3)
+    k, li = run.i("fc1"), run.i("<loss>")
+
+    def plant(step, r):
+        if run.full(step):
+            r[k, M["fwd_gain"]] = 12.0
+            r[k:li, M["act_std"]] *= 20.0
+            r[li, [M["target_min"], M["target_max"], M["target_var"]]] = [600.0, 1400.0, 127.0 ** 2]
+
+    eng = _engine(run)
+    feed(eng, run, range(40), plant)
+    assert not [e for e in failures(eng) if e.extra.get("cause") == "module_gain"]
+
+
 def test_only_the_first_departing_module_in_forward_order_is_named():
     run = GainRun(hidden=3)
 

@@ -156,9 +156,14 @@ class Engine:
         updates to rounding, an output that collapses stay failures: the model
         stopped learning, or learns far less, though the loss may still fall
         (tests/test_engine_status.py; the scenario
-        conv_bf16_weights_sgd_updates_rounded_away)."""
+        conv_bf16_weights_sgd_updates_rounded_away). So are a param group's
+        layers held at a learning rate of 0 from the start, the rate the user
+        set for them, while the rest learns: a part frozen on purpose
+        (discriminative fine-tuning keeps a pretrained embedding at lr 0)."""
         ev = f.event
-        return ev.kind == "saturated_activation" and self._clf.loss.plateau.fell_since(ev.step)
+        by_design = ev.kind == "saturated_activation" or (
+            ev.kind == "frozen_weights" and ev.extra.get("cause") == "lr_zero" and f.born)
+        return by_design and self._clf.loss.plateau.fell_since(ev.step)
 
     # ---------------------------------------------------------------- layers
     def add_layers(self, new_layers) -> None:

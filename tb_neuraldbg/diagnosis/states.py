@@ -101,11 +101,12 @@ class Classifier:
                                                 self.loss.below_first(), step=step))
             out.update(self.weight.classify(step, row, out["grad"][0], rate.lr, rate.skipped))
             out.update(self.input.classify(row))
-            out.update(self.loss.classify(step, row, rate.lr, confirmed["plateau"]))
+            out.update(self.loss.classify(step, row, self.optimizer.highest_rate(rate.lr), confirmed["plateau"]))
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))
             out.update(self.units.classify(row))
-            out.update(self.samples.classify(row, self.gradient.has_param, step, self.loss.fell_clearly()))
+            out.update(self.samples.classify(row, self.gradient.has_param, step, self.loss.fell_clearly(),
+                                             self.loss.beats_trivial()))
             if rate.scaler_active:
                 self.optimizer.note_origin(self._nonfinite_origin(row), rate.skipped)
         return out

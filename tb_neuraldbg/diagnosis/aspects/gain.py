@@ -126,6 +126,8 @@ class Gain(Aspect):
         # e.g. behind a ReZero gate of 0 at first, makes the first median
         # another network's: tests/scenarios/healthy.py's rezero_branches)
         self.first_bwd = (math.nan, None)
+        # the largest |target| of a regression (MSE: target_min/max), last known
+        self.target_scale = math.nan
 
     def grow(self, kinds: RowKinds) -> None:
         super().grow(kinds)
@@ -159,6 +161,17 @@ class Gain(Aspect):
         fwd = row[:, _M["fwd_gain"]]
         bwd = row[:, _M["bwd_gain"]]
         if np.isnan(fwd).all() and np.isnan(bwd).all():  # a cheap step (nine in ten): nothing measured
+            return {name: (blank(self.kinds.n), None) for name in self.EVIDENCE}
+        li = self.kinds.loss_index
+        if li >= 0 and np.isfinite(row[li, _M["target_var"]]):
+            self.target_scale = float(np.nanmax(np.abs(row[li, [_M["target_min"], _M["target_max"]]])))
+        if self.target_scale > GAIN_DEPARTURE:
+            # A regression onto targets GAIN_DEPARTURE off unit scale asks the
+            # network for that gain: its layers' gains of ~10 are the fit
+            # (prices of ~1000 from unit features: ~10 at each of three
+            # Linears), not where an explosion begins (dec07h's h05; the
+            # divergence of such a run is judged by the gradients and the
+            # loss, and named by the targets' scale: causes/targets.py)
             return {name: (blank(self.kinds.n), None) for name in self.EVIDENCE}
         # the output layer's scale is the targets' (and the loss's: a logit
         # scale is the <loss> aspect's initial loss)

@@ -91,6 +91,16 @@ class Loss(Aspect):
         med = self.hist.median()
         return bool(math.isfinite(med) and med < self.first_loss[1])
 
+    def beats_trivial(self) -> bool:
+        """Whether the recent losses are clearly below (by plateau_min_drop)
+        the trivial predictor's loss (the targets' variance under MSE, the
+        label frequencies' entropy): a prediction that beats every constant
+        still depends on the input."""
+        trivial = self.plateau.trivial
+        if not trivial > 0 or len(self.hist) < self.t.loss_history_min:
+            return False
+        return bool(self.hist.median() < (1.0 - self.t.plateau_min_drop) * trivial)
+
     def fell_clearly(self) -> bool | None:
         """Whether the loss fell clearly below its first value (by
         plateau_min_drop: ``improved_step``); None while its first value is

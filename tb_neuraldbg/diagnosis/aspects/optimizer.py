@@ -97,6 +97,13 @@ class Optimizer(Aspect):
         self.prev_step = step
         return rate
 
+    def highest_rate(self, lr0: float) -> float:
+        """The highest learning rate of any param group at this step (from
+        the rows' ``lr``), else ``lr0`` (the first group's): a run is frozen
+        only when every group is at 0, not when its first one is (a
+        pretrained embedding held at lr 0 in group 0 on purpose)."""
+        return self._lr_max if self._lr_max == self._lr_max else lr0
+
     def _groups(self, step, row, lr0) -> None:
         """The hyperparameters of each param group at this step: their
         discontinuities, and the collapse of the rate."""
@@ -120,7 +127,7 @@ class Optimizer(Aspect):
                 members = tuple(names[known & (group == g)])
                 effs = (("lr", lr), ("weight_decay", lr * wd), ("momentum", 1.0 / max(1e-12, 1.0 - mom)))
                 self._group_values.append((int(g), effs, (lr, wd, mom), members))
-        self._note_lr(step, self._lr_max if self._lr_max == self._lr_max else lr0)
+        self._note_lr(step, self.highest_rate(lr0))
         for g, effs, values, members in self._group_values:
             raw_before = self.hyper_raw.get(g)
             for name, eff in effs:

@@ -28,7 +28,10 @@ statistics do not tell the two apart.
 That alone is not a failure: a branch, a gate or an idle expert may go quiet
 while the model's output still depends on the input (ReZero, LayerScale,
 MoE). So the model's output (its last module with parameters before
-``<loss>``) must have lost the sample by the same measure, and, for a
+``<loss>``) must have lost the sample by the same measure, the loss must not
+be clearly below the trivial predictor's (a prediction that beats every
+constant depends on the input, whatever that module does: a gated side
+branch added to the output in ``forward``), and, for a
 regression whose targets' variance is recorded, vary an order of magnitude
 less than its targets do (a random first output that varied more than the
 targets falls to their spread as it learns). And the loss must have
@@ -98,11 +101,12 @@ class Samples(Aspect):
         self.start = grow(self.start, n, -1)
         self.since = grow(self.since, n, -1)
 
-    def classify(self, row, has_param, step: int, loss_fell: bool | None = None) -> dict:
+    def classify(self, row, has_param, step: int, loss_fell: bool | None = None, beats_trivial: bool = False) -> dict:
         """{"samples": (raw, onset)}; ``has_param``: bool [L], rows with
         parameters; ``loss_fell``: whether the loss fell clearly below its
-        first value (None: unknown); the onset of a collapse is the step its
-        row lost the sample."""
+        first value (None: unknown); ``beats_trivial``: whether it is clearly
+        below the trivial predictor's loss; the onset of a collapse is the
+        step its row lost the sample."""
         raw = blank(self.kinds.n)
         s = row[:, _SS]
         if np.isnan(s).all():  # a cheap step (nine in ten): nothing measured
@@ -137,7 +141,12 @@ class Samples(Aspect):
             # (MSE: their variance is recorded): a random first output that
             # varied more than they do has not lost the sample by falling to them
             tv = row[k.loss_index, _TV] if k.loss_index >= 0 else np.nan
-            if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv or loss_fell is False:
+            # and a prediction that beats every constant (the loss clearly
+            # below the trivial predictor's) still depends on the input: the
+            # last module with parameters is then not what the loss reads (a
+            # gated side branch added to the output in forward, the gate
+            # closing by design: dec07h's h10)
+            if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv or loss_fell is False or beats_trivial:
                 return {"samples": (raw, None)}
             # for good: for lr_window steps, and for at least as long as the
             # row had trained before it lost it (a classifier that passes
