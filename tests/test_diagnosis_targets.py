@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from torch import nn
@@ -75,3 +77,32 @@ def test_targets_in_zero_one_stay_silent(tmp_path, targets_of):
     assert rep["status"] == "healthy", rep["root_cause"]
     loss = list(run.layer_names).index("<loss>")
     assert not math.isnan(run.stats[0, loss, M["target_max"]])  # measured, and judged in its domain
+
+
+def test_a_recorded_total_of_more_terms_is_not_judged_against_the_criterions_trivial_loss(tmp_path):
+    """A VAE-like loop: the watched MSELoss's reconstruction plus a KL-like term
+    of ~1 nat, recorded with ``record(loss=total)``. The total sits far
+    above the targets' variance by design: that level (target_var) is the
+    criterion's, not the total's, so it is not recorded for those steps
+    and the run is not "worse than a constant prediction"."""
+    torch.manual_seed(0)
+    enc, dec = nn.Linear(16, 4), nn.Linear(4, 16)
+    model = nn.Sequential(enc, dec)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    crit = nn.MSELoss()
+    g = torch.Generator().manual_seed(0)
+    with DebugWriter(str(tmp_path)) as w:
+        w.watch(model, optimizer=opt, criterion=crit)
+        for _ in range(200):
+            x = torch.randn(32, 16, generator=g)
+            total = crit(model(x), x) + 1.0 + 0.01 * enc.weight.pow(2).sum()
+            opt.zero_grad()
+            total.backward()
+            w.record(loss=total)
+            opt.step()
+    run = read_run(str(tmp_path))
+    loss = list(run.layer_names).index("<loss>")
+    assert np.isnan(run.stats[:, loss, M["target_var"]]).all()
+    assert np.isfinite(run.stats[0, loss, M["value"]]) and run.stats[-1, loss, M["value"]] > 1.5
+    rep = diagnose_run(run).to_report()
+    assert rep["status"] == "healthy", rep["root_cause"]

@@ -45,7 +45,8 @@ from .forward import ForwardHooks
 from .gcpause import gc_paused
 from .guard import HookGuard
 from .params import GradientReading, RowTable, add_update_norms, grads_scaled, measure_gradients, snapshot_weights
-from .pseudo_rows import LabelFrequencies, add_step_scalars, classes_of, recorded_loss, loss_layer_extras, target_facts
+from .pseudo_rows import (LabelFrequencies, add_step_scalars, classes_of, loss_layer_extras, recorded_loss,
+                          target_facts, without_loss_levels)
 from .step_check import NonfiniteCheck, reproduced, scaler_decides
 from .step_facts import StepFacts
 
@@ -525,7 +526,10 @@ class Instrument:
                 "record(loss=...) only attaches the loss (pass no step)"
             )
         if loss is not None:
-            self._loss = recorded_loss(loss)
+            given = recorded_loss(loss)
+            if self._loss is not None and given.data_ptr() != self._loss.data_ptr():  # (not the criterion's)
+                self._targets = without_loss_levels(self._targets)
+            self._loss = given
         if self.optimizer is not None:
             return
         if step is not None:

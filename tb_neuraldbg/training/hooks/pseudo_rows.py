@@ -18,7 +18,7 @@ from ..step.slots import Key
 
 __all__ = ["batch_tensor", "measure_batch", "measure_empty_batch", "classes_of", "add_step_scalars",
            "target_variance", "squashing_of", "loss_layer_extras", "target_range", "recorded_loss",
-           "LabelFrequencies", "target_facts"]
+           "LabelFrequencies", "target_facts", "without_loss_levels"]
 
 _LOSS_KEYS = (Key.VALUE, Key.OUT_SUM)  # the loss row's: its value, and the sum that flags a non-finite one
 _INT_PROBE = 1 << 16  # values of a floating-point batch read to tell whether it holds only integers
@@ -250,6 +250,19 @@ def target_facts(criterion: nn.Module, args, frequencies: LabelFrequencies) -> l
     if prior is not None:
         out.append((prior, Key.PRIOR_LOSS))
     return out
+
+
+#: what the <loss> row compares with the loss's value: a constant prediction's loss
+_LOSS_LEVELS = (Key.TARGET_VAR, Key.PRIOR_LOSS)
+
+
+def without_loss_levels(facts: list) -> list:
+    """``facts`` (``target_facts``) without the losses a constant prediction
+    gives (target_var, prior_loss), for a step whose recorded loss is not the
+    criterion's own (``record(loss=...)`` gave a total of more terms: a VAE's
+    KL added to its MSE): they are levels of the criterion's loss, not of
+    that total. The targets' range still says whether they fit the criterion."""
+    return [(v, k) for v, k in facts if k not in _LOSS_LEVELS]
 
 
 def target_range(criterion: nn.Module, args) -> torch.Tensor | None:
