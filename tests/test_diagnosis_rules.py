@@ -217,6 +217,25 @@ def test_a_loss_that_climbs_step_after_step_is_a_divergence():
     assert 200 <= ev.step <= 240 and "climbs" in ev.message
 
 
+def test_a_loss_without_a_floor_at_0_that_dips_below_it_and_back_is_no_climb():
+    """A density's negative log-likelihood (a mixture density network) falls
+    from 1.2 to a block around 0.1 whose losses dip below 0, then goes back
+    to ~0.9: "twice the best level" means nothing for a loss with no floor
+    at 0, as the spike's ratio does not."""
+    run = Run()
+    eng = Engine(run.layers)
+    loss = run.i("<loss>")
+
+    def plant(s, r):
+        if 100 <= s < 110:
+            r[loss, M["value"]] = 0.1 + 0.2 * (-1) ** s
+        else:
+            r[loss, M["value"]] = (1.2 - 0.008 * s if s < 100 else 0.9) + 0.05 * run.rng.normal()
+
+    feed(eng, run, range(200), plant)
+    assert not [e for e in failures(eng) if e.extra.get("reason") == "climb"]
+
+
 # ------------------------------------------------------------------ chains
 
 

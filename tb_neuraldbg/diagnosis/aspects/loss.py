@@ -269,8 +269,12 @@ class Loss(Aspect):
             hist.append(v)
             self.loss_min = min(self.loss_min, v)
         # climbing: a divergence that no single step shows against a window
-        # that climbs with it (judged on blocks of losses, see Plateau.climb)
-        if self.plateau.climb_onset is not None:
+        # that climbs with it (judged on blocks of losses, see Plateau.climb).
+        # Its "twice the best level" is a ratio, as the spike's, so it needs
+        # a loss never seen at or below 0 (a density's negative log-likelihood
+        # has no floor at 0: a mixture density network's heavy-tailed losses
+        # dip below 0 and back, dec07h's f01 twin)
+        if self.plateau.climb_onset is not None and self.loss_min > 0:
             raw_loss[i] = STATE["loss_spike"]
             onset = np.full(self.kinds.n, -1, np.int64)
             onset[i] = self.plateau.climb_onset
