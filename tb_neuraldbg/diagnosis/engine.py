@@ -156,10 +156,11 @@ class Engine:
         updates to rounding, an output that collapses stay failures: the model
         stopped learning, or learns far less, though the loss may still fall
         (tests/test_engine_status.py; the scenario
-        conv_bf16_weights_sgd_updates_rounded_away). So are a param group's
-        layers held at a learning rate of 0 from the start, the rate the user
-        set for them, while the rest learns: a part frozen on purpose
-        (discriminative fine-tuning keeps a pretrained embedding at lr 0)."""
+        conv_bf16_weights_sgd_updates_rounded_away). A param group's layers
+        held at a learning rate of 0 from the start, the rate the user set for
+        them, cost nothing either while the rest learns: a part frozen on
+        purpose (discriminative fine-tuning keeps a pretrained embedding at
+        lr 0)."""
         ev = f.event
         by_design = ev.kind == "saturated_activation" or (
             ev.kind == "frozen_weights" and ev.extra.get("cause") == "lr_zero" and f.born)

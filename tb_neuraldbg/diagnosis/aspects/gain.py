@@ -169,8 +169,8 @@ class Gain(Aspect):
             # A regression onto targets GAIN_DEPARTURE off unit scale asks the
             # network for that gain: its layers' gains of ~10 are the fit
             # (prices of ~1000 from unit features: ~10 at each of three
-            # Linears), not where an explosion begins (dec07h's h05; the
-            # divergence of such a run is judged by the gradients and the
+            # Linears), not where an explosion begins (tests/test_gain_units.py;
+            # the divergence of such a run is judged by the gradients and the
             # loss, and named by the targets' scale: causes/targets.py)
             return {name: (blank(self.kinds.n), None) for name in self.EVIDENCE}
         # the output layer's scale is the targets' (and the loss's: a logit

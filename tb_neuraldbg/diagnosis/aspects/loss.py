@@ -273,7 +273,7 @@ class Loss(Aspect):
         # Its "twice the best level" is a ratio, as the spike's, so it needs
         # a loss never seen at or below 0 (a density's negative log-likelihood
         # has no floor at 0: a mixture density network's heavy-tailed losses
-        # dip below 0 and back, dec07h's f01 twin)
+        # dip below 0 and back, tests/test_diagnosis_rules.py)
         if self.plateau.climb_onset is not None and self.loss_min > 0:
             raw_loss[i] = STATE["loss_spike"]
             onset = np.full(self.kinds.n, -1, np.int64)

@@ -145,7 +145,7 @@ class Samples(Aspect):
             # below the trivial predictor's) still depends on the input: the
             # last module with parameters is then not what the loss reads (a
             # gated side branch added to the output in forward, the gate
-            # closing by design: dec07h's h10)
+            # closing by design: tests/test_diagnosis_samples.py)
             if out < 0 or not lost[out] or b[out] * b[out] * SAMPLE_FALL > tv or loss_fell is False or beats_trivial:
                 return {"samples": (raw, None)}
             # for good: for lr_window steps, and for at least as long as the
