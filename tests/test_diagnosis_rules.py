@@ -117,6 +117,29 @@ def test_a_module_run_without_autograd_has_no_gradient():
     assert ev.extra["ran_without_grad"] and "torch.no_grad()" in ev.message
 
 
+def test_a_constant_output_fed_by_a_layer_blind_to_the_sample_from_the_start_is_that_layers():
+    """fc0's output is the same for every sample from step 0 while the batch
+    differs (a tanh RNN saturated at +-1 by raw inputs), and passes no
+    gradient to its weights; relu0 after it is constant. Fed one input, a
+    layer gives one output: the root is fc0, not relu0's collapse."""
+    from tests.test_diagnosis_samples import SampleRun
+
+    run = SampleRun()
+    eng = Engine(run.layers)
+    i = run.i("fc0")
+
+    def plant(s, r):
+        r[i, M["grad_norm"]] = np.nan
+        r[i, M["grad_missing"]] = 2
+        if run.full(s):
+            r[i, M["sample_spread"]] = 0.0
+            r[i + 1, [M["act_std"], M["act_dead_frac"], M["act_zero_frac"]]] = [0.0, 0.0, 0.0]
+            r[i + 1, M["sample_spread"]] = np.nan
+
+    feed(eng, run, range(60), plant)
+    assert _root(eng)[1:] == ("fc0", 0), _root(eng)
+
+
 # ------------------------------------------------------- causes per group
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from .events import Event
 
-__all__ = ["Failure", "ACTIVATION_KINDS", "pick", "explained_by_frozen", "explained_by_blockers"]
+__all__ = ["Failure", "ACTIVATION_KINDS", "pick", "explained_by_frozen", "explained_by_blockers",
+           "explained_by_blind_input"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,20 @@ def explained_by_blockers(group) -> list:
         return group
     return [f for f in group if not (f.event.kind in _FED_KINDS and f.aspect != "accum"
                                      and f.index not in zero and f.index - 1 in zero)]
+
+
+def explained_by_blind_input(group, blind_rows) -> list:
+    """``group`` without the constant outputs (``activation_collapse``) of
+    layers fed by a layer whose output was the same for every sample from
+    the start (``RunFacts.blind_rows``): fed one input, a layer gives one
+    output, and the blind layer before it is where the sample was lost (a
+    tanh RNN saturated at +-1 by raw inputs makes its forecaster's output
+    constant; tests/test_diagnosis_rules.py)."""
+    blind = set(blind_rows)
+    if not blind:
+        return group
+    kept = [f for f in group if not (f.event.kind == "activation_collapse" and f.index - 1 in blind)]
+    return kept or group
 
 
 def pick(group) -> Failure:

@@ -67,7 +67,8 @@ from __future__ import annotations
 from ..format.metadata import PSEUDO_INPUT
 from .causes import (LR_KINDS, RULES, RunFacts, attribution, extreme_before_updates, inputs_explain_first_updates,
                      near_input)
-from .chain import ACTIVATION_KINDS, Failure, explained_by_blockers, explained_by_frozen, pick
+from .chain import (ACTIVATION_KINDS, Failure, explained_by_blind_input, explained_by_blockers, explained_by_frozen,
+                    pick)
 from .events import Event
 from .explain import advice_first, fmt, input_scale_message, integer_input_note
 from .thresholds import Thresholds
@@ -111,7 +112,7 @@ def _find_root_cause(failures, ctx: RunFacts, t: Thresholds) -> tuple[dict | Non
     first = min(f.onset for f in failures)
     first = _why_it_never_fell(failures, first, ctx, t)
     group = explained_by_frozen([f for f in failures if f.earliest <= first + t.tie_window], failures)
-    group = explained_by_blockers(group)
+    group = explained_by_blind_input(explained_by_blockers(group), ctx.blind_rows)
     first_link = pick(group)
     ev = first_link.event
     message = ev.message

@@ -150,4 +150,4 @@ class Classifier:
                         loss_doubled=self.loss.doubled_step, extreme_first=self.weight.extreme_first or (),
                         first_step=self.loss.first_step or 0, input_integers=self.input.integers,
                         input_absmax0=self.input.absmax0, update_peak=self.weight.moves.update_peak(),
-                        target_var=self.loss.target_var.median())
+                        target_var=self.loss.target_var.median(), blind_rows=self.samples.blind_rows())

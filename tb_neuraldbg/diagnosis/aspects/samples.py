@@ -156,6 +156,22 @@ class Samples(Aspect):
             raw[roots] = STATE["collapsed"]
         return {"samples": (raw, np.where(roots, self.since, -1))}
 
+    def blind_rows(self) -> tuple:
+        """Module rows whose first output was the same for every sample while
+        the row before them (a module, or the batch) differed between
+        samples at its first measurement: they drop the sample from the
+        start (a tanh RNN saturated at +-1 by raw inputs). What comes after
+        one is fed the same for every sample (rootcause.py)."""
+        k = self.kinds
+        if len(self.s0) != k.n:
+            return ()
+        prev = np.full(k.n, -1)
+        prev[1:] = np.where(k.prev_is_mod[1:] | (np.arange(k.n - 1) == k.input_index), np.arange(k.n - 1), -1)
+        with np.errstate(invalid="ignore"):
+            varied = np.where(prev >= 0, self.s0[np.maximum(prev, 0)] > SAMPLES_DIFFER, False)
+            blind = k.is_mod & (self.s0 <= SAMPLES_DIFFER) & varied
+        return tuple(int(i) for i in np.flatnonzero(blind))
+
     def evidence(self, name: str, code, value, before) -> tuple:
         """The sample spread now, and at the row's first measurement."""
         return (self.row[:, _SS] if self.row is not None else value), self.s0

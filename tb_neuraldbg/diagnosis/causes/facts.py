@@ -55,6 +55,9 @@ class RunFacts:
     #: the variance of the regression targets (median over recent batches;
     #: recorded under MSE-like criteria), NaN when not recorded
     target_var: float = math.nan
+    #: module rows whose output was the same for every sample from their
+    #: first measurement while their input differed (aspects/samples.py)
+    blind_rows: tuple = ()
 
 
 # failures a learning rate too high produces in the layers
