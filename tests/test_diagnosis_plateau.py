@@ -158,3 +158,28 @@ def test_a_loss_that_fell_tenfold_is_learning_whatever_its_level():
     plateaus, _ = _run_curve(lambda s, rng: 0.8 + 20.0 * np.exp(-s / 25) + 0.02 * rng.normal(),
                              plant=_with_targets_variance(0.5))
     assert plateaus == []
+
+
+def _gan_like(others_move: bool):
+    """A flat loss at ln 2 (a generator's BCE against a discriminator that
+    keeps up); fc2, the "discriminator", is outside the watched optimizer
+    (opt_group -1) and, if ``others_move``, moved by another one between
+    the watched optimizer's steps (its weight norm changes). Plateau events."""
+    from tests.test_diagnosis_rules import _facts
+
+    def plant(run, s, r):
+        _facts(run, r, group={"fc2": -1})
+        k = run.i("fc2")
+        if run.full(s) and others_move:
+            r[k, M["weight_norm"]] = 5.0 + 0.01 * s
+        r[k, M["update_ratio"]] = 0.0 if run.full(s) else np.nan
+
+    return _run_curve(lambda s, rng: 0.693 + 0.02 * rng.normal(), n=400, plant=plant)[0]
+
+
+def test_a_loss_another_optimizer_trains_against_is_not_judged_by_its_level():
+    """The generator's loss stays at ln 2 while the discriminator, trained by
+    its own optimizer, keeps up: no plateau. The same flat loss with nothing
+    moved outside the watched optimizer is one."""
+    assert _gan_like(others_move=True) == []
+    assert [e.kind for e in _gan_like(others_move=False)] == ["loss_plateau"]

@@ -101,6 +101,7 @@ class Classifier:
                                                 self.loss.below_first(), step=step))
             out.update(self.weight.classify(step, row, out["grad"][0], rate.lr, rate.skipped))
             out.update(self.input.classify(row))
+            self.loss.contested = bool(self.weight.moved_anyway.any())
             out.update(self.loss.classify(step, row, self.optimizer.highest_rate(rate.lr), confirmed["plateau"]))
             out.update(self.optimizer.classify(row))
             out.update(self.gain.classify(row, self.gradient.has_param))

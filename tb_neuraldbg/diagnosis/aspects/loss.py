@@ -83,6 +83,10 @@ class Loss(Aspect):
         self.reach_from = -1
         self.reach_count = 0
         self.reach = None
+        # another optimizer trains part of the model that computes the loss
+        # (rows the watched one does not hold moved all the same: a GAN's
+        # discriminator, an actor-critic's critic), set by the classifier
+        self.contested = False
 
     def below_first(self) -> bool:
         """The recent losses' median is below the (finite) first loss."""
@@ -280,9 +284,13 @@ class Loss(Aspect):
             onset[i] = self.plateau.climb_onset
             out["loss"] = (raw_loss, onset)
         # plateau: judged on blocks of losses at steps with a learning rate > 0
-        # (a frozen run is not stuck)
+        # (a frozen run is not stuck), and while no other optimizer trains a
+        # part of the model against (or beside) the watched one: a GAN's
+        # generator loss is the discriminator's judgement, which it keeps
+        # level by learning too, not a level the generator failed to lower
+        # (tests/test_diagnosis_plateau.py)
         p = self.plateau
-        if lr > 0 or math.isnan(lr):
+        if (lr > 0 or math.isnan(lr)) and not self.contested:
             p.add(step, v, in_plateau, self.first_step, self.num_classes)
         if p.state is not None:
             out["plateau"][0][i] = p.state
@@ -296,7 +304,7 @@ class Loss(Aspect):
         shorter than plateau_min_steps, or a run that ended worse than the
         trivial predictor ({} when it has no plateau to report)."""
         i = self.kinds.loss_index
-        if i < 0 or plateau_conf[i] != HEALTHY:
+        if i < 0 or plateau_conf[i] != HEALTHY or self.contested:
             return {}
         code = self.plateau.decide(False, True, self.first_step, self.num_classes)
         if code != STATE["loss_plateau"]:
