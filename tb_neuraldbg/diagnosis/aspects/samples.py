@@ -75,6 +75,14 @@ SAMPLES_DIFFER = 0.02
 _SS, _STD, _TV = METRIC["sample_spread"], METRIC["act_std"], METRIC["target_var"]
 
 
+def _input_rows(k: RowKinds) -> np.ndarray:
+    """int [L]: the input of each row, the previous one when it is a module
+    or the batch (-1: none)."""
+    src = np.full(k.n, -1)
+    src[1:] = np.where(k.prev_is_mod[1:] | (np.arange(k.n - 1) == k.input_index), np.arange(k.n - 1), -1)
+    return src
+
+
 class Samples(Aspect):
     """``samples``: collapsed at the first module whose output lost its
     dependence on the sample while its input kept it, once the model's
@@ -123,9 +131,7 @@ class Samples(Aspect):
             self.b = b
             lost = known & (b * b * SAMPLE_FALL <= self.b0 * self.b0)
             lost &= self.s0 > SAMPLES_DIFFER
-            # the input of each row: the previous one (a module, or the batch)
-            src = np.full(k.n, -1)
-            src[1:] = np.where(k.prev_is_mod[1:] | (np.arange(k.n - 1) == k.input_index), np.arange(k.n - 1), -1)
+            src = _input_rows(k)
             alive = np.zeros(k.n, dtype=bool)
             has_src = src >= 0
             alive[has_src] = known[src[has_src]] & ~lost[src[has_src]] & (s[src[has_src]] > SAMPLES_DIFFER)
@@ -165,8 +171,7 @@ class Samples(Aspect):
         k = self.kinds
         if len(self.s0) != k.n:
             return ()
-        prev = np.full(k.n, -1)
-        prev[1:] = np.where(k.prev_is_mod[1:] | (np.arange(k.n - 1) == k.input_index), np.arange(k.n - 1), -1)
+        prev = _input_rows(k)
         with np.errstate(invalid="ignore"):
             varied = np.where(prev >= 0, self.s0[np.maximum(prev, 0)] > SAMPLES_DIFFER, False)
             blind = k.is_mod & (self.s0 <= SAMPLES_DIFFER) & varied
