@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tb_neuraldbg import metadata
+from tb_neuraldbg import DebugWriter, metadata
+from tb_neuraldbg.offline.reader import read_run
+from tb_neuraldbg.offline.rediagnose import diagnose_run
 from tb_neuraldbg.training.step import stats as S
 from tb_neuraldbg.training.step.stats import Key
 
@@ -571,10 +573,6 @@ def test_a_batch_far_from_zero_keeps_its_spread(tmp_path):
     """Sensor readings at 2e4 +- 1: the sum of squares less the squared sum
     loses the whole spread in float32 (std 0: a "constant" batch); the
     batch's std is taken by torch itself (Key.OUT_STD)."""
-    from tb_neuraldbg import DebugWriter
-    from tb_neuraldbg.offline.reader import read_run
-    from tb_neuraldbg.offline.rediagnose import diagnose_run
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.BatchNorm1d(12), torch.nn.Linear(12, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

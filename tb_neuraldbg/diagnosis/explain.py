@@ -340,7 +340,7 @@ def variant(kind: str, extra: dict | None) -> str | None:
             return "loss" if extra.get("in_loss") else "backward"
         return "received" if extra.get("from_layer") else "forward"
     if kind == "data_anomaly":
-        return extra.get("reason") if extra.get("reason") in ("nonfinite", "constant", "targets") else "outlier"
+        return extra.get("reason") if (kind, extra.get("reason")) in BY_CAUSE else "outlier"
     for key in ("cause", "reason"):
         if (kind, extra.get(key)) in BY_CAUSE:
             return extra.get(key)

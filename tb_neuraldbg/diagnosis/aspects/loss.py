@@ -114,9 +114,9 @@ class Loss(Aspect):
         return self.improved_step is not None
 
     def classify(self, step: int, row, lr: float, plateau_conf) -> dict:
-        """{"loss", "plateau", "init": (raw, onset | None)}; ``lr``: the
-        learning rate (NaN: unknown); ``plateau_conf``: the confirmed plateau
-        states."""
+        """{"loss", "plateau", "init", "targets": (raw, onset | None)}; ``lr``:
+        the highest learning rate of any group (NaN: unknown);
+        ``plateau_conf``: the confirmed plateau states."""
         if self.first_step is None:
             self.first_step = step
         n = self.kinds.n

@@ -361,8 +361,8 @@ def _within_range(std: np.ndarray, mn: np.ndarray, mx: np.ndarray, n: np.ndarray
     for the sample's): the sum of squares less the squared sum loses float32's
     digits, and a constant batch of token ids (every id ``<unk>``) or a
     LayerNorm over one feature read std 1e-3 of their value, not 0, and were
-    not constant (tests/test_slots.py, the constant cases of
-    tests/test_diagnosis_input.py). NaN bounds (not taken) leave it as is."""
+    not constant (tests/test_stats.py). NaN bounds (not taken) leave it as
+    is."""
     bound = (mx - mn) * 0.5 * np.sqrt(n / np.maximum(n - 1, 1))
     return np.fmin(std, bound)
 
